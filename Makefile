@@ -1,0 +1,60 @@
+# bridgebench developer entry points. `make setup` then `make test`; see README.md.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+CACHE := .cache
+# Python 3.12: python3.12 on PATH if it runs, else a pyenv-installed 3.12.x.
+PYTHON312 ?= $(shell for p in "$$(command -v python3.12)" $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
+	[ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
+
+.PHONY: setup test table flops check-published lock bench clean help
+
+help:
+	@echo "make setup            create $(VENV) (Python 3.12) with the pinned environment"
+	@echo "make test             run the test suite"
+	@echo "make table            reproduce the blog's Muon vs AdamW table into results/table1/"
+	@echo "make check-published  FLOPs model vs every published perf-table row"
+	@echo "make bench            benchmarks (print figures)"
+
+setup: $(VENV)/.installed $(CACHE)/mbridge-0.3.1/flop_utils.py
+
+$(VENV)/.installed: requirements/base.txt requirements/megatron.txt requirements/constraints.txt pyproject.toml
+	@[ -n "$(PYTHON312)" ] || { echo "error: Python 3.12 not found (install it, e.g. 'pyenv install 3.12', or set PYTHON312=/path/to/python3.12)"; exit 1; }
+	@echo "==> creating $(VENV) with $(PYTHON312)"
+	[ -x $(PY) ] || $(PYTHON312) -m venv $(VENV)
+	$(PIP) install --disable-pip-version-check -q --upgrade pip
+	@echo "==> installing pinned dependencies (torch is a large download the first time)"
+	$(PIP) install --disable-pip-version-check --progress-bar off -c requirements/constraints.txt -r requirements/base.txt
+	@echo "==> installing megatron-core, megatron-bridge, emerging-optimizers (--no-deps)"
+	$(PIP) install --disable-pip-version-check --no-deps -c requirements/constraints.txt -r requirements/megatron.txt
+	$(PIP) install --disable-pip-version-check --no-deps -e .
+	touch $@
+
+# Megatron-Bridge 0.3.1's FLOPs calculator (NeMo 26.02.01), kept only to test analysis/flops.py formula v1 against it.
+$(CACHE)/mbridge-0.3.1/flop_utils.py: $(VENV)/.installed
+	mkdir -p $(CACHE)/wheels $(CACHE)/mbridge-0.3.1
+	$(PIP) download --disable-pip-version-check -q --no-deps megatron-bridge==0.3.1 -d $(CACHE)/wheels
+	$(PY) -c "import zipfile, pathlib; z = zipfile.ZipFile('$(CACHE)/wheels/megatron_bridge-0.3.1-py3-none-any.whl'); pathlib.Path('$@').write_bytes(z.read('megatron/bridge/training/utils/flop_utils.py'))"
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+table: setup
+	$(VENV)/bin/bridgebench table
+
+flops: setup
+	$(VENV)/bin/bridgebench flops $(ARGS)
+
+check-published: setup
+	$(VENV)/bin/bridgebench check-published
+
+bench: setup
+	$(PY) benchmarks/bench_flops.py
+
+# Regenerate the lock from the current environment.
+lock:
+	$(PIP) freeze --exclude-editable | grep -v '^bridgebench' > requirements/constraints.txt
+
+clean:
+	rm -rf $(VENV) $(CACHE) .pytest_cache .hypothesis
