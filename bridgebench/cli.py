@@ -86,6 +86,7 @@ def table(overrides: Optional[list[str]] = OVERRIDES,
     from bridgebench.config import ConfigError
 
     console = Console(stderr=as_json)
+    console.width = max(console.width, 150)  # the table needs ~150 columns; rich wraps a narrower terminal anyway
     try:
         with console.status("composing runs and counting FLOPs ..."):
             t = reproduce(tuple(overrides or ()))
@@ -99,7 +100,7 @@ def table(overrides: Optional[list[str]] = OVERRIDES,
     rt = Table(title="Table 1 reproduced: Muon vs AdamW, GB300 MXFP8 (TFLOP/s per GPU)")
     for col in ("model", "optimizer", "step s", "tokens/s/GPU", "model", "NS", "NS busiest", "total", "blog total",
                 "delta", "MFU bf16", "MFU mxfp8"):
-        rt.add_column(col, justify="right")
+        rt.add_column(col, justify="right", no_wrap=True)
     for r in t.itertuples():
         rt.add_row(r.model, r.optimizer, f"{r.step_time_s:.3f}", f"{r.tokens_per_sec_per_gpu:,.0f}",
                    f"{r.model_tflops_per_gpu:.1f} ({r.published_model_tflops_per_gpu:.0f})",

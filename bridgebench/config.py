@@ -8,6 +8,7 @@ megatron.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from dataclasses import dataclass
@@ -99,14 +100,32 @@ def compose(overrides: Sequence[str] = (), *, return_hydra_config: bool = False)
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from bridgebench.schema import RootSchema, register
+
+    register()
     overrides = normalize_overrides(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+        # `+key=value` appends bypass Hydra's struct flag: check the result against the schema once more.
+        plain = OmegaConf.to_container(cfg, resolve=False)
+        plain.pop("hydra", None)
+        checked = OmegaConf.merge(OmegaConf.structured(RootSchema), plain)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
-        msg = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-        raise ConfigError(f"bad override or config: {msg}") from err
-    return cfg
+        raise ConfigError(f"bad override or config: {_explain(err)}") from err
+    return cfg if return_hydra_config else checked
+
+
+def _explain(err: BaseException) -> str:
+    """One line from an exception and its causes (Hydra wraps OmegaConf's precise message as __cause__)."""
+    parts = []
+    while err is not None:
+        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip()
+                        and not line.strip().startswith(("full_key:", "object_type=", "reference_type=")))
+        if text and text not in parts and "$VALUE" not in text:
+            parts.append(text)
+        err = err.__cause__ or err.__context__
+    return " -- ".join(parts)
 
 
 def expand_sweep(cfg_overrides: Sequence[str]) -> list[list[str]]:
@@ -174,9 +193,8 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
     Raises:
         ConfigError: an unknown model field or a value that breaks a rule (from :class:`ModelSpecError`).
     """
-    data = OmegaConf.to_container(cfg.model, resolve=True)
-    for key in PARALLEL_KEYS:
-        data.pop(key, None)
+    arch = {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"}
+    data = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items() if k in arch}
     try:
         return ModelSpec.from_mapping(data)
     except (ModelSpecError, TypeError) as err:
