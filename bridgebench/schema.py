@@ -103,6 +103,7 @@ class OptimizerSchema:
     adam_eps: float = 1.0e-8
     clip_grad: float = 1.0
     use_distributed_optimizer: bool = True
+    use_precision_aware_optimizer: Optional[bool] = None
     muon_momentum: Optional[float] = None
     muon_nesterov: Optional[bool] = None
     muon_split_qkv: Optional[bool] = None
