@@ -8,7 +8,9 @@ CACHE := .cache
 PYTHON312 ?= $(shell for p in "$$(command -v python3.12)" $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
 	[ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
 
-.PHONY: setup test table flops check-published lock bench clean help
+.PHONY: setup test table flops plan check-published lock bench clean help
+
+include mk/cluster.mk
 
 help:
 	@echo "make setup            create $(VENV) (Python 3.12) with the pinned environment"
@@ -16,8 +18,10 @@ help:
 	@echo "make table            reproduce the blog's Muon vs AdamW table into results/table1/"
 	@echo "make check-published  FLOPs model vs every published perf-table row"
 	@echo "make bench            benchmarks (print figures)"
+	@echo "make plan             plan the Table 1 runs on the local cluster (ARGS=... for other overrides)"
+	@$(MAKE) --no-print-directory cluster-help
 
-setup: $(VENV)/.installed $(CACHE)/mbridge-0.3.1/flop_utils.py
+setup: $(VENV)/.installed $(CACHE)/mbridge-0.3.1/flop_utils.py cluster-install
 
 $(VENV)/.installed: requirements/base.txt requirements/megatron.txt requirements/constraints.txt pyproject.toml
 	@[ -n "$(PYTHON312)" ] || { echo "error: Python 3.12 not found (install it, e.g. 'pyenv install 3.12', or set PYTHON312=/path/to/python3.12)"; exit 1; }
@@ -49,8 +53,12 @@ flops: setup
 check-published: setup
 	$(VENV)/bin/bridgebench check-published
 
+plan: setup
+	$(VENV)/bin/bridgebench plan experiment=table1 cluster=local $(ARGS)
+
 bench: setup
-	$(PY) benchmarks/bench_flops.py
+	$(PY) benchmarks/bench_rules.py
+	$(PY) benchmarks/bench_logparse.py
 
 # Regenerate the lock from the current environment.
 lock:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from typing import Optional
 
 import typer
@@ -116,6 +117,54 @@ def table(overrides: Optional[list[str]] = OVERRIDES,
                   f"{len(grid)}; closest: {best.kernel}, layer_wise={best.layer_wise}, split_qkv={best.split_qkv}, "
                   f"{best.statistic} (worst delta {best.err:.1f}%)")
     console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+@app.command()
+def plan(overrides: Optional[list[str]] = OVERRIDES,
+         out: Optional[str] = typer.Option(None, "--out", help="plan directory (default plans/<experiment>-<time>)"),
+         multirun: bool = typer.Option(False, "-m", "--multirun", help="sweep comma-separated override values"),
+         as_json: bool = typer.Option(False, "--json", help="print the runs as JSON")) -> None:
+    """Validate every run of an experiment or sweep, build its Megatron-Bridge ConfigContainer, and write the plan
+    (config.yaml, megatron_bridge.yaml, submit.sh per run). Nothing is submitted; bad input writes nothing."""
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from bridgebench.config import ConfigError, has_sweep
+
+    console = Console(stderr=True)
+    console.width = max(console.width, 150)
+    overrides = overrides or []
+    try:
+        if has_sweep(overrides) and not multirun:
+            raise ConfigError("an override sweeps values (a=x,y): add -m / --multirun to plan one run per value")
+        warnings.filterwarnings("ignore")  # Megatron's import-time and config warnings; errors still raise
+        with console.status("loading Megatron-Bridge ..."):
+            from launch.plan import plan as make_plan
+        with console.status("planning ...") as status:
+            out_dir, runs = make_plan(overrides, Path(out) if out else None, progress=status.update)
+    except (ConfigError, ValueError) as err:
+        _fail(err)
+    if as_json:
+        import dataclasses
+
+        typer.echo(json.dumps({"plan": str(out_dir), "runs": [dataclasses.asdict(r) for r in runs]}, indent=2))
+        return
+    t = Table(title=f"plan {out_dir}")
+    for col in ("run", "GPUs", "nodes", "TP", "PP", "VP", "CP", "EP", "ETP", "DP", "MBS", "GBS", "hash",
+                "model FLOPs/step", "NS FLOPs/step"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in runs:
+        t.add_row(r.name, str(r.num_gpus), str(r.nodes), str(r.tp), str(r.pp), str(r.vp or "-"), str(r.cp),
+                  str(r.ep), str(r.etp or "-"), str(r.dp), str(r.mbs), str(r.gbs), r.config_hash,
+                  f"{r.model_flops_per_step:.4e}", f"{r.newton_schulz_flops_per_step:.4e}")
+    out_console = Console()
+    out_console.width = max(out_console.width, 190)
+    out_console.print(t)
+    skipped = sorted({s for r in runs for s in r.skipped_checks})
+    if skipped:
+        out_console.print("validated off-GPU; checks that need the compute node were skipped: " + "; ".join(skipped))
 
 
 @app.command("check-published")

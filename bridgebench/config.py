@@ -163,6 +163,13 @@ def expand_sweep(cfg_overrides: Sequence[str]) -> list[list[str]]:
     return [fixed + list(combo) for combo in itertools.product(*axes)] if axes else [fixed]
 
 
+def has_sweep(overrides: Sequence[str]) -> bool:
+    """True if any override sweeps values (Hydra's ``a=x,y`` / ``range()`` / ``choice()`` grammar)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return any(ov.is_sweep_override() for ov in OverridesParser.create().parse_overrides(normalize_overrides(overrides)))
+
+
 def _quote(value: str) -> str:
     return f"'{value}'" if _NUMERIC.match(value) else value
 

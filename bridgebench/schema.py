@@ -181,6 +181,29 @@ class AccountingSchema:
 
 
 @dataclass
+class TunnelSchema:
+    type: str = "local"  # local | ssh
+    job_dir: str = MISSING
+    host: Optional[str] = None
+    user: Optional[str] = None
+
+
+@dataclass
+class ClusterSchema:
+    name: str = MISSING
+    account: str = MISSING
+    partition: str = MISSING
+    time_limit: str = "00:30:00"
+    container: bool = True
+    container_mounts: List[str] = field(default_factory=list)
+    exclusive: bool = True
+    mem: Optional[str] = None
+    gpus_per_node_request: bool = False
+    tunnel: TunnelSchema = field(default_factory=TunnelSchema)
+    max_retries: int = 0
+
+
+@dataclass
 class RootSchema:
     num_gpus: int = MISSING
     model: ModelSchema = field(default_factory=ModelSchema)
@@ -195,7 +218,7 @@ class RootSchema:
     release: ReleaseSchema = field(default_factory=ReleaseSchema)
     accounting: AccountingSchema = field(default_factory=AccountingSchema)
     env_vars: Dict[str, str] = field(default_factory=dict)
-    cluster: Any = None
+    cluster: ClusterSchema = field(default_factory=ClusterSchema)
 
 
 _REGISTERED = False

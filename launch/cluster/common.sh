@@ -1,0 +1,161 @@
+# shellcheck shell=bash
+# Shared settings and helpers for launch/cluster/{up,down,env}.sh (sourced, not run).
+#
+# Environment overrides:
+#   BRIDGEBENCH_SLURM_STATE      state directory (default: <repo>/.state/slurm)
+#   BRIDGEBENCH_SLURM_PORT_BASE  first of 4 TCP ports on 127.0.0.1 (default 16817):
+#                                slurmctld=base, slurmd=base+1, slurmdbd=base+2, mariadb=base+3
+#   BRIDGEBENCH_SLURM_CLUSTER    cluster name (default: bridgebench)
+#   BRIDGEBENCH_SLURM_ACCOUNT    account created for the current user (default: bridgebench)
+
+# shellcheck disable=SC2034  # the settings below are used by the scripts that source this file
+CLUSTER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "${CLUSTER_DIR}/../.." && pwd)"
+STATE="${BRIDGEBENCH_SLURM_STATE:-${REPO_ROOT}/.state/slurm}"
+# Absolute path without requiring it to exist.
+case "${STATE}" in /*) ;; *) STATE="$(pwd)/${STATE}" ;; esac
+STATE="${STATE%/}"
+PORT_BASE="${BRIDGEBENCH_SLURM_PORT_BASE:-16817}"
+CLUSTER="${BRIDGEBENCH_SLURM_CLUSTER:-bridgebench}"
+ACCOUNT="${BRIDGEBENCH_SLURM_ACCOUNT:-bridgebench}"
+CTLD_PORT="${PORT_BASE}"
+SLURMD_PORT="$((PORT_BASE + 1))"
+DBD_PORT="$((PORT_BASE + 2))"
+MYSQL_PORT="$((PORT_BASE + 3))"
+SLURM_CONF_FILE="${STATE}/etc/slurm.conf"
+MARKER_FILE="${STATE}/.bridgebench-slurm-state"
+# Every daemon is started with this variable in its environment, so down.sh can find
+# (and only find) processes belonging to this state directory even without pid files.
+MARK="BRIDGEBENCH_SLURM_MARK=${STATE}"
+
+log() { printf '[cluster %s] %s\n' "${LOG_TAG:-}" "$*"; }
+die() { printf '[cluster %s] ERROR: %s\n' "${LOG_TAG:-}" "$*" >&2; exit 1; }
+
+# take_lock: serialize up.sh/down.sh runs on one state dir (fd 9; daemons get it closed).
+take_lock() {
+  mkdir -p "${STATE}"
+  exec 9>"${STATE}/.lock"
+  if ! flock -n 9; then
+    log "waiting for another up.sh/down.sh on ${STATE} to finish"
+    flock -w 300 9 || die "could not lock ${STATE}/.lock"
+  fi
+}
+
+# now: microseconds since the epoch (bash 5 EPOCHREALTIME, no fork); elapsed T0: seconds since T0.
+now() { local t="${EPOCHREALTIME/[.,]/}"; printf '%s' "$((10#${t}))"; }
+elapsed() { local d="$(( ($(now) - $1) / 100000 ))"; printf '%d.%d' "$((d / 10))" "$((d % 10))"; }
+
+# pid_alive PID: true if PID exists and is not a zombie.
+pid_alive() {
+  local pid="$1" stat=""
+  [[ "${pid}" =~ ^[0-9]+$ ]] || return 1
+  read -r stat 2>/dev/null <"/proc/${pid}/stat" || return 1
+  stat="${stat##*) }"
+  [[ -n "${stat}" && "${stat:0:1}" != "Z" && "${stat:0:1}" != "X" ]]
+}
+
+# marked_pids NAME: pids of live processes named NAME carrying this state dir's MARK.
+marked_pids() {
+  local name="$1" d pid comm
+  for d in /proc/[0-9]*; do
+    pid="${d#/proc/}"
+    comm=""
+    read -r comm 2>/dev/null <"${d}/comm" || continue
+    [[ "${comm}" == "${name}" ]] || continue
+    if grep -qzxF "${MARK}" "${d}/environ" 2>/dev/null; then
+      pid_alive "${pid}" && printf '%s\n' "${pid}"
+    fi
+  done
+  return 0
+}
+
+# daemon_pid NAME: pid of the running daemon (pid file first, then the MARK scan).
+daemon_pid() {
+  local name="$1" pid
+  local comm=""
+  pid=""
+  read -r pid 2>/dev/null <"${STATE}/run/${name}.pid" || true
+  pid="${pid//[!0-9]/}"
+  [[ -n "${pid}" ]] && { read -r comm 2>/dev/null <"/proc/${pid}/comm" || true; }
+  if [[ -n "${pid}" && "${comm}" == "${name}" ]] && pid_alive "${pid}"; then
+    printf '%s\n' "${pid}"
+    return 0
+  fi
+  pid="$(marked_pids "${name}" | head -n1)"
+  [[ -n "${pid}" ]] && printf '%s\n' "${pid}"
+  return 0
+}
+
+# wait_until TIMEOUT_S DESCRIPTION CMD...: poll CMD every 0.1 s until it succeeds.
+wait_until() {
+  local timeout="$1" desc="$2"
+  shift 2
+  local deadline="$(( $(now) + timeout * 1000000 ))"
+  while ! "$@" >/dev/null 2>&1; do
+    if [[ "$(now)" -gt "${deadline}" ]]; then
+      log "timed out after ${timeout}s waiting for ${desc}"
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+# descendants PID...: all live descendants of the given pids (children first scan of /proc).
+descendants() {
+  local -A kids=()
+  local d pid ppid stat
+  for d in /proc/[0-9]*; do
+    pid="${d#/proc/}"
+    stat=""
+    read -r stat 2>/dev/null <"${d}/stat" || continue
+    stat="${stat##*) }"
+    read -r _ ppid _ <<<"${stat}"
+    kids["${ppid}"]+=" ${pid}"
+  done
+  local queue=("$@") out=() p c
+  while [[ "${#queue[@]}" -gt 0 ]]; do
+    p="${queue[0]}"
+    queue=("${queue[@]:1}")
+    for c in ${kids["${p}"]:-}; do
+      out+=("${c}")
+      queue+=("${c}")
+    done
+  done
+  [[ "${#out[@]}" -gt 0 ]] && printf '%s\n' "${out[@]}"
+  return 0
+}
+
+# all_dead PID...: true when none of the pids is alive.
+all_dead() { local q; for q in "$@"; do pid_alive "${q}" && return 1; done; return 0; }
+
+# stop_pids NAME TIMEOUT_S PID...: SIGTERM, wait up to TIMEOUT_S, then SIGKILL.
+stop_pids() {
+  local name="$1" timeout="$2"
+  shift 2
+  [[ "$#" -gt 0 ]] || return 0
+  local t0 p left
+  t0="$(now)"
+  kill -TERM "$@" 2>/dev/null || true
+  if ! wait_until "${timeout}" "${name} to exit" all_dead "$@"; then
+    left=()
+    for p in "$@"; do pid_alive "${p}" && left+=("${p}"); done
+    if [[ "${#left[@]}" -gt 0 ]]; then
+      log "${name}: sending SIGKILL to ${left[*]}"
+      kill -KILL "${left[@]}" 2>/dev/null || true
+    fi
+  fi
+  log "stopped ${name} (pid $*) in $(elapsed "${t0}")s"
+}
+
+# stop_daemon NAME TIMEOUT_S: stop the daemon found by pid file and/or MARK scan.
+stop_daemon() {
+  local name="$1" timeout="$2" pids
+  pids="$( { daemon_pid "${name}"; marked_pids "${name}"; } | sort -un | tr '\n' ' ')"
+  if [[ -z "${pids// /}" ]]; then
+    log "${name}: not running"
+  else
+    # shellcheck disable=SC2086  # pids is a list of integers
+    stop_pids "${name}" "${timeout}" ${pids}
+  fi
+  rm -f "${STATE}/run/${name}.pid"
+}

@@ -1,0 +1,186 @@
+"""Plans: one folder per run with the composed config, the Megatron-Bridge ConfigContainer dump and the SLURM script.
+
+``plan(overrides)`` expands the sweep (an experiment's ``hydra.sweeper.params`` and/or ``a=x,y`` overrides), then for
+every run, *before writing anything*: composes the config (schema-checked), runs the fast validity rules
+(``bridgebench/rules.py``), builds and validates the real Megatron-Bridge ``ConfigContainer`` (``recipes/build.py``)
+and renders the sbatch script with nemo-run's ``SlurmExecutor`` dry run (``launch/executor.py``). Only when every
+run passes are the folders written (into a temporary directory renamed into place), so bad input writes no plan.
+
+Each run folder holds ``config.yaml`` (the resolved bridgebench config), ``megatron_bridge.yaml`` (the
+ConfigContainer dump, built and validated with the locally installed Megatron-Bridge), ``submit.sh`` (the sbatch
+script), ``payload.sh`` (what each task runs) and ``run.json`` (summary: GPUs, nodes, parallelism, config hash, predicted FLOPs).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from analysis.newton_schulz import ns_load
+from analysis.run_flops import ns_policy, parallelism, step_flops
+from bridgebench import rules
+from bridgebench.config import REPO_ROOT, compose, expand_sweep, model_spec
+from launch import executor as ex
+
+PLANS_DIR = REPO_ROOT / "plans"
+
+
+class PlanError(ValueError):
+    """A run of the plan is invalid; the message names the run and the rule. No plan was written."""
+
+
+@dataclass
+class PlannedRun:
+    name: str
+    overrides: list[str]
+    config_hash: str
+    num_gpus: int
+    nodes: int
+    tasks_per_node: int
+    tp: int
+    pp: int
+    vp: int | None
+    cp: int
+    ep: int
+    etp: int | None
+    dp: int
+    mbs: int
+    gbs: int
+    seq_length: int
+    optimizer: str
+    container_image: str
+    model_flops_per_step: float
+    newton_schulz_flops_per_step: float
+    skipped_checks: list[str]
+    dir: str = ""
+
+
+def _nodes(cfg: DictConfig) -> tuple[int, int]:
+    per_node = int(cfg.gpu.gpus_per_node)
+    if cfg.num_gpus < per_node:
+        return 1, int(cfg.num_gpus)
+    return int(cfg.num_gpus) // per_node, per_node
+
+
+def _run_name(cfg: DictConfig, config_hash: str) -> str:
+    opt = "muon" if "muon" in str(cfg.optimizer.optimizer) else "adamw"
+    return f"{cfg.model.name}-{opt}-{cfg.gpu.name}-{cfg.precision.name}-{config_hash[:8]}"
+
+
+def _command(cfg_path_on_node: str, container: bool) -> str:
+    python = "python" if container else sys.executable
+    repo = ex.CONTAINER_REPO if container else str(REPO_ROOT)
+    return f"cd {repo} && {python} -m recipes.entrypoint --config {cfg_path_on_node}"
+
+
+def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callable[[str], None] | None = None
+         ) -> tuple[Path, list[PlannedRun]]:
+    """Validate and write a plan; returns its directory and the runs.
+
+    Raises:
+        PlanError: any run failing a rule, Megatron-Bridge's validation, or a launch safety check (nothing written).
+        bridgebench.config.ConfigError: bad overrides.
+    """
+    from recipes.build import BuildError, build, config_hash, dump
+
+    say = progress or (lambda msg: None)
+    sweeps = expand_sweep(list(overrides))
+    staged = []
+    for i, ov in enumerate(sweeps, 1):
+        cfg = compose(ov)
+        label = " ".join(ov) or "(defaults)"
+        say(f"[{i}/{len(sweeps)}] checking {label}")
+        try:
+            rules.validate(rules.Point.from_config(cfg))
+        except rules.RuleError as err:
+            raise PlanError(f"run {label!r} is invalid:\n{err}") from err
+        try:
+            result = build(cfg)
+        except BuildError as err:
+            raise PlanError(f"run {label!r}: {err}") from err
+        h = config_hash(cfg)
+        name = _run_name(cfg, h)
+        try:
+            ex.check_name("run name", name)
+            ex.quoted_env(OmegaConf.to_container(cfg.env_vars, resolve=True))
+            [ex.check_mount(m) for m in cfg.cluster.container_mounts]
+        except ex.LaunchConfigError as err:
+            raise PlanError(f"run {label!r}: {err}") from err
+        staged.append((ov, cfg, result, h, name))
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "adhoc")
+    final = Path(out_dir) if out_dir else PLANS_DIR / f"{experiment}-{stamp}"
+    if final.exists() and any(final.iterdir()):
+        raise PlanError(f"plan directory {final} exists and is not empty")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".plan-", dir=final.parent))
+    runs: list[PlannedRun] = []
+    try:
+        for ov, cfg, result, h, name in staged:
+            say(f"writing {name}")
+            run_dir = tmp / name
+            run_dir.mkdir()
+            (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+            dump(result.container, run_dir / "megatron_bridge.yaml")
+            nodes, per_node = _nodes(cfg)
+            container = bool(cfg.cluster.container)
+            cfg_on_node = (f"{ex.CONTAINER_REPO}/{(final / name / 'config.yaml').relative_to(REPO_ROOT)}"
+                           if container and final.resolve().is_relative_to(REPO_ROOT) else
+                           str(final.resolve() / name / "config.yaml"))
+            env = {**OmegaConf.to_container(cfg.env_vars, resolve=True), "BRIDGEBENCH_CONFIG_HASH": h}
+            executor = ex.make_executor(
+                cfg.cluster, nodes=nodes, tasks_per_node=per_node, gpus_per_node=int(cfg.gpu.gpus_per_node),
+                container_image=str(cfg.release.container_image), env=env,
+                job_dir_path=ex.job_dir(cfg.cluster) / name, segment=ex.segment_for(nodes, int(cfg.gpu.gpus_per_node)))
+            script, payload = ex.dry_run_script(executor, command=_command(cfg_on_node, container), name=name.replace(".", "_"),
+                                       experiment=experiment, base_dir=run_dir / ".nemo_run")
+            shutil.rmtree(run_dir / ".nemo_run", ignore_errors=True)
+            (run_dir / "submit.sh").write_text(script)
+            (run_dir / "payload.sh").write_text(payload)
+            facts_par = parallelism_of(cfg)
+            spec = model_spec(cfg)
+            flops = float(step_flops(_facts(cfg)).total)
+            ns = float(ns_load(spec, facts_par, ns_policy(_facts(cfg))).total) if "muon" in str(
+                cfg.optimizer.optimizer) else 0.0
+            m = cfg.model
+            run = PlannedRun(
+                name=name, overrides=list(ov), config_hash=h, num_gpus=int(cfg.num_gpus), nodes=nodes,
+                tasks_per_node=per_node, tp=m.tensor_model_parallel_size, pp=m.pipeline_model_parallel_size,
+                vp=m.virtual_pipeline_model_parallel_size, cp=m.context_parallel_size,
+                ep=m.expert_model_parallel_size, etp=m.expert_tensor_parallel_size,
+                dp=int(cfg.num_gpus) // (m.tensor_model_parallel_size * m.pipeline_model_parallel_size
+                                         * m.context_parallel_size),
+                mbs=cfg.train.micro_batch_size, gbs=cfg.train.global_batch_size, seq_length=m.seq_length,
+                optimizer=str(cfg.optimizer.optimizer), container_image=str(cfg.release.container_image),
+                model_flops_per_step=flops, newton_schulz_flops_per_step=ns, skipped_checks=result.skipped_checks,
+                dir=str(final / name))
+            (run_dir / "run.json").write_text(json.dumps(asdict(run), indent=2))
+            runs.append(run)
+        (tmp / "plan.json").write_text(json.dumps({"overrides": list(overrides), "created": stamp,
+                                                   "runs": [asdict(r) for r in runs]}, indent=2))
+        if final.exists():
+            final.rmdir()
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final, runs
+
+
+def _facts(cfg: DictConfig):
+    from bridgebench.config import run_facts
+
+    return run_facts(cfg)
+
+
+def parallelism_of(cfg: DictConfig):
+    return parallelism(_facts(cfg))
