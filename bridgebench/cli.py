@@ -167,6 +167,159 @@ def plan(overrides: Optional[list[str]] = OVERRIDES,
         out_console.print("validated off-GPU; checks that need the compute node were skipped: " + "; ".join(skipped))
 
 
+def _cluster_cfg(overrides: list[str]):
+    from bridgebench.config import compose
+
+    return compose(overrides)
+
+
+@app.command()
+def submit(overrides: Optional[list[str]] = OVERRIDES,
+           repeats: int = typer.Option(1, "--repeats", min=1, help="submissions per planned run"),
+           wait: bool = typer.Option(False, "--wait", help="wait until every attempt finished (retries included)"),
+           timeout: float = typer.Option(3600, "--timeout", help="seconds to wait at most"),
+           multirun: bool = typer.Option(False, "-m", "--multirun", help="sweep comma-separated override values"),
+           as_json: bool = typer.Option(False, "--json", help="print the attempts as JSON")) -> None:
+    """Plan and submit every run through nemo-run's SlurmExecutor; record each in the job ledger."""
+    from rich.console import Console
+
+    from bridgebench.config import ConfigError, has_sweep
+
+    warnings.filterwarnings("ignore")
+    console = Console(stderr=True)
+    overrides = overrides or []
+    try:
+        if has_sweep(overrides) and not multirun:
+            raise ConfigError("an override sweeps values (a=x,y): add -m / --multirun")
+        from launch import submit as sub
+
+        with console.status("planning and submitting ...") as status:
+            attempts = sub.submit(overrides, repeats=repeats, progress=status.update)
+            if wait:
+                attempts = sub.wait(_cluster_cfg(overrides), timeout_s=timeout, progress=status.update)
+    except (ConfigError, ValueError, RuntimeError) as err:
+        _fail(err)
+    _print_attempts(attempts, as_json)
+
+
+def _print_attempts(attempts, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from launch.submit import json_attempts
+
+    if as_json:
+        typer.echo(json_attempts(attempts))
+        return
+    t = Table(title="job ledger")
+    for col in ("run", "attempt", "name", "type", "SLURM job", "state", "exit", "reason", "nodes", "collected"):
+        t.add_column(col, no_wrap=col != "reason")
+    for a in attempts:
+        t.add_row(a.run_id, str(a.attempt), a.name, a.job_type, a.slurm_job_id or "-", a.state, a.exit_code or "",
+                  (a.reason or "")[:80], a.node_list or "", "yes" if a.collected else "")
+    c = Console()
+    c.width = max(c.width, 170)
+    c.print(t)
+
+
+@app.command()
+def status(overrides: Optional[list[str]] = OVERRIDES,
+           as_json: bool = typer.Option(False, "--json", help="print the attempts as JSON")) -> None:
+    """Refresh the ledger from SLURM accounting (sacct), retry known-flaky failures, and show it."""
+    from launch import submit as sub
+
+    try:
+        attempts = sub.refresh(_cluster_cfg(overrides or []))
+    except (ValueError, RuntimeError) as err:
+        _fail(err)
+    _print_attempts(attempts, as_json)
+
+
+@app.command()
+def cancel(run_ids: Optional[list[str]] = typer.Argument(None, help="run ids (default: every unfinished run)"),
+           cluster: str = typer.Option("local", "--cluster", help="cluster config name")) -> None:
+    """scancel unfinished attempts and mark them CANCELLED in the ledger."""
+    from launch import submit as sub
+
+    try:
+        done = sub.cancel(_cluster_cfg([f"cluster={cluster}"]), run_ids or None)
+    except (ValueError, RuntimeError) as err:
+        _fail(err)
+    typer.echo(f"cancelled {len(done)} attempt(s): " + ", ".join(f"{a.run_id}/a{a.attempt}" for a in done))
+
+
+@app.command()
+def collect(as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
+    """Parse finished jobs' logs into records in the results store (idempotent)."""
+    from rich.console import Console
+
+    from launch.collect import collect as do_collect
+
+    with Console(stderr=True).status("collecting ...") as st:
+        added = do_collect(progress=st.update)
+    typer.echo(json.dumps({"added": added}) if as_json else f"added {added} new record(s) to the results store")
+
+
+logs_app = typer.Typer(help="Training-log tools.")
+app.add_typer(logs_app, name="logs")
+
+
+@logs_app.command("parse")
+def logs_parse(files: list[str] = typer.Argument(..., help="log files"),
+               warmup: Optional[int] = typer.Option(None, "--warmup", help="steps skipped as warm-up"),
+               as_json: bool = typer.Option(False, "--json", help="one JSON object per file")) -> None:
+    """Parse Megatron-Bridge / Megatron-LM / NeMo 2 logs: outcome class and steady-state step time and TFLOP/s."""
+    from pathlib import Path
+
+    from launch.logparse import parse_log, to_json
+
+    out = []
+    for f in files:
+        if not Path(f).is_file():
+            _fail(FileNotFoundError(f"no such log file: {f}"))
+        parsed = parse_log(f) if warmup is None else parse_log(f, warmup_steps=warmup)
+        out.append(to_json(parsed) | {"file": f})
+    if as_json:
+        typer.echo(json.dumps(out if len(out) > 1 else out[0], indent=2, default=str))
+        return
+    for j in out:
+        typer.echo(f"{j['file']}: format={j['format']} outcome={j['outcome']} steps={j['steps']} "
+                   f"step_time_s={j['step_time_s']} tflops_per_gpu={j['tflops_per_gpu']}")
+
+
+@app.command()
+def report(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Measured optimizer-step benchmark results from the store: Muon vs AdamW step ratio and NS FLOP/s."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from analysis.store import ResultStore
+
+    recs = [r for r in ResultStore().records(kind="optstep") if r.get("optstep")]
+    if not recs:
+        _fail(ValueError("no optimizer-step results in the store: run `bridgebench submit experiment=optstep_local "
+                         "--wait` and `bridgebench collect` first"))
+    rows = []
+    for r in recs:
+        for fam, v in {**r["optstep"]["families"], "total": r["optstep"]["total"]}.items():
+            rows.append({"record": r["record_id"], "model": r.get("model"), "device": r["optstep"].get("device"),
+                         "family": fam, **v})
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    t = Table(title="optimizer-step benchmark (measured)")
+    for col in ("record", "model", "device", "family", "matrices", "Muon step s", "AdamW step s", "Muon/AdamW",
+                "NS s", "NS GFLOP/s"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        t.add_row(r["record"], str(r["model"]), str(r["device"]), r["family"], str(r.get("matrices")),
+                  f"{r['muon_step_s']:.4g}", f"{r['adamw_step_s']:.4g}", f"{r['ratio']:.2f}",
+                  f"{r['ns_time_s']:.4g}", f"{r['ns_flops_per_s'] / 1e9:.2f}")
+    c = Console()
+    c.width = max(c.width, 150)
+    c.print(t)
+
+
 @app.command("check-published")
 def check_published_cmd(as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
     """FLOPs/token x tokens/s/GPU vs published model TFLOP/s/GPU over every published row of a known model."""

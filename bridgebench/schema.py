@@ -201,6 +201,18 @@ class ClusterSchema:
     gpus_per_node_request: bool = False
     tunnel: TunnelSchema = field(default_factory=TunnelSchema)
     max_retries: int = 0
+    pyxis: bool = True  # compute nodes can run --container-image; False: submissions run on the host
+    supports_segment: bool = True  # sbatch --segment (Slurm >= 23.02 topology/block)
+    client_env: Dict[str, str] = field(default_factory=dict)  # environment for sbatch/sacct on the submit side
+
+
+@dataclass
+class JobSchema:
+    type: str = "pretrain"  # pretrain (recipes.entrypoint) | optstep (launch.optstep)
+    layers: int = 1  # optstep: decoder layers whose matrices are timed
+    experts: int = 2  # optstep: experts per MoE layer
+    repeats: int = 5  # optstep: timed repeats
+    inject_failure: Optional[str] = None  # testing the retry path: "nccl_once" | "exit"
 
 
 @dataclass
@@ -219,6 +231,7 @@ class RootSchema:
     accounting: AccountingSchema = field(default_factory=AccountingSchema)
     env_vars: Dict[str, str] = field(default_factory=dict)
     cluster: ClusterSchema = field(default_factory=ClusterSchema)
+    job: JobSchema = field(default_factory=JobSchema)
 
 
 _REGISTERED = False

@@ -23,7 +23,7 @@ Megatron-LM (``format='megatron_lm'``)
     printed -- it shows up as ``number of nan iterations > 0`` instead.  Memory reports come from ``report_memory``
     in ``megatron/training/utils/common_utils.py`` (``core_v0.19.0``)::
 
-        [Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max allocated: ... | reserved: ... | max reserved: ...
+        [Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max allocated: ... | reserved: ... | ...
 
     with MB = 1024*1024 bytes.  End marker: ``print_datetime('after training is done')`` in ``pretrain()``.
 
@@ -38,13 +38,14 @@ Megatron-Bridge (``format='megatron_bridge'``)
     tutorial).  Step Time is the same interval-averaged seconds per iteration, GPU utilization the interval-average
     model TFLOP/s per GPU.  Memory reports since v0.2.0 are ``report_memory`` (``v0.6.0`` line 1245) output::
 
-        [Rank 0] (after 2 iterations) memory (GB) | mem-allocated-gigabytes: 63.4 | ... | mem-max-allocated-gigabytes: 153.48 | ...
+        [Rank 0] (after 2 iterations) memory (GB) | mem-allocated-gigabytes: 63.4 | ... | mem-alloc-retires: 0 | ...
 
     where GB = 1e9 bytes (``memory_stats[...] / 1.0e9``); v0.1.x printed the Megatron-LM ``memory (MB)`` form
     (``v0.1.0rc1`` line 551).  Bridge-only markers used to tell it from Megatron-LM: the Step Time line, a
-    ``memory (GB)`` report, ``Setting rerun_state_machine.current_iteration to`` (``src/megatron/bridge/training/
-    train.py``) and ``Deleting CUDA graphs``.  A Bridge log without any of those is indistinguishable from
-    Megatron-LM and is reported as ``megatron_lm``.  End marker: ``barrier_and_log("after training is done")`` in
+    ``memory (GB)`` report, and ``Setting rerun_state_machine.current_iteration to N...`` (``v0.6.0``
+    ``src/megatron/bridge/training/train.py`` line 192, printed at every start of ``train()``, also used to cut
+    restart segments).  A Bridge log without any of those is indistinguishable from Megatron-LM and is reported as
+    ``megatron_lm``.  End marker: ``barrier_and_log("after training is done")`` in
     ``src/megatron/bridge/training/pretrain.py``.
 
 NeMo 2 / Lightning (``format='nemo2'``)
@@ -243,6 +244,9 @@ class Step:
     def is_bad(self) -> bool:
         """NaN/inf loss or grad norm, or a trainer-reported skipped/NaN iteration."""
         return _bad_reason(self, True) is not None
+
+
+_STEP_SLOTS: tuple[str, ...] = Step.__slots__
 
 
 @dataclass(slots=True)
@@ -464,6 +468,17 @@ def _parse_megatron_record(text: str, head: re.Match, rank: str | None, line_no:
     return step
 
 
+def _clone_step(step: Step, rank: str | None, line_no: int) -> Step:
+    """Copy of ``step`` for an identical record line printed by another rank (cheaper than re-parsing)."""
+    new = object.__new__(Step)
+    for name in _STEP_SLOTS:
+        setattr(new, name, getattr(step, name))
+    new.extra = dict(step.extra)
+    new.rank = rank
+    new.line_no = line_no
+    return new
+
+
 def _parse_nemo_record(text: str, head: re.Match, rank: str | None, line_no: int) -> Step:
     """Fields of one NeMo 2 / Lightning ``Training epoch E, iteration i/M | ...`` line."""
     step = Step(iteration=int(head.group(2)), rank=rank, line_no=line_no, source="nemo2")
@@ -505,6 +520,7 @@ class _State:
         self.records: dict[str | None, list[Step]] = {}
         self.pending: dict[str | None, tuple[list[str], int]] = {}  # split iteration records, per rank label
         self.pending_st: tuple[float | None, float | None] | None = None  # Bridge Step Time awaiting its record
+        self.pending_st_line = 0
         self.last_record: Step | None = None
         self.last_record_has_st = False
         self.orphan_st: list[tuple[float | None, float | None, int]] = []
@@ -650,6 +666,8 @@ def parse_log(
     n = 0
     nchars = 0
     tb_open = False  # inside the first Python traceback, looking for its closing exception line
+    last_content: str | None = None  # last single-line Megatron record parsed, and its Step
+    last_step: Step | None = None
     try:
         for line in stream:
             n += 1
@@ -697,7 +715,12 @@ def parse_log(
                                 frags, start = pending.pop(label)
                                 S.finish_megatron(label, " ".join(frags), start)
                             if "number of nan iterations" in content:
-                                S.add_record(_parse_megatron_record(content, head, label, n), content)
+                                if content == last_content:  # the same record printed by another rank
+                                    step = _clone_step(last_step, label, n)
+                                else:
+                                    step = last_step = _parse_megatron_record(content, head, label, n)
+                                    last_content = content
+                                S.add_record(step, content)
                             elif content.rstrip().endswith("|"):
                                 pending[label] = ([content.strip()], n)  # fragment: wait for the rest
                             else:
@@ -720,10 +743,12 @@ def parse_log(
                     S.nemo_list_line = n
                     continue
             # ---- failure signals and end-of-training markers ----------------------------------------------
-            if tb_open and _EXC_LINE_RE.match(split_prefix(line)[1]):
-                # the exception line that closes the first traceback, e.g. 'Exception: ...' / 'ValueError: ...'
-                S.crash_exception = split_prefix(line)[1].strip()[:_DETAIL_MAX]
-                tb_open = False
+            if tb_open:
+                content = split_prefix(line)[1]
+                if _EXC_LINE_RE.match(content):
+                    # the exception line that closes the first traceback, e.g. 'Exception: ...', 'ValueError: ...'
+                    S.crash_exception = content.strip()[:_DETAIL_MAX]
+                    tb_open = False
             if not (
                 "rror" in line
                 or "Traceback" in line
@@ -782,7 +807,7 @@ def _pick_rank(records: dict[str | None, list[Step]]) -> str | None:
 
 def _finish(S: _State, path: str | None, n: int, nchars: int, warmup: int, min_steps: int) -> ParsedLog:
     if S.pending_st is not None:
-        S.orphan_st.append((*S.pending_st, getattr(S, "pending_st_line", 0)))
+        S.orphan_st.append((*S.pending_st, S.pending_st_line))
         S.pending_st = None
 
     # ---- step view: one rank, de-duplicated, restarts as segments ----------------------------------------------

@@ -14,6 +14,7 @@ script), ``payload.sh`` (what each task runs) and ``run.json`` (summary: GPUs, n
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -30,7 +31,7 @@ from bridgebench import rules
 from bridgebench.config import REPO_ROOT, compose, expand_sweep, model_spec
 from launch import executor as ex
 
-PLANS_DIR = REPO_ROOT / "plans"
+PLANS_DIR = REPO_ROOT / "plans"  # BRIDGEBENCH_PLANS overrides
 
 
 class PlanError(ValueError):
@@ -102,8 +103,10 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
             rules.validate(rules.Point.from_config(cfg))
         except rules.RuleError as err:
             raise PlanError(f"run {label!r} is invalid:\n{err}") from err
+        if cfg.job.type not in ("pretrain", "optstep"):
+            raise PlanError(f"run {label!r}: job.type must be 'pretrain' or 'optstep', got {cfg.job.type!r}")
         try:
-            result = build(cfg)
+            result = build(cfg) if cfg.job.type == "pretrain" else None
         except BuildError as err:
             raise PlanError(f"run {label!r}: {err}") from err
         h = config_hash(cfg)
@@ -118,7 +121,8 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "adhoc")
-    final = Path(out_dir) if out_dir else PLANS_DIR / f"{experiment}-{stamp}"
+    plans_dir = Path(os.environ.get("BRIDGEBENCH_PLANS") or PLANS_DIR)
+    final = Path(out_dir) if out_dir else plans_dir / f"{experiment}-{stamp}"
     if final.exists() and any(final.iterdir()):
         raise PlanError(f"plan directory {final} exists and is not empty")
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -130,7 +134,8 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
             run_dir = tmp / name
             run_dir.mkdir()
             (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-            dump(result.container, run_dir / "megatron_bridge.yaml")
+            if result is not None:
+                dump(result.container, run_dir / "megatron_bridge.yaml")
             nodes, per_node = _nodes(cfg)
             container = bool(cfg.cluster.container)
             cfg_on_node = (f"{ex.CONTAINER_REPO}/{(final / name / 'config.yaml').relative_to(REPO_ROOT)}"
@@ -141,7 +146,10 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
                 cfg.cluster, nodes=nodes, tasks_per_node=per_node, gpus_per_node=int(cfg.gpu.gpus_per_node),
                 container_image=str(cfg.release.container_image), env=env,
                 job_dir_path=ex.job_dir(cfg.cluster) / name, segment=ex.segment_for(nodes, int(cfg.gpu.gpus_per_node)))
-            script, payload = ex.dry_run_script(executor, command=_command(cfg_on_node, container), name=name.replace(".", "_"),
+            command = _command(cfg_on_node, container)
+            if cfg.job.type == "optstep":
+                command = command.replace("-m recipes.entrypoint", "-m launch.optstep") + " --out optstep-out"
+            script, payload = ex.dry_run_script(executor, command=command, name=name.replace(".", "_"),
                                        experiment=experiment, base_dir=run_dir / ".nemo_run")
             shutil.rmtree(run_dir / ".nemo_run", ignore_errors=True)
             (run_dir / "submit.sh").write_text(script)
@@ -161,7 +169,8 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
                                          * m.context_parallel_size),
                 mbs=cfg.train.micro_batch_size, gbs=cfg.train.global_batch_size, seq_length=m.seq_length,
                 optimizer=str(cfg.optimizer.optimizer), container_image=str(cfg.release.container_image),
-                model_flops_per_step=flops, newton_schulz_flops_per_step=ns, skipped_checks=result.skipped_checks,
+                model_flops_per_step=flops, newton_schulz_flops_per_step=ns,
+                skipped_checks=result.skipped_checks if result else [],
                 dir=str(final / name))
             (run_dir / "run.json").write_text(json.dumps(asdict(run), indent=2))
             runs.append(run)
