@@ -293,9 +293,9 @@ def report(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
     from rich.console import Console
     from rich.table import Table
 
-    from analysis.store import ResultStore
+    from launch.collect import default_store
 
-    recs = [r for r in ResultStore().records(kind="optstep") if r.get("optstep")]
+    recs = [r for r in default_store().records(kind="optstep") if r.get("optstep")]
     if not recs:
         _fail(ValueError("no optimizer-step results in the store: run `bridgebench submit experiment=optstep_local "
                          "--wait` and `bridgebench collect` first"))

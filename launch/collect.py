@@ -73,13 +73,22 @@ def records_for(a: Attempt, logs: list[Path]) -> list[dict[str, Any]]:
     return [base | {"provenance": prov}]
 
 
+def default_store():
+    """The results store: ``results/runs``, or ``BRIDGEBENCH_RESULTS`` when set."""
+    import os
+
+    from analysis.store import ResultStore
+
+    root = os.environ.get("BRIDGEBENCH_RESULTS")
+    return ResultStore(Path(root)) if root else ResultStore()
+
+
 def collect(ledger: Ledger | None = None, store=None, *, progress: Callable[[str], None] | None = None) -> int:
     """Collect every finished, not yet collected attempt; returns the number of NEW records in the store."""
-    from analysis.store import ResultStore
     from launch.submit import attempt_logs
 
     ledger = ledger or Ledger()
-    store = store or ResultStore()
+    store = store or default_store()
     added = 0
     todo = [a for a in ledger.attempts() if a.finished and not a.collected]
     for i, a in enumerate(todo, 1):

@@ -448,6 +448,34 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_mar
                   help="Time one optimizer step of Muon vs AdamW on a model's Muon matrices (see launch/optstep.py).")
 
 
+NCCL_WATCHDOG = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+                 "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.")
+
+
+def _inject_failure(cfg) -> None:
+    """Fault injection for testing the launcher's failure and retry paths (``job.inject_failure``):
+
+    - ``exit``: raise an uncaught RuntimeError (a Python traceback, i.e. a ``crash``);
+    - ``nccl_once``: on the first attempt (``BRIDGEBENCH_ATTEMPT`` = 0) print PyTorch's NCCL watchdog timeout message
+      (format of ``ProcessGroupNCCL::WorkNCCL::checkTimeout``, torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp) and
+      exit 1, as a rank whose collective hung does; later attempts run normally.
+    Never set in a real benchmark.
+    """
+    import sys
+
+    mode = cfg.get("job", {}).get("inject_failure") if hasattr(cfg, "get") else None
+    if not mode:
+        return
+    if mode == "exit":
+        raise RuntimeError("injected failure (job.inject_failure=exit)")
+    if mode == "nccl_once":
+        if os.environ.get("BRIDGEBENCH_ATTEMPT", "0") == "0":
+            print(NCCL_WATCHDOG, file=sys.stderr, flush=True)
+            raise SystemExit(1)
+        return
+    raise OptstepError(f"job.inject_failure must be 'exit' or 'nccl_once', got {mode!r}")
+
+
 @app.command()
 def main(
     config: Path = typer.Option(..., "--config", exists=True, file_okay=True, dir_okay=False, readable=True,
@@ -469,6 +497,7 @@ def main(
 
     try:
         cfg = load_config(config)
+        _inject_failure(cfg)
         fam_list = [f.strip() for f in families.split(",") if f.strip()] if families else None
         run_optstep(cfg, out,
                     layers=layers if layers is not None else _job_default(cfg, "layers", 1),

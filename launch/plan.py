@@ -30,6 +30,7 @@ from analysis.run_flops import ns_policy, parallelism, step_flops
 from bridgebench import rules
 from bridgebench.config import REPO_ROOT, compose, expand_sweep, model_spec
 from launch import executor as ex
+from launch.hashing import config_hash
 
 PLANS_DIR = REPO_ROOT / "plans"  # BRIDGEBENCH_PLANS overrides
 
@@ -90,8 +91,6 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
         PlanError: any run failing a rule, Megatron-Bridge's validation, or a launch safety check (nothing written).
         bridgebench.config.ConfigError: bad overrides.
     """
-    from recipes.build import BuildError, build, config_hash, dump
-
     say = progress or (lambda msg: None)
     sweeps = expand_sweep(list(overrides))
     staged = []
@@ -105,10 +104,14 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
             raise PlanError(f"run {label!r} is invalid:\n{err}") from err
         if cfg.job.type not in ("pretrain", "optstep"):
             raise PlanError(f"run {label!r}: job.type must be 'pretrain' or 'optstep', got {cfg.job.type!r}")
-        try:
-            result = build(cfg) if cfg.job.type == "pretrain" else None
-        except BuildError as err:
-            raise PlanError(f"run {label!r}: {err}") from err
+        result = None
+        if cfg.job.type == "pretrain":
+            from recipes.build import BuildError, build  # imports megatron: only for pretrain jobs
+
+            try:
+                result = build(cfg)
+            except BuildError as err:
+                raise PlanError(f"run {label!r}: {err}") from err
         h = config_hash(cfg)
         name = _run_name(cfg, h)
         try:
@@ -135,7 +138,7 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
             run_dir.mkdir()
             (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
             if result is not None:
-                dump(result.container, run_dir / "megatron_bridge.yaml")
+                result.container.to_yaml(str(run_dir / "megatron_bridge.yaml"))
             nodes, per_node = _nodes(cfg)
             container = bool(cfg.cluster.container)
             cfg_on_node = (f"{ex.CONTAINER_REPO}/{(final / name / 'config.yaml').relative_to(REPO_ROOT)}"

@@ -12,7 +12,6 @@ Importing this module imports megatron (seconds); planning without a GPU or Tran
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from launch.hashing import config_hash  # noqa: F401  (re-exported: recipes.build.config_hash)
 from recipes import hf_cache
 
 hf_cache.activate()
@@ -53,14 +53,6 @@ NODE_ONLY_SETTINGS = [
 
 class BuildError(ValueError):
     """Megatron-Bridge rejected the configuration (its message is kept) or a field does not exist there."""
-
-
-def config_hash(cfg: DictConfig) -> str:
-    """Stable 12-hex hash of a composed config: sha256 of its resolved YAML with sorted keys, ``hydra`` node dropped."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    plain.pop("hydra", None)
-    text = OmegaConf.to_yaml(OmegaConf.create(plain), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 @contextmanager

@@ -1,0 +1,15 @@
+"""The stable config hash (no megatron import, so light commands can use it)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Stable 12-hex hash of a composed config: sha256 of its resolved YAML with sorted keys, ``hydra`` node dropped."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    text = OmegaConf.to_yaml(OmegaConf.create(plain), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
