@@ -71,8 +71,21 @@ def _release_key(release: str) -> tuple[int, ...]:
     return tuple(int(x) for x in release.split("."))
 
 
-def reproduce(overrides: tuple[str, ...] = ()) -> pd.DataFrame:
+def measured_step_times(records: list[dict]) -> dict[tuple[str, str], tuple[float, str]]:
+    """(model, adamw|muon) -> (median step time s, record id) from the user's completed pretrain records (store).
+    When several runs match, the most recent record id (highest SLURM job id) wins."""
+    out: dict[tuple[str, str], tuple[float, str]] = {}
+    for r in sorted(records, key=lambda r: r["record_id"]):
+        if r.get("kind") == "pretrain" and r.get("state") == "COMPLETED" and r.get("step_time_s"):
+            opt = "muon" if "muon" in str(r.get("optimizer")) else "adamw"
+            out[(r["model"], opt)] = (float(r["step_time_s"]), r["record_id"])
+    return out
+
+
+def reproduce(overrides: tuple[str, ...] = (), measured: dict | None = None) -> pd.DataFrame:
     """Table 1, one row per model x optimizer; see the module docstring for where each number comes from.
+
+    ``measured`` (from :func:`measured_step_times`) replaces published step times with the user's own runs.
 
     Columns (TFLOP/s per GPU, MFU as fractions): model, optimizer, num_gpus, step_time_source, step_time_s,
     tokens_per_sec_per_gpu, model_tflops_per_gpu, newton_schulz_tflops_per_gpu, newton_schulz_tflops_per_gpu_busiest,
@@ -89,7 +102,10 @@ def reproduce(overrides: tuple[str, ...] = ()) -> pd.DataFrame:
         flops = flops_per_step(f)
         tokens = f.global_batch_size * f.model.seq_length
         match = matching_published(f, run.optimizer, published)
-        if match is not None:
+        if measured and (f.model.name, run.optimizer) in measured:
+            step, rid = measured[(f.model.name, run.optimizer)]
+            source = f"your run {rid} (results store)"
+        elif match is not None:
             step = match.resolved_step_time_s()
             source = f"perf table {match.release} ({match.tokens_per_sec_per_gpu:g} tokens/s/GPU)"
         else:

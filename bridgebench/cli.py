@@ -78,19 +78,32 @@ def flops(overrides: Optional[list[str]] = OVERRIDES,
 
 @app.command()
 def table(overrides: Optional[list[str]] = OVERRIDES,
+          source: str = typer.Option("auto", "--source",
+                                     help="runs: your runs from the results store; published: NVIDIA's figures; "
+                                          "auto: your runs where there are any"),
           as_json: bool = typer.Option(False, "--json", help="print the rows as JSON instead of a table")) -> None:
     """Reproduce the blog's Muon vs AdamW Table 1 and write results/table1/ (CSV, Markdown, PNG)."""
     from rich.console import Console
     from rich.table import Table
 
-    from analysis.table1 import ns_policy_grid, reproduce, write_outputs
+    from analysis.table1 import measured_step_times, ns_policy_grid, reproduce, write_outputs
     from bridgebench.config import ConfigError
 
     console = Console(stderr=as_json)
     console.width = max(console.width, 150)  # the table needs ~150 columns; rich wraps a narrower terminal anyway
     try:
+        if source not in ("auto", "runs", "published"):
+            raise ValueError(f"--source must be runs, published or auto, got {source!r}")
+        measured = None
+        if source != "published":
+            from launch.collect import default_store
+
+            measured = measured_step_times(default_store().records(kind="pretrain"))
+            if source == "runs" and not measured:
+                raise ValueError("--source runs: the results store has no completed pretrain runs (submit "
+                                 "experiment=table1 on a GPU cluster, then `bridgebench collect`)")
         with console.status("composing runs and counting FLOPs ..."):
-            t = reproduce(tuple(overrides or ()))
+            t = reproduce(tuple(overrides or ()), measured)
             grid = ns_policy_grid(tuple(overrides or ()))
             paths = write_outputs(t, grid)
     except (ConfigError, ValueError) as err:

@@ -104,3 +104,27 @@ def test_flops_command_does_not_import_torch_or_megatron():
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron')]; print(bad); assert not bad")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_user_runs_replace_published_step_times():
+    from analysis.table1 import measured_step_times
+
+    recs = [{"record_id": "101/a0/pretrain", "kind": "pretrain", "state": "COMPLETED", "model": "qwen3_30b_a3b",
+             "optimizer": "dist_muon", "step_time_s": 10.0},
+            {"record_id": "102/a0/pretrain", "kind": "pretrain", "state": "FAILED", "model": "kimi_k2",
+             "optimizer": "adam", "step_time_s": 1.0}]
+    measured = measured_step_times(recs)
+    assert measured == {("qwen3_30b_a3b", "muon"): (10.0, "101/a0/pretrain")}
+    t = reproduce(measured=measured).set_index(["model", "optimizer"])
+    row = t.loc[("qwen3_30b_a3b", "muon")]
+    assert row.step_time_s == 10.0 and "your run 101/a0/pretrain" in row.step_time_source
+    # 512 x 4096 tokens in 10 s on 8 GPUs
+    assert row.tokens_per_sec_per_gpu == pytest.approx(512 * 4096 / 10.0 / 8)
+
+
+def test_cli_table_source_runs_without_runs_is_a_clear_error(tmp_path):
+    import os
+
+    res = subprocess.run([*BB, "table", "--source", "runs"], capture_output=True, text=True,
+                         env={**os.environ, "BRIDGEBENCH_RESULTS": str(tmp_path / "empty")})
+    assert res.returncode == 2 and "no completed pretrain runs" in res.stderr
