@@ -87,7 +87,6 @@ def build(cfg: DictConfig, *, validate: bool = True, api_name: str | None = None
         compat.CompatError: a setting the target API cannot express.
     """
     import megatron.bridge
-    import torch.nn.functional as F
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
     from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
@@ -105,7 +104,9 @@ def build(cfg: DictConfig, *, validate: bool = True, api_name: str | None = None
         if key == "mtp_num_layers" and value == 0:
             value = None
         _set(container.model, "model", key, value)
-    container.model.activation_func = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu}[model["activation_func"]]
+    from recipes.provider import ACTIVATIONS
+
+    container.model.activation_func = ACTIVATIONS[model["activation_func"]]
     if hasattr(container, "dataset") and container.dataset is not None:
         for name in ("seq_length", "sequence_length"):
             if hasattr(container.dataset, name):
