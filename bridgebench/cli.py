@@ -175,6 +175,13 @@ def plan(overrides: Optional[list[str]] = OVERRIDES,
     out_console = Console()
     out_console.width = max(out_console.width, 190)
     out_console.print(t)
+    if any("muon" in r.optimizer for r in runs):
+        out_console.print(
+            "muon runs: configs/optimizer/muon.yaml sets optimizer.use_distributed_optimizer=false, "
+            "ddp.use_distributed_optimizer=false, ddp.overlap_param_gather=false, mixed_precision.fp8_param_gather="
+            "false and mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false, because dist_muon's layer-wise "
+            "distributed optimizer replaces Megatron-Core's DistributedOptimizer and its param all-gather "
+            "(bridgebench/rules.py muon_* rules reject overrides that turn them back on)")
     skipped = sorted({s for r in runs for s in r.skipped_checks})
     if skipped:
         out_console.print("validated off-GPU; checks that need the compute node were skipped: " + "; ".join(skipped))
