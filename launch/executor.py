@@ -60,6 +60,19 @@ def quoted_env(env: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def payload_command(job_type: str, config_path: str, out_dir: str, container: bool) -> str:
+    """The shell command each task runs: the compute-node entrypoint (``pretrain``) or the optimizer-step payload
+    (``optstep``), from the repository (mounted at :data:`CONTAINER_REPO` in containers). Paths are shell-quoted."""
+    import sys
+
+    repo = CONTAINER_REPO if container else str(REPO_ROOT)
+    python = "python" if container else sys.executable
+    head = f"cd {shlex.quote(repo)} && {shlex.quote(python)} -m"
+    if job_type == "optstep":
+        return f"{head} launch.optstep --config {shlex.quote(config_path)} --out {shlex.quote(out_dir)}"
+    return f"{head} recipes.entrypoint --config {shlex.quote(config_path)}"
+
+
 def segment_for(nodes: int, gpus_per_node: int) -> int | None:
     """``sbatch --segment`` as Megatron-Bridge's perf launcher sets it: for 4-GPU (NVL72) nodes, all nodes when
     <= 18, else the largest divisor of the node count <= 18; None otherwise.

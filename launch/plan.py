@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -75,12 +74,6 @@ def _nodes(cfg: DictConfig) -> tuple[int, int]:
 def _run_name(cfg: DictConfig, config_hash: str) -> str:
     opt = "muon" if "muon" in str(cfg.optimizer.optimizer) else "adamw"
     return f"{cfg.model.name}-{opt}-{cfg.gpu.name}-{cfg.precision.name}-{config_hash[:8]}"
-
-
-def _command(cfg_path_on_node: str, container: bool) -> str:
-    python = "python" if container else sys.executable
-    repo = ex.CONTAINER_REPO if container else str(REPO_ROOT)
-    return f"cd {repo} && {python} -m recipes.entrypoint --config {cfg_path_on_node}"
 
 
 def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callable[[str], None] | None = None
@@ -149,9 +142,7 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
                 cfg.cluster, nodes=nodes, tasks_per_node=per_node, gpus_per_node=int(cfg.gpu.gpus_per_node),
                 container_image=str(cfg.release.container_image), env=env,
                 job_dir_path=ex.job_dir(cfg.cluster) / name, segment=ex.segment_for(nodes, int(cfg.gpu.gpus_per_node)))
-            command = _command(cfg_on_node, container)
-            if cfg.job.type == "optstep":
-                command = command.replace("-m recipes.entrypoint", "-m launch.optstep") + " --out optstep-out"
+            command = ex.payload_command(str(cfg.job.type), cfg_on_node, "optstep-out", container)
             script, payload = ex.dry_run_script(executor, command=command, name=name.replace(".", "_"),
                                        experiment=experiment, base_dir=run_dir / ".nemo_run")
             shutil.rmtree(run_dir / ".nemo_run", ignore_errors=True)

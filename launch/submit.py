@@ -16,7 +16,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -60,16 +59,6 @@ def _slurm(cmd: list[str], cfg: DictConfig) -> str:
     return res.stdout
 
 
-def _command(cfg: DictConfig, run_dir: Path, out_dir: Path, container: bool) -> str:
-    repo = ex.CONTAINER_REPO if container else str(REPO_ROOT)
-    python = "python" if container else sys.executable
-    cfg_path = shlex.quote(str(run_dir / "config.yaml"))
-    if cfg.job.type == "optstep":
-        return (f"cd {shlex.quote(repo)} && {shlex.quote(python)} -m launch.optstep --config {cfg_path} "
-                f"--out {shlex.quote(str(out_dir))}")
-    return f"cd {shlex.quote(repo)} && {shlex.quote(python)} -m recipes.entrypoint --config {cfg_path}"
-
-
 def submit_run(cfg: DictConfig, run_dir: Path, name: str, run_id: str, ledger: Ledger, *, attempt: int = 0,
                exclude: list[str] | None = None) -> Attempt:
     """Submit one planned run (``run_dir`` holds its ``config.yaml``) and record the attempt. Raises SubmitError."""
@@ -93,7 +82,8 @@ def submit_run(cfg: DictConfig, run_dir: Path, name: str, run_id: str, ledger: L
     executor.packager = run.Packager()  # the code is the repository itself (mounted on clusters), not an archive
     if exclude:
         executor.additional_parameters = {"exclude": ",".join(ex.check_name("node", n) for n in exclude)}
-    script = run.Script(inline=_command(cfg, run_dir, out_dir, container), entrypoint="bash")
+    command = ex.payload_command(str(cfg.job.type), str(run_dir / "config.yaml"), str(out_dir), container)
+    script = run.Script(inline=command, entrypoint="bash")
     env_before = dict(os.environ)
     os.environ.update({k: v for k, v in _client_env(cfg).items() if k in cfg.cluster.client_env})
     try:
