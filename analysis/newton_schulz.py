@@ -98,6 +98,7 @@ class Parallelism:
     context_parallel_size: int = 1
     expert_model_parallel_size: int = 1
     expert_tensor_parallel_size: int | None = None
+    pipeline_model_parallel_layout: str | None = None
 
     @property
     def tp(self) -> int:
@@ -254,13 +255,26 @@ def per_tp_rank_flops(m: MuonMatrix, tp: int, policy: NSPolicy) -> int:
 
 
 def _pp_stage_of_layer(model: ModelSpec, par: Parallelism) -> list[int]:
-    """Pipeline stage holding each decoder layer (and MTP layers, on the last stage).
+    """Pipeline stage holding each decoder layer (and MTP layers).
 
-    Layers are split as evenly as possible over ``PP x VP`` virtual chunks, earlier chunks taking the remainder;
-    chunk ``c`` lives on stage ``c % PP`` (Megatron-Core interleaved schedule). A run with a custom
-    ``pipeline_model_parallel_layout`` places layers differently: then the busiest-GPU figure is approximate, the mean
-    is not affected.
+    With a ``pipeline_model_parallel_layout`` (e.g. Kimi K2's ``"Et*4|(t*4|)*14tL"``) the layout decides: its i-th
+    virtual stage lives on pipeline rank ``i % PP`` and holds its ``t`` (decoder) and ``m`` (MTP) layers in order
+    (Megatron-Core 0.19.2 ``pipeline_parallel_layer_layout.py``; unrolled by ``bridgebench.rules.parse_layout``).
+    Without one, layers are split as evenly as possible over ``PP x VP`` virtual chunks, earlier chunks taking the
+    remainder, chunk ``c`` on rank ``c % PP``, and MTP layers on the last rank.
     """
+    if par.pipeline_model_parallel_layout:
+        from bridgebench.rules import parse_layout
+
+        decoder: list[int] = []
+        mtp: list[int] = []
+        for i, stage in enumerate(parse_layout(par.pipeline_model_parallel_layout)):
+            decoder += [i % par.pp] * stage.count("t")
+            mtp += [i % par.pp] * stage.count("m")
+        if len(decoder) != model.num_layers:
+            raise ValueError(f"pipeline layout {par.pipeline_model_parallel_layout!r} holds {len(decoder)} decoder "
+                             f"layers, the model has {model.num_layers}")
+        return decoder + (mtp if len(mtp) == model.mtp_layers else [par.pp - 1] * model.mtp_layers)
     chunks = par.pp * (par.virtual_pipeline_model_parallel_size or 1)
     base, extra = divmod(model.num_layers, chunks)
     stages = []

@@ -19,6 +19,7 @@ def parallelism(f: RunFacts) -> Parallelism:
         context_parallel_size=p["context_parallel_size"] or 1,
         expert_model_parallel_size=p["expert_model_parallel_size"] or 1,
         expert_tensor_parallel_size=p["expert_tensor_parallel_size"],
+        pipeline_model_parallel_layout=p.get("pipeline_model_parallel_layout"),
     )
 
 

@@ -216,6 +216,7 @@ def run_facts(cfg: DictConfig) -> RunFacts:
     """
     model = model_spec(cfg)
     parallel = {k: cfg.model.get(k) for k in PARALLEL_KEYS}
+    parallel["pipeline_model_parallel_layout"] = cfg.model.get("pipeline_model_parallel_layout")
     for key in PARALLEL_KEYS[:-1]:
         value = parallel[key]
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):

@@ -147,3 +147,19 @@ def test_parallel_grid_errors(models):
         ns_load(models["qwen3_30b_a3b"], Parallelism(num_gpus=6, pipeline_model_parallel_size=4))
     with pytest.raises(ValueError, match="num_moe_experts 128 is not divisible by EP 3"):
         ns_load(models["qwen3_30b_a3b"], Parallelism(num_gpus=3, expert_model_parallel_size=3))
+
+
+def test_pipeline_layout_places_layers(models):
+    """Kimi K2's published layout puts 4 decoder layers in the first virtual stage and 1 in the last; the total NS
+    work is the same as with an even split, only its placement (and so the busiest GPU) changes."""
+    from analysis.newton_schulz import _pp_stage_of_layer
+
+    kimi = models["kimi_k2"]
+    base = dict(num_gpus=256, pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=4,
+                expert_model_parallel_size=64, expert_tensor_parallel_size=1)
+    laid = Parallelism(**base, pipeline_model_parallel_layout="Et*4|(t*4|)*14tL")
+    stages = _pp_stage_of_layer(kimi, laid)
+    assert stages[:4] == [0] * 4 and stages[4:8] == [1] * 4 and stages[-1] == 3 and len(stages) == 61
+    assert ns_load(kimi, laid).total == ns_load(kimi, Parallelism(**base)).total
+    with pytest.raises(ValueError, match="holds 60 decoder layers"):
+        _pp_stage_of_layer(kimi, Parallelism(**base, pipeline_model_parallel_layout="Et*4|(t*4|)*14L"))
