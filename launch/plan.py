@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from analysis.newton_schulz import ns_load
 from analysis.run_flops import ns_policy, parallelism, step_flops
 from bridgebench import rules
-from bridgebench.config import REPO_ROOT, compose, expand_sweep, model_spec
+from bridgebench.config import REPO_ROOT, compose, expand_sweep, run_facts
 from launch import executor as ex
 from launch.hashing import config_hash
 
@@ -64,7 +64,8 @@ class PlannedRun:
     dir: str = ""
 
 
-def _nodes(cfg: DictConfig) -> tuple[int, int]:
+def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
+    """(nodes, tasks per node) of a run: whole nodes of ``gpu.gpus_per_node`` GPUs, or one partial node."""
     per_node = int(cfg.gpu.gpus_per_node)
     if cfg.num_gpus < per_node:
         return 1, int(cfg.num_gpus)
@@ -132,7 +133,7 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
             (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
             if result is not None:
                 result.container.to_yaml(str(run_dir / "megatron_bridge.yaml"))
-            nodes, per_node = _nodes(cfg)
+            nodes, per_node = nodes_and_tasks(cfg)
             container = bool(cfg.cluster.container)
             cfg_on_node = (f"{ex.CONTAINER_REPO}/{(final / name / 'config.yaml').relative_to(REPO_ROOT)}"
                            if container and final.resolve().is_relative_to(REPO_ROOT) else
@@ -148,10 +149,9 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
             shutil.rmtree(run_dir / ".nemo_run", ignore_errors=True)
             (run_dir / "submit.sh").write_text(script)
             (run_dir / "payload.sh").write_text(payload)
-            facts_par = parallelism_of(cfg)
-            spec = model_spec(cfg)
-            flops = float(step_flops(_facts(cfg)).total)
-            ns = float(ns_load(spec, facts_par, ns_policy(_facts(cfg))).total) if "muon" in str(
+            facts = run_facts(cfg)
+            flops = float(step_flops(facts).total)
+            ns = float(ns_load(facts.model, parallelism(facts), ns_policy(facts)).total) if "muon" in str(
                 cfg.optimizer.optimizer) else 0.0
             m = cfg.model
             run = PlannedRun(
@@ -177,13 +177,3 @@ def plan(overrides: list[str], out_dir: Path | None = None, *, progress: Callabl
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final, runs
-
-
-def _facts(cfg: DictConfig):
-    from bridgebench.config import run_facts
-
-    return run_facts(cfg)
-
-
-def parallelism_of(cfg: DictConfig):
-    return parallelism(_facts(cfg))

@@ -65,8 +65,9 @@ def submit_run(cfg: DictConfig, run_dir: Path, name: str, run_id: str, ledger: L
     import nemo_run as run
 
     optstep = cfg.job.type == "optstep"
-    nodes, per_node = (1, 1) if optstep else (max(1, cfg.num_gpus // cfg.gpu.gpus_per_node),
-                                              min(cfg.num_gpus, cfg.gpu.gpus_per_node))
+    from launch.plan import nodes_and_tasks
+
+    nodes, per_node = (1, 1) if optstep else nodes_and_tasks(cfg)
     job_name = f"{name}-a{attempt}"
     base = ex.job_dir(cfg.cluster) / run_id / f"a{attempt}"
     base.mkdir(parents=True, exist_ok=True)
