@@ -8,13 +8,14 @@ CACHE := .cache
 PYTHON312 ?= $(shell for p in "$$(command -v python3.12)" $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
 	[ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
 
-.PHONY: setup test table flops plan check-published lock bench clean help
+.PHONY: setup test lint table flops plan check-published lock bench clean help
 
 include mk/cluster.mk
 
 help:
 	@echo "make setup            create $(VENV) (Python 3.12) with the pinned environment"
 	@echo "make test             run the test suite"
+	@echo "make lint             ruff check + format check, import-linter layer contracts"
 	@echo "make table            reproduce the blog's Muon vs AdamW table into results/table1/"
 	@echo "make check-published  FLOPs model vs every published perf-table row"
 	@echo "make bench            benchmarks (print figures)"
@@ -43,6 +44,11 @@ $(CACHE)/mbridge-0.3.1/flop_utils.py: $(VENV)/.installed
 
 test: setup
 	$(VENV)/bin/pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks analysis
+	$(VENV)/bin/ruff format --check src tests benchmarks analysis
+	$(VENV)/bin/lint-imports --no-cache
 
 table: setup
 	$(VENV)/bin/bridgebench table

@@ -1,4 +1,4 @@
-"""Throughput benchmark for launch.logparse.parse_log on a large synthetic multi-rank log.
+"""Throughput benchmark for bridgebench.logs.parser.parse_log on a large synthetic multi-rank log.
 
 Generates (in a temporary directory) a Megatron-Bridge-style SLURM log with 8 ranks interleaved under
 ``srun --label`` prefixes (``0: `` .. ``7: ``): per iteration a ``Step Time`` line from rank 0, the iteration line
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launch.logparse import parse_log, to_json  # noqa: E402
+from bridgebench.logs.parser import parse_log, to_json  # noqa: E402
 
 RANKS = 8
 

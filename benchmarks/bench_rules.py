@@ -1,4 +1,5 @@
-"""Throughput of bridgebench.rules.check, the validity checker sweeps run on every point before building anything.
+"""Throughput of bridgebench.config.rules.check, the validity checker sweeps run on every point before building
+anything.
 
 Generates ``--n`` random points (seeded; parallel sizes, batch sizes, layer / head / expert counts, Muon and precision
 flags, and a pipeline layout string on ``--layout-share`` of them, drawn from a pool of ``--layout-pool`` distinct
@@ -25,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bridgebench.rules import Point, check  # noqa: E402
+from bridgebench.config.rules import Point, check  # noqa: E402
 
 
 def random_layout(rng: random.Random) -> tuple[str, int, int]:
@@ -58,19 +59,35 @@ def random_points(n: int, seed: int, layout_share: float, layout_pool: int) -> l
             vp = None
         muon = rng.random() < 0.5
         precision = rng.choice(["bf16", "fp8_cs", "mxfp8", "nvfp4"])
-        out.append(dict(
-            num_gpus=num_gpus, gpus_per_node=rng.choice([4, 8]), tp=tp, pp=pp, vp=vp, cp=cp, ep=ep,
-            etp=rng.choice([None, 1]), mbs=rng.choice([1, 2, 4]), gbs=rng.choice([256, 512, 1024, 4096, 8192]),
-            seq_length=rng.choice([4096, 8192]), num_layers=num_layers, mtp_num_layers=rng.choice([0, 0, 1]),
-            num_attention_heads=rng.choice([32, 64, 128]), num_query_groups=rng.choice([None, 4, 8, 64]),
-            num_moe_experts=rng.choice([128, 256, 384]) if moe else None, pipeline_model_parallel_layout=layout,
-            sequence_parallel=tp > 1, optimizer="dist_muon" if muon else "adam",
-            use_distributed_optimizer=not muon or rng.random() < 0.1,
-            ddp_use_distributed_optimizer=not muon or rng.random() < 0.1,
-            overlap_param_gather=not muon or rng.random() < 0.1,
-            fp8_param_gather=precision in ("fp8_cs", "mxfp8") and not muon,
-            reuse_grad_buf_for_mxfp8_param_ag=precision == "mxfp8" and not muon, precision=precision,
-        ))
+        out.append(
+            dict(
+                num_gpus=num_gpus,
+                gpus_per_node=rng.choice([4, 8]),
+                tp=tp,
+                pp=pp,
+                vp=vp,
+                cp=cp,
+                ep=ep,
+                etp=rng.choice([None, 1]),
+                mbs=rng.choice([1, 2, 4]),
+                gbs=rng.choice([256, 512, 1024, 4096, 8192]),
+                seq_length=rng.choice([4096, 8192]),
+                num_layers=num_layers,
+                mtp_num_layers=rng.choice([0, 0, 1]),
+                num_attention_heads=rng.choice([32, 64, 128]),
+                num_query_groups=rng.choice([None, 4, 8, 64]),
+                num_moe_experts=rng.choice([128, 256, 384]) if moe else None,
+                pipeline_model_parallel_layout=layout,
+                sequence_parallel=tp > 1,
+                optimizer="dist_muon" if muon else "adam",
+                use_distributed_optimizer=not muon or rng.random() < 0.1,
+                ddp_use_distributed_optimizer=not muon or rng.random() < 0.1,
+                overlap_param_gather=not muon or rng.random() < 0.1,
+                fp8_param_gather=precision in ("fp8_cs", "mxfp8") and not muon,
+                reuse_grad_buf_for_mxfp8_param_ag=precision == "mxfp8" and not muon,
+                precision=precision,
+            )
+        )
     return out
 
 
@@ -104,8 +121,10 @@ def main() -> None:
     kwargs = random_points(args.n, args.seed, args.layout_share, args.layout_pool)
     points = [Point(**kw) for kw in kwargs]
     valid = sum(not check(p) for p in points)
-    print(f"{args.n} random points, {valid / args.n:.1%} valid, {args.layout_share:.0%} with a layout "
-          f"({args.layout_pool} distinct strings)")
+    print(
+        f"{args.n} random points, {valid / args.n:.1%} valid, {args.layout_share:.0%} with a layout "
+        f"({args.layout_pool} distinct strings)"
+    )
 
     def run_check():
         for p in points:
@@ -116,15 +135,13 @@ def main() -> None:
             check(Point(**kw))
 
     best, med = rate(run_check, args.n, args.repeat)
-    print(f"check                  : {best:12,.0f} configs/s best, {med:12,.0f} median  "
-          f"({1e6 / best:.2f} us/config)")
+    print(f"check                  : {best:12,.0f} configs/s best, {med:12,.0f} median  ({1e6 / best:.2f} us/config)")
     best, med = rate(run_build_check, args.n, args.repeat)
-    print(f"Point(**kw) + check    : {best:12,.0f} configs/s best, {med:12,.0f} median  "
-          f"({1e6 / best:.2f} us/config)")
+    print(f"Point(**kw) + check    : {best:12,.0f} configs/s best, {med:12,.0f} median  ({1e6 / best:.2f} us/config)")
 
-    from bridgebench.config import compose, group_options
+    from bridgebench.config.compose import compose, group_options
 
-    overrides = [[f"preset={p}", f"optimizer={o}"] for p in group_options("preset") for o in ("adamw", "muon")]
+    overrides = [[f"recipe={p}", f"optimizer={o}"] for p in group_options("recipe") for o in ("adamw", "muon")]
     compose(overrides[0])  # warm Hydra up
     todo = [overrides[i % len(overrides)] for i in range(args.compose)]
     t0 = time.perf_counter()
@@ -138,10 +155,14 @@ def main() -> None:
             check(Point.from_config(cfgs[i % len(cfgs)]))
 
     best, med = rate(run_from_config, m, max(1, args.repeat // 2))
-    print(f"from_config + check    : {best:12,.0f} configs/s best, {med:12,.0f} median  "
-          f"({1e6 / best:.1f} us/config; {len(cfgs)} composed configs)")
-    print(f"Hydra compose          : {compose_rate:12,.1f} configs/s       ({1e3 / compose_rate:.1f} ms/config, "
-          f"{len(todo)} composes)")
+    print(
+        f"from_config + check    : {best:12,.0f} configs/s best, {med:12,.0f} median  "
+        f"({1e6 / best:.1f} us/config; {len(cfgs)} composed configs)"
+    )
+    print(
+        f"Hydra compose          : {compose_rate:12,.1f} configs/s       ({1e3 / compose_rate:.1f} ms/config, "
+        f"{len(todo)} composes)"
+    )
 
 
 if __name__ == "__main__":

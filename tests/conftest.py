@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridgebench.config import compose, model_spec
+from bridgebench.config.compose import compose, model_spec
 
 MODELS = ["kimi_k2", "qwen3_30b_a3b", "qwen3_235b_a22b", "deepseek_v3", "llama3_70b", "llama31_405b"]
 

@@ -1,0 +1,50 @@
+"""The ``bridgebench`` command (typer), the top layer. Each subcommand takes Hydra overrides as trailing arguments.
+
+Commands live in one module per job (:mod:`.analysis`, :mod:`.runs`, :mod:`.logs`); heavy imports (pandas,
+matplotlib, megatron) happen inside the commands that need them, so ``bridgebench flops`` starts fast and never
+imports torch or megatron. Errors: every deliberate error is a :class:`bridgebench.errors.BridgebenchError`, caught
+once in :func:`main`, printed as ``error: <message>`` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from bridgebench import __version__
+from bridgebench.cli import analysis, logs, runs  # noqa: F401  (register the commands)
+from bridgebench.cli.app import app
+from bridgebench.errors import BridgebenchError
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"bridgebench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    """Benchmark recipes and analysis for Megatron-Bridge pretraining (Muon vs AdamW and more)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the command; a :class:`BridgebenchError` becomes ``error: …`` on stderr and exit code 2."""
+    try:
+        app(args=argv, prog_name="bridgebench", standalone_mode=True)
+    except BridgebenchError as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        return 2
+    except SystemExit as exit_:
+        return int(exit_.code or 0) if not isinstance(exit_.code, str) else 1
+    return 0
+
+
+def entry() -> None:
+    """Console-script entry point (``bridgebench``)."""
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Analysis commands: ``flops``, ``table``, ``check-published``."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from bridgebench.cli.app import OVERRIDES, app
+from bridgebench.errors import BridgebenchError
+
+
+@app.command()
+def flops(
+    overrides: Optional[list[str]] = OVERRIDES,
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """FLOPs per token and per step (model, and Newton-Schulz for Muon) of one composed run."""
+    from bridgebench.config.compose import compose, run_facts
+    from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
+    from bridgebench.model.newton_schulz import ns_load
+
+    facts = run_facts(compose(overrides or []))
+    tp = facts.parallel["tensor_model_parallel_size"] or 1
+    br = step_flops(facts)
+    out = {
+        "model": facts.model.name,
+        "formula": br.formula,
+        "release": facts.release["name"],
+        "seq_length": br.seq_length,
+        "global_batch_size": br.batch_size,
+        "tensor_model_parallel_size": tp,
+        "tokens_per_step": br.tokens,
+        "model_flops_per_token": float(br.per_token),
+        "model_flops_per_step": float(br.total),
+        "model_flops_per_token_breakdown": {k: float(v / br.tokens) for k, v in br.terms.items()},
+        "optimizer": facts.optimizer["optimizer"],
+        "num_gpus": facts.num_gpus,
+    }
+    if facts.is_muon:
+        policy = ns_policy(facts)
+        load = ns_load(facts.model, parallelism(facts), policy)
+        out |= {
+            "newton_schulz_flops_per_step": load.total,
+            "newton_schulz_flops_per_step_per_gpu_mean": load.per_gpu_mean,
+            "newton_schulz_flops_per_step_per_gpu_busiest": load.per_gpu_max,
+            "newton_schulz_flops_per_replica": load.per_replica,
+            "newton_schulz_flops_by_family": load.by_family,
+            "newton_schulz_matrices": load.num_matrices,
+            "newton_schulz_policy": {
+                "kernel": policy.kernel,
+                "tp_mode": policy.tp_mode,
+                "layer_wise": policy.layer_wise,
+                "split_qkv": policy.split_qkv,
+                "num_ns_steps": policy.num_ns_steps,
+            },
+        }
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    typer.echo(
+        f"{out['model']}  seq_length={out['seq_length']}  GBS={out['global_batch_size']}  TP={tp}  "
+        f"formula={out['formula']} (release {out['release']})"
+    )
+    typer.echo(f"  model FLOPs/token : {out['model_flops_per_token']:.6e}")
+    for k, v in out["model_flops_per_token_breakdown"].items():
+        typer.echo(f"    {k:<24s}{v:.6e}")
+    typer.echo(f"  model FLOPs/step  : {out['model_flops_per_step']:.6e}  ({out['tokens_per_step']} tokens)")
+    if facts.is_muon:
+        typer.echo(
+            f"  NS FLOPs/step     : {out['newton_schulz_flops_per_step']:.6e} over {facts.num_gpus} GPUs "
+            f"(mean/GPU {out['newton_schulz_flops_per_step_per_gpu_mean']:.4e}, busiest "
+            f"{out['newton_schulz_flops_per_step_per_gpu_busiest']:.4e}); policy {out['newton_schulz_policy']}"
+        )
+
+
+@app.command()
+def table(
+    overrides: Optional[list[str]] = OVERRIDES,
+    source: str = typer.Option(
+        "auto",
+        "--source",
+        help="runs: your runs from the results store; published: NVIDIA's figures; auto: your runs where there are any",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the rows as JSON instead of a table"),
+) -> None:
+    """Reproduce the blog's Muon vs AdamW Table 1 and write results/table1/ (CSV, Markdown, PNG)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bridgebench.results.table1 import measured_step_times, ns_policy_grid, reproduce, write_outputs
+
+    console = Console(stderr=as_json)
+    console.width = max(console.width, 150)  # the table needs ~150 columns; rich wraps a narrower terminal anyway
+    if source not in ("auto", "runs", "published"):
+        raise BridgebenchError(f"--source must be runs, published or auto, got {source!r}")
+    measured = None
+    if source != "published":
+        from bridgebench.launch.collect import default_store
+
+        measured = measured_step_times(default_store().records(kind="pretrain"))
+        if source == "runs" and not measured:
+            raise BridgebenchError(
+                "--source runs: the results store has no completed pretrain runs (submit "
+                "experiment=table1 on a GPU cluster, then `bridgebench collect`)"
+            )
+    with console.status("composing runs and counting FLOPs ..."):
+        t = reproduce(tuple(overrides or ()), measured)
+        grid = ns_policy_grid(tuple(overrides or ()))
+        paths = write_outputs(t, grid)
+    if as_json:
+        typer.echo(t.to_json(orient="records", indent=2))
+        return
+    rt = Table(title="Table 1 reproduced: Muon vs AdamW, GB300 MXFP8 (TFLOP/s per GPU)")
+    for col in (
+        "model",
+        "optimizer",
+        "step s",
+        "tokens/s/GPU",
+        "model",
+        "NS",
+        "NS busiest",
+        "total",
+        "blog total",
+        "delta",
+        "MFU bf16",
+        "MFU mxfp8",
+    ):
+        rt.add_column(col, justify="right", no_wrap=True)
+    for r in t.itertuples():
+        rt.add_row(
+            r.model,
+            r.optimizer,
+            f"{r.step_time_s:.3f}",
+            f"{r.tokens_per_sec_per_gpu:,.0f}",
+            f"{r.model_tflops_per_gpu:.1f} ({r.published_model_tflops_per_gpu:.0f})",
+            f"{r.newton_schulz_tflops_per_gpu:.1f} ({r.published_newton_schulz_tflops_per_gpu:.0f})",
+            f"{r.newton_schulz_tflops_per_gpu_busiest:.1f}",
+            f"{r.total_tflops_per_gpu:.1f}",
+            f"{r.published_total_tflops_per_gpu:.0f}",
+            f"{r.delta_total_pct:+.1f}%",
+            f"{r.mfu_bf16:.1%}",
+            f"{r.mfu_precision:.1%}",
+        )
+    console.print(rt)
+    console.print(
+        "(blog values in parentheses)  step-time sources: "
+        + "; ".join(f"{r.model}/{r.optimizer}: {r.step_time_source}" for r in t.itertuples())
+    )
+    best = grid.assign(err=grid.filter(like="_delta_pct").abs().max(axis=1)).sort_values("err").iloc[0]
+    console.print(
+        f"NS policies reproducing both blog NS figures within 5%: {int(grid.reproduces_both.sum())} of "
+        f"{len(grid)}; closest: {best.kernel}, layer_wise={best.layer_wise}, split_qkv={best.split_qkv}, "
+        f"{best.statistic} (worst delta {best.err:.1f}%)"
+    )
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+@app.command("check-published")
+def check_published_cmd(as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
+    """FLOPs/token x tokens/s/GPU vs published model TFLOP/s/GPU over every published row of a known model."""
+    import dataclasses
+
+    from bridgebench.paths import REPO_ROOT
+    from bridgebench.results.published_check import check_published
+
+    df, summary = check_published()
+    out = REPO_ROOT / "results" / "reference" / "flops_check.csv"
+    df.to_csv(out, index=False, float_format="%.6g")
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(summary), indent=2))
+        return
+    typer.echo(f"rows checked           : {summary.rows}")
+    typer.echo(f"within rounding bound  : {summary.within_rounding}")
+    typer.echo(f"max |error|            : {summary.max_abs_error:.4%}")
+    typer.echo(f"median |error|         : {summary.median_abs_error:.4%}")
+    typer.echo(
+        f"outside rounding bound : {summary.rows_outside}, of which {summary.rows_outside_in_inconsistent_groups}"
+        " belong to groups whose published rows fit no constant FLOPs/token"
+    )
+    typer.echo(f"per-row results        : {out}")

@@ -1,0 +1,258 @@
+"""Run commands: ``plan``, ``submit``, ``status``, ``cancel``, ``collect``, ``report``."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Optional
+
+import typer
+
+from bridgebench.cli.app import OVERRIDES, app
+from bridgebench.errors import BridgebenchError
+
+
+@app.command()
+def plan(
+    overrides: Optional[list[str]] = OVERRIDES,
+    out: Optional[str] = typer.Option(None, "--out", help="plan directory (default plans/<experiment>-<time>)"),
+    multirun: bool = typer.Option(False, "-m", "--multirun", help="sweep comma-separated override values"),
+    as_json: bool = typer.Option(False, "--json", help="print the runs as JSON"),
+) -> None:
+    """Validate every run of an experiment or sweep, build its Megatron-Bridge ConfigContainer, and write the plan
+    (config.yaml, megatron_bridge.yaml, submit.sh per run). Nothing is submitted; bad input writes nothing."""
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from bridgebench.config.compose import ConfigError, has_sweep
+    from bridgebench.model.optimizer import family
+
+    console = Console(stderr=True)
+    console.width = max(console.width, 150)
+    overrides = overrides or []
+    if has_sweep(overrides) and not multirun:
+        raise ConfigError("an override sweeps values (a=x,y): add -m / --multirun to plan one run per value")
+    warnings.filterwarnings("ignore")  # Megatron's import-time and config warnings; errors still raise
+    with console.status("loading Megatron-Bridge ..."):
+        from bridgebench.launch.plan import plan as make_plan
+    with console.status("planning ...") as status:
+        out_dir, runs = make_plan(overrides, Path(out) if out else None, progress=status.update)
+    if as_json:
+        import dataclasses
+
+        typer.echo(json.dumps({"plan": str(out_dir), "runs": [dataclasses.asdict(r) for r in runs]}, indent=2))
+        return
+    t = Table(title=f"plan {out_dir}")
+    for col in (
+        "run",
+        "GPUs",
+        "nodes",
+        "TP",
+        "PP",
+        "VP",
+        "CP",
+        "EP",
+        "ETP",
+        "DP",
+        "MBS",
+        "GBS",
+        "hash",
+        "model FLOPs/step",
+        "NS FLOPs/step",
+    ):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in runs:
+        t.add_row(
+            r.name,
+            str(r.num_gpus),
+            str(r.nodes),
+            str(r.tp),
+            str(r.pp),
+            str(r.vp or "-"),
+            str(r.cp),
+            str(r.ep),
+            str(r.etp or "-"),
+            str(r.dp),
+            str(r.mbs),
+            str(r.gbs),
+            r.config_hash,
+            f"{r.model_flops_per_step:.4e}",
+            f"{r.newton_schulz_flops_per_step:.4e}",
+        )
+    out_console = Console()
+    out_console.width = max(out_console.width, 190)
+    out_console.print(t)
+    if any(family(r.optimizer) == "muon" for r in runs):
+        out_console.print(
+            "muon runs: configs/optimizer/muon.yaml sets optimizer.use_distributed_optimizer=false, "
+            "ddp.use_distributed_optimizer=false, ddp.overlap_param_gather=false, mixed_precision.fp8_param_gather="
+            "false and mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false, because dist_muon's layer-wise "
+            "distributed optimizer replaces Megatron-Core's DistributedOptimizer and its param all-gather "
+            "(bridgebench/rules.py muon_* rules reject overrides that turn them back on)"
+        )
+    skipped = sorted({s for r in runs for s in r.skipped_checks})
+    if skipped:
+        out_console.print("validated off-GPU; checks that need the compute node were skipped: " + "; ".join(skipped))
+
+
+def _cluster_cfg(overrides: list[str]):
+    from bridgebench.config.compose import compose
+
+    return compose(overrides)
+
+
+@app.command()
+def submit(
+    overrides: Optional[list[str]] = OVERRIDES,
+    repeats: int = typer.Option(1, "--repeats", min=1, help="submissions per planned run"),
+    wait: bool = typer.Option(False, "--wait", help="wait until every attempt finished (retries included)"),
+    timeout: float = typer.Option(3600, "--timeout", help="seconds to wait at most"),
+    multirun: bool = typer.Option(False, "-m", "--multirun", help="sweep comma-separated override values"),
+    as_json: bool = typer.Option(False, "--json", help="print the attempts as JSON"),
+) -> None:
+    """Plan and submit every run through nemo-run's SlurmExecutor; record each in the job ledger."""
+    from rich.console import Console
+
+    from bridgebench.config.compose import ConfigError, has_sweep
+
+    warnings.filterwarnings("ignore")
+    console = Console(stderr=True)
+    overrides = overrides or []
+    if has_sweep(overrides) and not multirun:
+        raise ConfigError("an override sweeps values (a=x,y): add -m / --multirun")
+    from bridgebench.launch import submit as sub
+
+    with console.status("planning and submitting ...") as status:
+        attempts = sub.submit(overrides, repeats=repeats, progress=status.update)
+        if wait:
+            attempts = sub.wait(_cluster_cfg(overrides), timeout_s=timeout, progress=status.update)
+    _print_attempts(attempts, as_json)
+
+
+def _print_attempts(attempts, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from bridgebench.launch.submit import json_attempts
+
+    if as_json:
+        typer.echo(json_attempts(attempts))
+        return
+    t = Table(title="job ledger")
+    for col in ("run", "attempt", "name", "type", "SLURM job", "state", "exit", "reason", "nodes", "collected"):
+        t.add_column(col, no_wrap=col != "reason")
+    for a in attempts:
+        t.add_row(
+            a.run_id,
+            str(a.attempt),
+            a.name,
+            a.job_type,
+            a.slurm_job_id or "-",
+            a.state,
+            a.exit_code or "",
+            (a.reason or "")[:80],
+            a.node_list or "",
+            "yes" if a.collected else "",
+        )
+    c = Console()
+    c.width = max(c.width, 170)
+    c.print(t)
+
+
+@app.command()
+def status(
+    overrides: Optional[list[str]] = OVERRIDES,
+    as_json: bool = typer.Option(False, "--json", help="print the attempts as JSON"),
+) -> None:
+    """Refresh the ledger from SLURM accounting (sacct), retry known-flaky failures, and show it."""
+    from bridgebench.launch import submit as sub
+
+    attempts = sub.refresh(_cluster_cfg(overrides or []))
+    _print_attempts(attempts, as_json)
+
+
+@app.command()
+def cancel(
+    run_ids: Optional[list[str]] = typer.Argument(None, help="run ids (default: every unfinished run)"),
+    cluster: str = typer.Option("local", "--cluster", help="cluster config name"),
+) -> None:
+    """scancel unfinished attempts and mark them CANCELLED in the ledger."""
+    from bridgebench.launch import submit as sub
+
+    done = sub.cancel(_cluster_cfg([f"cluster={cluster}"]), run_ids or None)
+    typer.echo(f"cancelled {len(done)} attempt(s): " + ", ".join(f"{a.run_id}/a{a.attempt}" for a in done))
+
+
+@app.command()
+def collect(as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
+    """Parse finished jobs' logs into records in the results store (idempotent)."""
+    from rich.console import Console
+
+    from bridgebench.launch.collect import collect as do_collect
+
+    with Console(stderr=True).status("collecting ...") as st:
+        added = do_collect(progress=st.update)
+    typer.echo(json.dumps({"added": added}) if as_json else f"added {added} new record(s) to the results store")
+
+
+@app.command()
+def report(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Measured optimizer-step benchmark results from the store: Muon vs AdamW step ratio and NS FLOP/s."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bridgebench.launch.collect import default_store
+
+    recs = [r for r in default_store().records(kind="optstep") if r.get("optstep")]
+    if not recs:
+        raise BridgebenchError(
+            "no optimizer-step results in the store: run `bridgebench submit "
+            "experiment=optstep_local --wait` and `bridgebench collect` first"
+        )
+    rows = []
+    for r in recs:
+        for fam, v in {**r["optstep"]["families"], "total": r["optstep"]["total"]}.items():
+            rows.append(
+                {
+                    "record": r["record_id"],
+                    "model": r.get("model"),
+                    "device": r["optstep"].get("device"),
+                    "family": fam,
+                    **v,
+                }
+            )
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    t = Table(title="optimizer-step benchmark (measured)")
+    for col in (
+        "record",
+        "model",
+        "device",
+        "family",
+        "matrices",
+        "Muon step s",
+        "AdamW step s",
+        "Muon/AdamW",
+        "NS s",
+        "NS GFLOP/s",
+    ):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        t.add_row(
+            r["record"],
+            str(r["model"]),
+            str(r["device"]),
+            r["family"],
+            str(r.get("matrices")),
+            f"{r['muon_step_s']:.4g}",
+            f"{r['adamw_step_s']:.4g}",
+            f"{r['ratio']:.2f}",
+            f"{r['ns_time_s']:.4g}",
+            f"{r['ns_flops_per_s'] / 1e9:.2f}",
+        )
+    c = Console()
+    c.width = max(c.width, 150)
+    c.print(t)

@@ -1,0 +1,73 @@
+"""The shipped catalogue of GPUs, precisions and models (``configs/gpu``, ``configs/precision``, ``configs/model``),
+read as plain YAML without composing a run. One place maps a spelling (``FP8-MX``, ``MXFP8``, ``mxfp8``) to its
+precision and peak key, and a published system or model name to bridgebench's.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import yaml
+
+from bridgebench.errors import BridgebenchError
+from bridgebench.model.mfu import PeakError
+from bridgebench.paths import CONFIG_DIR
+
+
+class CatalogError(BridgebenchError):
+    """An unknown GPU, precision or model name."""
+
+
+def options(group: str) -> list[str]:
+    """Option names of a config group (``configs/<group>/*.yaml``), sorted."""
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+@functools.cache
+def _load(group: str, name: str) -> dict[str, Any]:
+    data = yaml.safe_load((CONFIG_DIR / group / f"{name}.yaml").read_text())
+    return data.get(group, data) if group == "precision" else data
+
+
+def load_gpu(name: str) -> dict[str, Any]:
+    """The GPU facts of ``configs/gpu/<name>.yaml`` (peaks in TFLOP/s, ``gpus_per_node``, ``nvlink_domain``).
+
+    Raises:
+        PeakError: unknown GPU, listing the known ones (a :class:`CatalogError` too).
+    """
+    if name.lower() not in options("gpu"):
+        raise UnknownGpuError(f"unknown gpu {name!r}; known: {options('gpu')}")
+    return dict(_load("gpu", name.lower()))
+
+
+class UnknownGpuError(PeakError, CatalogError):
+    """No ``configs/gpu`` entry of that name."""
+
+
+@functools.cache
+def precision_names() -> dict[str, str]:
+    """Every spelling (option name, its ``aliases``, lower-case forms) -> ``configs/precision`` option name."""
+    out: dict[str, str] = {}
+    for name in options("precision"):
+        for spelling in [name, *_load("precision", name).get("aliases", [])]:
+            out[spelling] = out[spelling.lower()] = name
+    return out
+
+
+def precision(spelling: str) -> dict[str, Any]:
+    """The ``precision`` node of the option a spelling names (``FP8-MX`` -> mxfp8's: name, peak, recipe).
+
+    Raises:
+        CatalogError: an unknown spelling, listing the known ones.
+    """
+    names = precision_names()
+    name = names.get(spelling) or names.get(str(spelling).lower())
+    if name is None:
+        raise CatalogError(f"unknown precision {spelling!r}; known: {sorted(set(names))}")
+    return dict(_load("precision", name))
+
+
+def peak_key(spelling: str) -> str:
+    """The ``gpu.peak_tflops`` key of a precision spelling (``FP8-CS`` -> ``fp8``). Raises :class:`CatalogError`."""
+    return precision(spelling)["peak"]

@@ -1,0 +1,719 @@
+"""Fast validity rules for one benchmark point, checked before anything is built or submitted.
+
+Sweeps call :func:`check` on thousands of points, so this module is pure Python (stdlib only: no torch, megatron,
+Hydra or OmegaConf import) and does no Hydra compose: a composed config is read once into a flat :class:`Point`
+(:meth:`Point.from_config`), or a sweep builds :class:`Point` objects directly from numbers.
+
+Every rule has a short stable id (:data:`RULES` maps each id to the source that enforces it) and every message names
+the rule's numbers, e.g. ``world size 96 is not divisible by TP x PP x CP = 4 x 4 x 4 = 64``. :func:`check` returns
+all violations (empty list = valid); :func:`validate` raises :class:`RuleError` listing them.
+
+Versions: the parallelism rules follow the installed megatron-core 0.19.2 and megatron-bridge 0.6.2 (file paths below
+are relative to ``site-packages/megatron/``). The Muon rules reproduce the Megatron-Bridge v0.3.1 performance recipe
+(the NeMo 26.02 / 26.02.01 containers, megatron-core commits b0cc2706 / 55ac7082) which the published Kimi K2 runs
+used; they are enforced by that Megatron-Core (see each rule) and partly relaxed in megatron-core 0.19.2.
+
+Rules (id: what; where Megatron enforces it):
+
+* ``positive_int``: sizes are positive integers (``mtp_num_layers`` may be 0); the other rules need them.
+* ``world_size``: num_gpus divisible by TP x PP x CP (DP = num_gpus / (TP x PP x CP)).
+  core/parallel_state.py ``initialize_model_parallel`` ("world_size (..) is not divisible by .."),
+  bridge/training/config.py ``ConfigContainer.get_data_parallel_size``.
+* ``expert_grid``: num_gpus divisible by ETP x EP x PP (ETP defaults to TP), so the expert data-parallel size is an
+  integer. core/parallel_state.py ``initialize_model_parallel`` ("not divisible by
+  expert_tensor_model_pipeline_parallel size"); applies to dense models too (the expert grid is always built).
+* ``ep_needs_moe``: EP > 1 needs a MoE model. core/transformer/transformer_config.py ``__post_init__``
+  ("num_moe_experts must be non None to use expert-parallel").
+* ``experts_divisible``: EP divides num_moe_experts. core/transformer/moe/moe_layer.py ``BaseMoELayer.__init__``
+  (``assert self.config.num_moe_experts % ep_size == 0``), at model build.
+* ``gbs_divisible``: GBS divisible by MBS x DP. core/num_microbatches_calculator.py
+  ``ConstantNumMicroBatchesCalculator`` (also bridge/training/config.py ``validate`` for the eval batch).
+* ``microbatches_interleaved``: with the interleaved schedule (PP > 1 and VP set) the number of micro-batches
+  GBS / (MBS x DP) is a multiple of PP. core/pipeline_parallel/schedules.py
+  ``forward_backward_pipelining_with_interleaving`` (microbatch_group_size_per_vp_stage defaults to PP,
+  core/model_parallel_config.py; M must be >= PP and M % PP must be 0 or >= PP, i.e. 0).
+* ``layers_fit_pp_vp``: decoder layers split over PP x VP stages, without a layout. Even split: num_layers % PP == 0
+  and, with VP and PP > 1, (num_layers / PP) % VP == 0 (core/transformer/transformer_block.py
+  ``get_num_layers_to_build``; bridge/models/gpt_provider.py ``provide``). With num_layers_in_first/last_pipeline_stage
+  or account_for_embedding/loss_in_pipeline_split: the exact branches of core/transformer/transformer_config.py
+  ``__post_init__`` ("Uneven PP"), plus no stage may get a negative layer count. MTP layers are not part of the split
+  (they sit on the last stage).
+* ``pipeline_split_conflict``: layout, num_layers_in_first/last_pipeline_stage and account_for_* exclude each other as
+  in ``TransformerConfig.__post_init__``.
+* ``layout_syntax``, ``layout_stages``, ``layout_layers``: ``pipeline_model_parallel_layout`` string; grammar and
+  checks of core/transformer/pipeline_parallel_layer_layout.py (``parse_str_to_list``, ``__init__``,
+  ``validate_layer_layout``) and the VP check in ``TransformerConfig.__post_init__``: PP x VP stages (VP = stages / PP
+  when VP is unset), one ``E`` first, one ``L`` last, exactly num_layers ``t`` and mtp_num_layers ``m``, MTP after all
+  decoder layers, in the last virtual stage of its rank, all in one stage. Re-implemented here (same regexes).
+* ``heads_divisible_tp``: num_attention_heads % TP == 0. ``TransformerConfig.__post_init__``.
+* ``query_groups_divisible_tp``: num_query_groups a multiple OR a divisor of TP (Megatron-Core 0.19.2 replicates KV
+  heads when TP > num_query_groups). ``TransformerConfig.__post_init__``.
+* ``sequence_parallel_needs_tp``: sequence_parallel needs TP > 1 (Megatron-Core raises, it does not silently turn it
+  off). core/model_parallel_config.py ``ModelParallelConfig.__post_init__``.
+* ``vp_needs_pp``: a VP size (set, or implied by a layout with more stages than PP) needs PP > 1.
+  core/parallel_state.py ``initialize_model_parallel`` ("pipeline-model-parallel size should be greater than 1 with
+  interleaved schedule").
+* ``seq_divisible_cp``: with CP > 1, seq_length % (2 x CP) == 0. bridge/training/config.py ``ConfigContainer.validate``.
+* ``seq_divisible_tp_sp``: with sequence parallelism, seq_length % (TP x CP) == 0 (each CP rank's seq_length / CP
+  tokens are scattered over TP ranks). core/tensor_parallel/mappings.py ``_split_along_first_dim`` ("First dimension
+  of the tensor should be divisible by tensor parallel size"); bridge/training/config.py ``validate`` pads to the same
+  multiple (``sp_multiples``) for SFT datasets.
+* ``gpus_per_node``: bridgebench's own rule (launch/): jobs use whole nodes, so num_gpus is a multiple of
+  gpus_per_node; a single partial node is allowed when num_gpus < gpus_per_node and divides it (1, 2, 4 of 8 GPUs).
+* ``muon_dist_optimizer``: Muon needs optimizer.use_distributed_optimizer = False and ddp.use_distributed_optimizer =
+  False. Megatron-Bridge v0.3.1 src/megatron/bridge/recipes/kimi/kimi_k2.py ("Muon needs this to be False") and
+  scripts/performance/configs/kimi/kimi_llm_pretrain.py (builds on that recipe); megatron-core 55ac7082 / b0cc2706
+  core/optimizer/muon.py ``get_megatron_muon_optimizer`` ("muon with dist optimizer is not supported.") and
+  training/arguments.py ("Muon optimizer does not support distributed optimizer for now."); either flag alone is not
+  enough: bridge/training/config.py ``_validate_and_sync_distributed_optimizer_settings`` turns both on when one is on.
+  (megatron-core 0.19.2 adds a layout path that accepts ddp.use_distributed_optimizer with the layer-wise optimizer.)
+* ``muon_overlap_param_gather``: Muon needs ddp.overlap_param_gather = False (the layer-wise optimizer all-gathers
+  params itself after its step). v0.3.1 recipes/kimi/kimi_k2.py ("Muon needs this to be False"); megatron-core
+  55ac7082 / b0cc2706 training/arguments.py ("Muon optimizer does not support overlap param gather for now."). (0.19.2's
+  LayerWiseDistributedOptimizer supports overlap_param_gather.)
+* ``muon_fp8_param_gather`` / ``muon_reuse_grad_buf``: Muon under MXFP8 needs mixed_precision.fp8_param_gather = False
+  and reuse_grad_buf_for_mxfp8_param_ag = False ("require DistributedOptimizer infrastructure, incompatible with
+  Muon's LayerWiseDistributedOptimizer"): v0.3.1 scripts/performance/configs/kimi/kimi_llm_pretrain.py
+  ``set_kimi_k2_common_configs``.
+* ``reuse_grad_buf_needs_fp8_param_gather``: reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather.
+  core/distributed/distributed_data_parallel_config.py ``__post_init__``.
+* ``mxfp8_param_gather_needs_reuse_grad_buf``: under MXFP8, fp8_param_gather needs reuse_grad_buf_for_mxfp8_param_ag
+  (without Megatron-FSDP). bridge/training/config.py ``ConfigContainer.validate``.
+* ``fp8_param_gather_needs_fp8``: fp8_param_gather needs an FP8 precision (fp8_cs, mxfp8): bridge/training/
+  mixed_precision.py keeps fp8_param = fp8_param_gather, and ``TransformerConfig.__post_init__`` raises "fp8_param must
+  be used together with fp8 mode".
+
+Not checked here (not in :class:`Point`): MoE with add_bias_linear needs ETP = 1, FFN sizes divisible by TP/ETP,
+vocabulary padding, memory fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from bridgebench.errors import BridgebenchError
+from bridgebench.model.layout import LAYOUT_MAX_CHARS, _parse_layout_cached, parse_layout  # noqa: F401  (re-exported)
+from bridgebench.model.optimizer import family as optimizer_family
+
+__all__ = ["RULES", "Point", "RuleError", "Violation", "check", "check_config", "parse_layout", "validate"]
+
+#: rule id -> where it comes from (details in the module docstring).
+RULES: dict[str, str] = {
+    "positive_int": "bridgebench (sizes must be positive integers)",
+    "world_size": "megatron/core/parallel_state.py initialize_model_parallel; "
+    "megatron/bridge/training/config.py ConfigContainer.get_data_parallel_size",
+    "expert_grid": "megatron/core/parallel_state.py initialize_model_parallel (expert rank generator)",
+    "ep_needs_moe": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
+    "experts_divisible": "megatron/core/transformer/moe/moe_layer.py BaseMoELayer.__init__",
+    "gbs_divisible": "megatron/core/num_microbatches_calculator.py ConstantNumMicroBatchesCalculator",
+    "microbatches_interleaved": "megatron/core/pipeline_parallel/schedules.py "
+    "forward_backward_pipelining_with_interleaving",
+    "layers_fit_pp_vp": "megatron/core/transformer/transformer_block.py get_num_layers_to_build; "
+    "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ (uneven PP)",
+    "pipeline_split_conflict": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
+    "layout_syntax": "megatron/core/transformer/pipeline_parallel_layer_layout.py parse_str_to_list",
+    "layout_stages": "megatron/core/transformer/pipeline_parallel_layer_layout.py __init__; "
+    "TransformerConfig.__post_init__ (VP vs layout)",
+    "layout_layers": "megatron/core/transformer/pipeline_parallel_layer_layout.py validate_layer_layout",
+    "heads_divisible_tp": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
+    "query_groups_divisible_tp": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
+    "sequence_parallel_needs_tp": "megatron/core/model_parallel_config.py ModelParallelConfig.__post_init__",
+    "vp_needs_pp": "megatron/core/parallel_state.py initialize_model_parallel",
+    "seq_divisible_cp": "megatron/bridge/training/config.py ConfigContainer.validate",
+    "seq_divisible_tp_sp": "megatron/core/tensor_parallel/mappings.py _split_along_first_dim",
+    "gpus_per_node": "bridgebench (whole nodes, or one partial node)",
+    "muon_dist_optimizer": "Megatron-Bridge v0.3.1 recipes/kimi/kimi_k2.py + scripts/performance/configs/kimi/"
+    "kimi_llm_pretrain.py; megatron-core 55ac7082 core/optimizer/muon.py, "
+    "training/arguments.py; bridge 0.6.2 _validate_and_sync_distributed_optimizer_settings",
+    "muon_overlap_param_gather": "Megatron-Bridge v0.3.1 recipes/kimi/kimi_k2.py; megatron-core 55ac7082 "
+    "training/arguments.py",
+    "muon_fp8_param_gather": "Megatron-Bridge v0.3.1 scripts/performance/configs/kimi/kimi_llm_pretrain.py "
+    "set_kimi_k2_common_configs",
+    "muon_reuse_grad_buf": "Megatron-Bridge v0.3.1 scripts/performance/configs/kimi/kimi_llm_pretrain.py "
+    "set_kimi_k2_common_configs",
+    "reuse_grad_buf_needs_fp8_param_gather": "megatron/core/distributed/distributed_data_parallel_config.py "
+    "__post_init__",
+    "mxfp8_param_gather_needs_reuse_grad_buf": "megatron/bridge/training/config.py ConfigContainer.validate",
+    "fp8_param_gather_needs_fp8": "megatron/bridge/training/mixed_precision.py (fp8_param = fp8_param_gather); "
+    "TransformerConfig.__post_init__",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule: ``rule`` is a stable id from :data:`RULES`, ``message`` names the rule and its numbers."""
+
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.message}"
+
+
+class RuleError(BridgebenchError):
+    """A point breaks one or more rules; ``violations`` holds them, ``str()`` lists each as ``rule: message``."""
+
+    def __init__(self, violations: list[Violation]):
+        self.violations = list(violations)
+        super().__init__(self.violations)
+
+    def __str__(self) -> str:
+        n = len(self.violations)
+        lines = "\n".join(f"  {v}" for v in self.violations)
+        return f"configuration breaks {n} rule{'s' if n != 1 else ''}:\n{lines}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Point:
+    """The flat numbers and flags of one run that the rules need.
+
+    Names: ``tp pp vp cp ep etp`` are the Megatron-Core tensor / pipeline / virtual-pipeline / context / expert /
+    expert-tensor parallel sizes (``etp=None`` means "= TP", ``vp=None`` means no interleaving); ``mbs``/``gbs`` the
+    micro / global batch sizes; the rest are Megatron-Bridge ``ConfigContainer`` field names
+    (``use_distributed_optimizer`` is ``optimizer.use_distributed_optimizer``, ``ddp_use_distributed_optimizer`` and
+    ``overlap_param_gather`` are ``ddp.*``, ``fp8_param_gather`` / ``reuse_grad_buf_for_mxfp8_param_ag`` are
+    ``mixed_precision.*``, ``precision`` is bridgebench's precision name: bf16, fp8_cs, mxfp8, nvfp4).
+    Defaults are those of ``configs/`` (adamw, bf16).
+    """
+
+    num_gpus: int
+    num_layers: int
+    num_attention_heads: int
+    seq_length: int
+    gbs: int
+    mbs: int = 1
+    gpus_per_node: int = 8
+    tp: int = 1
+    pp: int = 1
+    vp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    sequence_parallel: bool = False
+    mtp_num_layers: int | None = None
+    num_query_groups: int | None = None
+    num_moe_experts: int | None = None
+    pipeline_model_parallel_layout: str | None = None
+    num_layers_in_first_pipeline_stage: int | None = None
+    num_layers_in_last_pipeline_stage: int | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    optimizer: str = "adam"
+    use_distributed_optimizer: bool = True
+    ddp_use_distributed_optimizer: bool = True
+    overlap_param_gather: bool = True
+    fp8_param_gather: bool = False
+    reuse_grad_buf_for_mxfp8_param_ag: bool = False
+    precision: str = "bf16"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Point:
+        """Read a composed config (:func:`bridgebench.config.compose`) into a point. No Hydra compose, no import."""
+        m = cfg.model
+        t = cfg.train
+        o = cfg.optimizer
+        d = cfg.ddp
+        mp = cfg.mixed_precision
+        return cls(
+            num_gpus=cfg.num_gpus,
+            gpus_per_node=cfg.gpu.gpus_per_node,
+            tp=m.tensor_model_parallel_size,
+            pp=m.pipeline_model_parallel_size,
+            vp=m.virtual_pipeline_model_parallel_size,
+            cp=m.context_parallel_size,
+            ep=m.expert_model_parallel_size,
+            etp=m.expert_tensor_parallel_size,
+            sequence_parallel=m.sequence_parallel,
+            mbs=t.micro_batch_size,
+            gbs=t.global_batch_size,
+            seq_length=m.seq_length,
+            num_layers=m.num_layers,
+            mtp_num_layers=m.mtp_num_layers,
+            num_attention_heads=m.num_attention_heads,
+            num_query_groups=m.num_query_groups,
+            num_moe_experts=m.num_moe_experts,
+            pipeline_model_parallel_layout=m.pipeline_model_parallel_layout,
+            num_layers_in_first_pipeline_stage=m.num_layers_in_first_pipeline_stage,
+            num_layers_in_last_pipeline_stage=m.num_layers_in_last_pipeline_stage,
+            account_for_embedding_in_pipeline_split=m.account_for_embedding_in_pipeline_split,
+            account_for_loss_in_pipeline_split=m.account_for_loss_in_pipeline_split,
+            optimizer=o.optimizer,
+            use_distributed_optimizer=o.use_distributed_optimizer,
+            ddp_use_distributed_optimizer=d.use_distributed_optimizer,
+            overlap_param_gather=d.overlap_param_gather,
+            fp8_param_gather=mp.fp8_param_gather,
+            reuse_grad_buf_for_mxfp8_param_ag=mp.reuse_grad_buf_for_mxfp8_param_ag,
+            precision=cfg.precision.name,
+        )
+
+    def replace(self, **changes: Any) -> Point:
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
+
+
+# ---------------------------------------------------------------------------------------------------- size types
+_REQUIRED_POSITIVE = (
+    "num_gpus",
+    "num_layers",
+    "num_attention_heads",
+    "seq_length",
+    "gbs",
+    "mbs",
+    "gpus_per_node",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+)
+_OPTIONAL_POSITIVE = (
+    "vp",
+    "etp",
+    "num_query_groups",
+    "num_moe_experts",
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _size_violations(p: Point) -> tuple[list[Violation], Point | None]:
+    """Slow path: name every bad size; or, when all are integral (e.g. numpy ints), a copy with plain ints."""
+    out = []
+    fixed = {}
+    for name in _REQUIRED_POSITIVE:
+        v = getattr(p, name)
+        if not _is_int(v) or v < 1:
+            out.append(Violation("positive_int", f"{name} must be a positive integer, got {v!r}"))
+        else:
+            fixed[name] = int(v)
+    for name in _OPTIONAL_POSITIVE:
+        v = getattr(p, name)
+        if v is not None and (not _is_int(v) or v < 1):
+            out.append(Violation("positive_int", f"{name} must be a positive integer or None, got {v!r}"))
+        elif v is not None:
+            fixed[name] = int(v)
+    v = p.mtp_num_layers
+    if v is not None and (not _is_int(v) or v < 0):
+        out.append(Violation("positive_int", f"mtp_num_layers must be a non-negative integer or None, got {v!r}"))
+    elif v is not None:
+        fixed["mtp_num_layers"] = int(v)
+    layout = p.pipeline_model_parallel_layout
+    if layout is not None and not isinstance(layout, str):
+        out.append(
+            Violation(
+                "layout_syntax", f"pipeline_model_parallel_layout must be a string or None, got {type(layout).__name__}"
+            )
+        )
+    return out, (None if out else dataclasses.replace(p, **fixed))
+
+
+# ---------------------------------------------------------------------------------------------------- layouts
+
+
+@lru_cache(maxsize=4096)
+def _layout_violations(
+    layout: str, pp: int, vp: int | None, num_layers: int, mtp: int
+) -> tuple[int | None, tuple[Violation, ...]]:
+    """(effective VP, violations) of a layout string, as Megatron-Core's layout class and TransformerConfig."""
+    stages, error = _parse_layout_cached(layout)
+    if stages is None:
+        return vp, (Violation("layout_syntax", error),)
+    n = len(stages)
+    if n % pp:
+        return vp, (
+            Violation(
+                "layout_stages",
+                f"layout {layout!r} has {n} stages, which is not a multiple of PP = {pp} (it must have PP x VP stages)",
+            ),
+        )
+    detected = n // pp
+    out = []
+    if vp is not None and vp != detected:
+        out.append(
+            Violation(
+                "layout_stages",
+                f"layout {layout!r} has {n} stages = PP x {detected} but VP = {vp}: "
+                f"it must have PP x VP = {pp} x {vp} = {pp * vp} stages",
+            )
+        )
+    eff_vp = vp if vp is not None else (detected if detected > 1 else None)
+    flat = "".join(stages)
+
+    def bad(message: str) -> None:
+        out.append(Violation("layout_layers", f"layout {layout!r}: {message}"))
+
+    if not flat or flat[0] != "E":
+        bad(f"the first layer must be the embedding E, got {flat[:1] or 'nothing'!r}")
+    if not flat or flat[-1] != "L":
+        bad(f"the last layer must be the loss L, got {flat[-1:] or 'nothing'!r}")
+    if flat.count("E") != 1:
+        bad(f"the embedding E must appear exactly once, found {flat.count('E')}")
+    if flat.count("L") != 1:
+        bad(f"the loss L must appear exactly once, found {flat.count('L')}")
+    if flat.count("t") != num_layers:
+        bad(f"it has {flat.count('t')} decoder layers t, num_layers is {num_layers}")
+    n_m = flat.count("m")
+    if n_m != mtp:
+        bad(f"it has {n_m} MTP layers m, mtp_num_layers is {mtp}")
+    if n_m:
+        if "t" in flat[flat.index("m") :]:
+            bad("decoder layers t must all come before the MTP layers m")
+        # layout[pp_rank][vpp_rank] = stages[vpp_rank * PP + pp_rank]
+        for i, stage in enumerate(stages):
+            if "m" in stage:
+                if i // pp < detected - 1:
+                    bad(
+                        f"MTP layers must be in the last virtual stage of their pipeline rank, found in stage {i} "
+                        f"(pipeline rank {i % pp}, virtual stage {i // pp} of {detected})"
+                    )
+                elif stage.count("m") != mtp:
+                    bad(f"all {mtp} MTP layers must be in one stage, stage {i} has {stage.count('m')}")
+    return eff_vp, tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------------- layer split
+def _split_violations(p: Point, pp: int, vp: int | None, num_layers: int) -> list[Violation]:
+    """Layer split without a layout: Megatron-Core's uneven / account_for / even branches."""
+    first = p.num_layers_in_first_pipeline_stage
+    last = p.num_layers_in_last_pipeline_stage
+    out = []
+    if first is not None or last is not None:
+        if vp is not None:
+            for name, value in (("first", first), ("last", last)):
+                if value is not None and value % vp:
+                    out.append(
+                        Violation(
+                            "layers_fit_pp_vp",
+                            f"num_layers_in_{name}_pipeline_stage {value} is not divisible by VP = {vp}",
+                        )
+                    )
+        stages = pp - (first is not None) - (last is not None)
+        middle = num_layers - (first or 0) - (last or 0)
+        if stages < 0:
+            return out + [
+                Violation(
+                    "layers_fit_pp_vp",
+                    f"num_layers_in_first_pipeline_stage and "
+                    f"num_layers_in_last_pipeline_stage are both set but PP = "
+                    f"{pp} has a single stage",
+                )
+            ]
+        if middle < 0:
+            return out + [
+                Violation(
+                    "layers_fit_pp_vp",
+                    f"num_layers_in_first/last_pipeline_stage ({first} + {last}) exceed num_layers {num_layers}",
+                )
+            ]
+        if bool(middle) != bool(stages):
+            return out + [
+                Violation(
+                    "layers_fit_pp_vp",
+                    f"{middle} layers are left for {stages} middle pipeline "
+                    f"stages (num_layers {num_layers}, first {first}, last "
+                    f"{last}, PP = {pp})",
+                )
+            ]
+        if stages:
+            if middle % stages:
+                out.append(
+                    Violation(
+                        "layers_fit_pp_vp",
+                        f"{middle} middle layers are not divisible by the {stages} "
+                        f"middle pipeline stages (num_layers {num_layers}, first "
+                        f"{first}, last {last}, PP = {pp})",
+                    )
+                )
+            elif vp is not None and (middle // stages) % vp:
+                out.append(
+                    Violation(
+                        "layers_fit_pp_vp",
+                        f"layers per middle pipeline stage {middle // stages} is not divisible by VP = {vp}",
+                    )
+                )
+        return out
+    extra = p.account_for_embedding_in_pipeline_split + p.account_for_loss_in_pipeline_split
+    if extra:
+        total = num_layers + extra
+        if total % pp:
+            return [
+                Violation(
+                    "layers_fit_pp_vp",
+                    f"num_layers {num_layers} + {extra} (embedding/loss counted as "
+                    f"layers) = {total} is not divisible by PP = {pp}",
+                )
+            ]
+        if vp is not None and (total // pp) % vp:
+            return [
+                Violation(
+                    "layers_fit_pp_vp",
+                    f"layers per pipeline stage {total // pp} ((num_layers "
+                    f"{num_layers} + {extra}) / PP {pp}) is not divisible by VP = "
+                    f"{vp}",
+                )
+            ]
+        return out
+    if num_layers % pp:
+        return [
+            Violation(
+                "layers_fit_pp_vp",
+                f"num_layers {num_layers} is not divisible by PP = {pp} (even split; "
+                f"an uneven one needs pipeline_model_parallel_layout, "
+                f"num_layers_in_first/last_pipeline_stage or account_for_*)",
+            )
+        ]
+    if vp is not None and pp > 1 and (num_layers // pp) % vp:
+        return [
+            Violation(
+                "layers_fit_pp_vp",
+                f"layers per pipeline stage {num_layers // pp} (num_layers "
+                f"{num_layers} / PP {pp}) is not divisible by VP = {vp}",
+            )
+        ]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- check
+def check(p: Point) -> list[Violation]:
+    """All rules broken by ``p`` (empty list = valid). Pure Python; see the module docstring for each rule's source."""
+    for v in (
+        p.num_gpus,
+        p.num_layers,
+        p.num_attention_heads,
+        p.seq_length,
+        p.gbs,
+        p.mbs,
+        p.gpus_per_node,
+        p.tp,
+        p.pp,
+        p.cp,
+        p.ep,
+    ):
+        if type(v) is not int or v < 1:
+            return _slow_path(p)
+    for v in (
+        p.vp,
+        p.etp,
+        p.num_query_groups,
+        p.num_moe_experts,
+        p.num_layers_in_first_pipeline_stage,
+        p.num_layers_in_last_pipeline_stage,
+    ):
+        if v is not None and (type(v) is not int or v < 1):
+            return _slow_path(p)
+    mtp = p.mtp_num_layers
+    if mtp is None:
+        mtp = 0
+    elif type(mtp) is not int or mtp < 0:
+        return _slow_path(p)
+
+    out: list[Violation] = []
+    n = p.num_gpus
+    tp, pp, cp, ep = p.tp, p.pp, p.cp, p.ep
+    etp = tp if p.etp is None else p.etp
+
+    # world size = TP x PP x CP x DP
+    model = tp * pp * cp
+    dp = 0
+    if n % model:
+        out.append(
+            Violation("world_size", f"world size {n} is not divisible by TP x PP x CP = {tp} x {pp} x {cp} = {model}")
+        )
+    else:
+        dp = n // model
+
+    gpn = p.gpus_per_node
+    if n % gpn and (n > gpn or gpn % n):
+        out.append(
+            Violation(
+                "gpus_per_node",
+                f"num_gpus {n} is not a multiple of gpus_per_node {gpn} (nor a "
+                f"divisor of it, for a single partial node)",
+            )
+        )
+
+    # expert grid: ETP x EP x PP x expert-DP = world size
+    egrid = etp * ep * pp
+    if n % egrid:
+        out.append(
+            Violation(
+                "expert_grid",
+                f"world size {n} is not divisible by ETP x EP x PP = {etp} x {ep} x "
+                f"{pp} = {egrid} (expert data-parallel size must be an integer)",
+            )
+        )
+    experts = p.num_moe_experts
+    if experts is None:
+        if ep > 1:
+            out.append(Violation("ep_needs_moe", f"EP = {ep} needs a MoE model (num_moe_experts is None)"))
+    elif experts % ep:
+        out.append(Violation("experts_divisible", f"num_moe_experts {experts} is not divisible by EP = {ep}"))
+
+    heads = p.num_attention_heads
+    if heads % tp:
+        out.append(Violation("heads_divisible_tp", f"num_attention_heads {heads} is not divisible by TP = {tp}"))
+    groups = p.num_query_groups or heads
+    if groups % tp and tp % groups:
+        out.append(
+            Violation(
+                "query_groups_divisible_tp",
+                f"num_query_groups {groups} is neither a multiple nor a divisor of TP = {tp}",
+            )
+        )
+    if p.sequence_parallel and tp == 1:
+        out.append(Violation("sequence_parallel_needs_tp", "sequence_parallel needs TP > 1, TP = 1"))
+
+    seq = p.seq_length
+    if cp > 1 and seq % (2 * cp):
+        out.append(Violation("seq_divisible_cp", f"seq_length {seq} is not divisible by 2 x CP = 2 x {cp} = {2 * cp}"))
+    if p.sequence_parallel and tp > 1 and seq % (tp * cp):
+        out.append(
+            Violation(
+                "seq_divisible_tp_sp",
+                f"seq_length {seq} is not divisible by TP x CP = {tp} x {cp} "
+                f"= {tp * cp} (sequence parallelism splits each CP rank's "
+                f"tokens over TP)",
+            )
+        )
+
+    # layers over PP x VP
+    vp = p.vp
+    layout = p.pipeline_model_parallel_layout
+    if layout is not None and type(layout) is not str:
+        return _slow_path(p)
+    first, last = p.num_layers_in_first_pipeline_stage, p.num_layers_in_last_pipeline_stage
+    account = p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split
+    if (first is not None or last is not None) and account:
+        out.append(
+            Violation(
+                "pipeline_split_conflict",
+                "num_layers_in_first/last_pipeline_stage cannot be set "
+                "together with account_for_embedding/loss_in_pipeline_split",
+            )
+        )
+    if layout is not None:
+        if first is not None or last is not None or account:
+            out.append(
+                Violation(
+                    "pipeline_split_conflict",
+                    "pipeline_model_parallel_layout cannot be set together "
+                    "with num_layers_in_first/last_pipeline_stage or "
+                    "account_for_embedding/loss_in_pipeline_split",
+                )
+            )
+        vp, found = _layout_violations(layout, pp, vp, p.num_layers, mtp)
+        out.extend(found)
+    else:
+        out.extend(_split_violations(p, pp, vp, p.num_layers))
+    if vp is not None and pp == 1:
+        out.append(Violation("vp_needs_pp", f"VP = {vp} (interleaved schedule) needs PP > 1, PP = 1"))
+
+    # batch
+    if dp:
+        mbs, gbs = p.mbs, p.gbs
+        mdp = mbs * dp
+        if gbs % mdp:
+            out.append(
+                Violation(
+                    "gbs_divisible", f"global batch size {gbs} is not divisible by MBS x DP = {mbs} x {dp} = {mdp}"
+                )
+            )
+        elif vp is not None and pp > 1 and (gbs // mdp) % pp:
+            out.append(
+                Violation(
+                    "microbatches_interleaved",
+                    f"{gbs // mdp} micro-batches (GBS {gbs} / (MBS {mbs} "
+                    f"x DP {dp})) is not a multiple of PP = {pp}, as the "
+                    f"interleaved schedule (VP = {vp}) needs",
+                )
+            )
+
+    # optimizer and precision
+    mxfp8 = "mxfp8" in p.precision
+    if optimizer_family(p.optimizer) == "muon":
+        on = [
+            name
+            for name, flag in (
+                ("optimizer.use_distributed_optimizer", p.use_distributed_optimizer),
+                ("ddp.use_distributed_optimizer", p.ddp_use_distributed_optimizer),
+            )
+            if flag
+        ]
+        if on:
+            out.append(
+                Violation(
+                    "muon_dist_optimizer",
+                    f"optimizer {p.optimizer!r} needs "
+                    f"optimizer.use_distributed_optimizer = false and "
+                    f"ddp.use_distributed_optimizer = false, but "
+                    f"{' and '.join(on)} = true",
+                )
+            )
+        if p.overlap_param_gather:
+            out.append(
+                Violation(
+                    "muon_overlap_param_gather", f"optimizer {p.optimizer!r} needs ddp.overlap_param_gather = false"
+                )
+            )
+        if mxfp8 and p.fp8_param_gather:
+            out.append(
+                Violation(
+                    "muon_fp8_param_gather",
+                    f"optimizer {p.optimizer!r} under {p.precision} needs mixed_precision.fp8_param_gather = false",
+                )
+            )
+        if mxfp8 and p.reuse_grad_buf_for_mxfp8_param_ag:
+            out.append(
+                Violation(
+                    "muon_reuse_grad_buf",
+                    f"optimizer {p.optimizer!r} under {p.precision} needs "
+                    f"mixed_precision.reuse_grad_buf_for_mxfp8_param_ag = false",
+                )
+            )
+    if p.reuse_grad_buf_for_mxfp8_param_ag and not p.fp8_param_gather:
+        out.append(
+            Violation(
+                "reuse_grad_buf_needs_fp8_param_gather",
+                "reuse_grad_buf_for_mxfp8_param_ag = true needs fp8_param_gather = true",
+            )
+        )
+    if p.fp8_param_gather:
+        if "fp8" not in p.precision:
+            out.append(
+                Violation(
+                    "fp8_param_gather_needs_fp8",
+                    f"fp8_param_gather = true needs an FP8 precision, precision is {p.precision}",
+                )
+            )
+        elif mxfp8 and not p.reuse_grad_buf_for_mxfp8_param_ag:
+            out.append(
+                Violation(
+                    "mxfp8_param_gather_needs_reuse_grad_buf",
+                    "under mxfp8, fp8_param_gather = true needs reuse_grad_buf_for_mxfp8_param_ag = true",
+                )
+            )
+    return out
+
+
+def _slow_path(p: Point) -> list[Violation]:
+    bad, fixed = _size_violations(p)
+    return bad if fixed is None else check(fixed)
+
+
+def validate(p: Point) -> None:
+    """Raise :class:`RuleError` listing every broken rule, or return None."""
+    found = check(p)
+    if found:
+        raise RuleError(found)
+
+
+def check_config(cfg: Any) -> list[Violation]:
+    """:func:`check` of a composed config (``Point.from_config``)."""
+    return check(Point.from_config(cfg))

@@ -1,0 +1,172 @@
+"""nemo-run ``SlurmExecutor`` for a planned run: nodes, tasks, container, mounts, env vars, NVL72 segment.
+
+Every config value that reaches the shell goes through here and is either validated against a strict pattern (names,
+mounts, partitions, accounts: SLURM itself forbids spaces and commas there) or quoted with ``shlex.quote``
+(environment values: nemo-run 0.11.1 writes ``export KEY=value`` unquoted into the sbatch script). Secrets
+(``HF_TOKEN``, ``WANDB_API_KEY`` ...) are never put into an executor: they must come from the submitting environment.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Mapping
+
+from bridgebench.errors import BridgebenchError
+from bridgebench.paths import REPO_ROOT
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SAFE_PATH = re.compile(r"^[A-Za-z0-9_./@+-]+$")
+SAFE_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_ENV = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "NGC_API_KEY", "AWS_SECRET_ACCESS_KEY"}
+#: Where the repository is mounted inside the container (the compute-node entrypoint runs from there).
+CONTAINER_REPO = "/opt/bridgebench"
+
+
+class LaunchConfigError(BridgebenchError):
+    """A cluster or run value would be unsafe or invalid in a SLURM script; the message names the value and rule."""
+
+
+def check_name(kind: str, value: Any) -> str:
+    """Validate a run/job/account/partition name: letters, digits, ``.``, ``_``, ``-`` (max 128)."""
+    if not isinstance(value, str) or not SAFE_NAME.match(value):
+        raise LaunchConfigError(
+            f"{kind} {value!r} must match {SAFE_NAME.pattern} (no spaces, quotes or shell characters)"
+        )
+    return value
+
+
+def check_mount(mount: str) -> str:
+    """Validate ``src:dst[:flags]`` for ``srun --container-mounts`` (comma-separated list: no commas/spaces)."""
+    parts = str(mount).split(":")
+    if not 2 <= len(parts) <= 3 or not all(p and SAFE_PATH.match(p) for p in parts):
+        raise LaunchConfigError(
+            f"container mount {mount!r} must be src:dst[:flags] of plain path characters "
+            f"({SAFE_PATH.pattern}); spaces, commas and shell characters are not allowed"
+        )
+    return str(mount)
+
+
+def quoted_env(env: Mapping[str, Any]) -> dict[str, str]:
+    """Environment for the sbatch script with every value shell-quoted; secrets are refused.
+
+    Raises:
+        LaunchConfigError: a key that is not a shell identifier, or a secret's name.
+    """
+    out = {}
+    for key, value in env.items():
+        if not SAFE_ENV_KEY.match(str(key)):
+            raise LaunchConfigError(f"environment variable name {key!r} is not a valid shell identifier")
+        if key in SECRET_ENV:
+            raise LaunchConfigError(f"{key} is a secret: pass it through the submitting environment, never a config")
+        out[str(key)] = shlex.quote(str(value))
+    return out
+
+
+def payload_command(job_type: str, config_path: str, out_dir: str, container: bool) -> str:
+    """The shell command each task runs: the compute-node entrypoint (``pretrain``) or the optimizer-step payload
+    (``optstep``), from the repository (mounted at :data:`CONTAINER_REPO` in containers). Paths are shell-quoted."""
+    import sys
+
+    repo = CONTAINER_REPO if container else str(REPO_ROOT)
+    python = "python" if container else sys.executable
+    # in a container the checkout is mounted, not installed: its src/ goes on PYTHONPATH (src layout)
+    path = f"PYTHONPATH={shlex.quote(repo + '/src')} " if container else ""
+    head = f"cd {shlex.quote(repo)} && {path}{shlex.quote(python)} -m"
+    if job_type == "optstep":
+        return f"{head} bridgebench.payloads.optstep --config {shlex.quote(config_path)} --out {shlex.quote(out_dir)}"
+    return f"{head} bridgebench.payloads.pretrain --config {shlex.quote(config_path)}"
+
+
+def segment_for(nodes: int, gpus_per_node: int) -> int | None:
+    """``sbatch --segment`` as Megatron-Bridge's perf launcher sets it: for 4-GPU (NVL72) nodes, all nodes when
+    <= 18, else the largest divisor of the node count <= 18; None otherwise.
+
+    Source: Megatron-Bridge v0.3.1 ``scripts/performance/utils/executors.py::slurm_executor``.
+    """
+    if gpus_per_node != 4:
+        return None
+    if nodes <= 18:
+        return nodes
+    return next(s for s in range(18, 0, -1) if nodes % s == 0)
+
+
+def job_dir(cluster: Mapping[str, Any]) -> Path:
+    """The cluster's job directory (relative paths are under the repository)."""
+    path = Path(str(cluster["tunnel"]["job_dir"]))
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def make_executor(
+    cluster,
+    *,
+    nodes: int,
+    tasks_per_node: int,
+    gpus_per_node: int | None,
+    container_image: str | None,
+    env: Mapping[str, Any],
+    job_dir_path: Path,
+    segment: int | None = None,
+    time_limit: str | None = None,
+):
+    """A nemo-run ``SlurmExecutor`` for one run on ``cluster`` (the composed ``cfg.cluster`` node).
+
+    Raises:
+        LaunchConfigError: unsafe names, mounts or environment, or an unknown tunnel type.
+    """
+    import nemo_run as run
+
+    check_name("account", cluster.account)
+    check_name("partition", cluster.partition)
+    mounts = [check_mount(m) for m in cluster.container_mounts]
+    if cluster.tunnel.type == "local":
+        tunnel = run.LocalTunnel(job_dir=str(job_dir_path))
+    elif cluster.tunnel.type == "ssh":
+        check_name("ssh host", cluster.tunnel.host)
+        check_name("ssh user", cluster.tunnel.user)
+        tunnel = run.SSHTunnel(host=cluster.tunnel.host, user=cluster.tunnel.user, job_dir=str(job_dir_path))
+    else:
+        raise LaunchConfigError(f"cluster.tunnel.type must be 'local' or 'ssh', got {cluster.tunnel.type!r}")
+    kwargs: dict[str, Any] = dict(
+        account=cluster.account,
+        partition=cluster.partition,
+        nodes=nodes,
+        ntasks_per_node=tasks_per_node,
+        time=time_limit or cluster.time_limit,
+        tunnel=tunnel,
+        env_vars=quoted_env(env),
+        exclusive=bool(cluster.exclusive) or None,
+        segment=segment,
+    )
+    if cluster.mem is not None:
+        kwargs["mem"] = str(cluster.mem)
+    if gpus_per_node and cluster.gpus_per_node_request:
+        kwargs["gpus_per_node"] = gpus_per_node
+    if cluster.container and container_image:
+        kwargs["container_image"] = container_image
+        kwargs["container_mounts"] = mounts
+        kwargs["srun_args"] = ["--mpi=pmix", "--no-container-mount-home"]
+    return run.SlurmExecutor(**kwargs)
+
+
+def dry_run_script(executor, *, command: str, name: str, experiment: str, base_dir: Path) -> tuple[str, str]:
+    """The sbatch script nemo-run would submit for ``command`` and the per-task payload script it runs (nemo-run's own
+    dry run; nothing is submitted)."""
+    import nemo_run as run
+
+    check_name("run name", name)
+    check_name("experiment name", experiment)
+    import contextlib
+    import io
+
+    script = run.Script(inline=command, entrypoint="bash")
+    with contextlib.redirect_stdout(io.StringIO()):  # nemo-run prints its experiment banner
+        with run.Experiment(experiment, executor=executor, base_dir=str(base_dir), log_level="ERROR") as exp:
+            exp.add(script, name=name)
+            exp.dryrun(log=False, delete_exp_dir=False)
+    found = sorted(base_dir.glob(f"**/{name}_sbatch.sh"))
+    payload = sorted(base_dir.glob(f"**/scripts/{name}.sh"))
+    if not found or not payload:
+        raise LaunchConfigError(f"nemo-run dry run wrote no sbatch or payload script under {base_dir}")
+    return found[-1].read_text(), payload[-1].read_text()

@@ -1,0 +1,99 @@
+"""Megatron-Bridge API differences between releases, in one place, keyed by ``release.api`` (``configs/release``).
+
+What differs (sources: Megatron-Bridge tags v0.3.1 / v0.4.0 / v0.5.0 / v0.6.0 and the Megatron-LM submodule commit
+each pins, ``megatron/core/optimizer/optimizer_config.py``):
+
+- Muon Nesterov flag: ``muon_use_nesterov`` up to Megatron-Core in MB 0.4.x, ``muon_nesterov`` from MB 0.5.0.
+- ``muon_coefficient_type`` and ``muon_scalar_optimizer`` do not exist in MB 0.3.x (fixed to quintic / adam there).
+- Recipe entry points: the generic names below exist at the same module paths in 0.3.x and 0.6.x (0.6.x keeps them
+  as aliases of per-GPU recipes such as ``recipes/qwen/h100/qwen3_moe.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from bridgebench.errors import BridgebenchError
+
+
+class CompatError(BridgebenchError):
+    """A setting cannot be expressed in the target Megatron-Bridge release."""
+
+
+@dataclass(frozen=True)
+class Api:
+    """Megatron-Bridge API of one release family."""
+
+    optimizer_renames: dict[str, str] = field(default_factory=dict)
+    #: fields absent in this API, with the only value they implicitly have there
+    optimizer_absent: dict[str, Any] = field(default_factory=dict)
+
+
+APIS: dict[str, Api] = {
+    "0.1": Api(
+        {"muon_nesterov": "muon_use_nesterov"}, {"muon_coefficient_type": "quintic", "muon_scalar_optimizer": "adam"}
+    ),
+    "0.2": Api(
+        {"muon_nesterov": "muon_use_nesterov"}, {"muon_coefficient_type": "quintic", "muon_scalar_optimizer": "adam"}
+    ),
+    "0.3": Api(
+        {"muon_nesterov": "muon_use_nesterov"}, {"muon_coefficient_type": "quintic", "muon_scalar_optimizer": "adam"}
+    ),
+    "0.4": Api({"muon_nesterov": "muon_use_nesterov"}),
+    "0.5": Api(),
+    "0.6": Api(),
+}
+
+#: configs/model name -> (module, function) of Megatron-Bridge's pretrain recipe (same path in 0.3.x and 0.6.x).
+RECIPES: dict[str, tuple[str, str]] = {
+    "kimi_k2": ("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_pretrain_config"),
+    "qwen3_30b_a3b": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_30b_a3b_pretrain_config"),
+    "qwen3_235b_a22b": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_235b_a22b_pretrain_config"),
+    "deepseek_v3": ("megatron.bridge.recipes.deepseek", "deepseek_v3_pretrain_config"),
+    "llama3_70b": ("megatron.bridge.recipes.llama", "llama3_70b_pretrain_config"),
+    "llama31_405b": ("megatron.bridge.recipes.llama", "llama31_405b_pretrain_config"),
+}
+
+
+def api(name: str) -> Api:
+    """The :class:`Api` of a release's ``api`` key. Raises CompatError for an unknown one."""
+    if name not in APIS:
+        raise CompatError(f"unknown Megatron-Bridge API {name!r}; known: {sorted(APIS)}")
+    return APIS[name]
+
+
+def api_of_version(version: str) -> str:
+    """``"0.6.2"`` -> ``"0.6"`` (the key of :data:`APIS`)."""
+    return ".".join(version.split(".")[:2])
+
+
+def recipe(model: str) -> Callable[[], Any]:
+    """Megatron-Bridge's pretrain recipe function for a configs/model name. Raises CompatError if none."""
+    if model not in RECIPES:
+        raise CompatError(f"no Megatron-Bridge recipe known for model {model!r}; known: {sorted(RECIPES)}")
+    module, fn = RECIPES[model]
+    return getattr(importlib.import_module(module), fn)
+
+
+def optimizer_fields(fields: dict[str, Any], api_name: str) -> dict[str, Any]:
+    """Translate bridgebench optimizer fields (Megatron-Bridge 0.6 names) to ``api_name``'s names.
+
+    Raises:
+        CompatError: a field the target API lacks, set to a value other than the one it implicitly has there.
+    """
+    a = api(api_name)
+    out = {}
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if key in a.optimizer_absent:
+            if value != a.optimizer_absent[key]:
+                raise CompatError(
+                    f"optimizer.{key}={value!r} is not available in Megatron-Bridge API {api_name} "
+                    f"(fixed to {a.optimizer_absent[key]!r} there)"
+                )
+            continue
+        out[a.optimizer_renames.get(key, key)] = value
+    return out

@@ -1,0 +1,451 @@
+"""Newton-Schulz (NS) FLOPs of one Muon optimizer step.
+
+Which matrices Muon orthogonalizes (megatron-core 0.19.2 ``megatron/core/optimizer/emerging_optimizers.py``):
+every 2-D parameter except the embedding and the output layer (``_is_nonlinear_or_embedding`` routes those and all
+1-D parameters -- norms, biases, the router's expert bias -- to Adam). So Muon takes, per decoder layer:
+
+- attention: GQA ``linear_qkv`` (split into Q ``(n d, h)``, K ``(g d, h)``, V ``(g d, h)`` when
+  ``muon_split_qkv``, Megatron-Bridge 0.6.2 default True; see ``TensorParallelMuon.orthogonalize``) and
+  ``linear_proj`` ``(h, n d)``; MLA ``linear_q_down_proj`` ``(q_lora, h)``, ``linear_q_up_proj``
+  ``(n (qk + rope), q_lora)`` (or ``linear_q_proj`` ``(n (qk + rope), h)``), ``linear_kv_down_proj``
+  ``(kv_lora + rope, h)``, ``linear_kv_up_proj`` ``(n (qk + v), kv_lora)``, ``linear_proj`` ``(h, n v)``;
+- MLP: dense ``linear_fc1`` ``(2 ffn, h)`` (gate and up fused, orthogonalized whole) and ``linear_fc2`` ``(h, ffn)``;
+  MoE router ``(E, h)``, each expert's ``fc1`` ``(2 moe_ffn, h)`` and ``fc2`` ``(h, moe_ffn)`` (TE grouped GEMM
+  keeps one weight per expert), the shared expert's ``fc1``/``fc2``;
+- each MTP layer: ``eh_proj`` ``(h, 2 h)`` plus a full transformer layer of the last decoder layer's kind.
+
+Cost of one NS step on an ``m x n`` matrix with ``m <= n`` (the iteration runs on the smaller Gram matrix;
+emerging-optimizers 0.3.0 ``orthogonalized_optimizers/muon_utils.py::newton_schulz`` transposes when rows > cols):
+``A = X X^T`` (``2 m^2 n``), ``B = b A + c A A`` (``2 m^3``), ``X' = a X + B X`` (``2 m^2 n``) -> ``4 m^2 n + 2 m^3``
+with GEMMs; with SYRK kernels for the symmetric products (``newton_schulz_step_tsyrk``) only one triangle is
+computed -> ``3 m^2 n + m^3``. Times ``muon_num_ns_steps`` (5).
+
+Counting policy (:class:`NSPolicy`) is explicit:
+
+- ``kernel``: ``gemm`` or ``syrk``.
+- ``tp_mode`` (``muon_tp_mode``): ``blockwise`` -- each TP rank orthogonalizes its own shard (per-shard shapes);
+  ``duplicated`` -- the full matrix is all-gathered and orthogonalized on every TP rank; ``distributed`` -- each rank
+  iterates on its shard with the Gram matrix on the unsharded dimension, all-reduced over TP, so the small
+  ``u x u`` product is repeated on every rank (:func:`ns_flops_distributed`).
+- ``layer_wise``: the layer-wise distributed optimizer (``dist_muon``) assigns each whole parameter to one rank of
+  its data-parallel group, so each matrix is orthogonalized once per DP replica group; plain ``muon`` repeats the
+  work on every DP rank. The per-GPU split follows Megatron-Core's assignment of whole params to ranks
+  (``LayerWiseDistributedOptimizer._shard_params_ping_pong``, megatron-core 0.19.2
+  ``megatron/core/optimizer/layer_wise_optimizer.py``: params sorted by numel, dealt out in ping-pong order over
+  the DP x CP group, experts separately over the expert-DP group), so the busiest GPU is reported beside the mean.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bridgebench.errors import BridgebenchError
+from bridgebench.model.spec import ModelSpec
+
+
+class NSError(BridgebenchError):
+    """A Newton-Schulz count that cannot be made for this model, parallelism or policy (the message says why)."""
+
+
+Kernel = Literal["gemm", "syrk"]
+TPMode = Literal["blockwise", "duplicated", "distributed"]
+
+
+@dataclass(frozen=True)
+class MuonMatrix:
+    """One matrix Muon orthogonalizes (full, unsharded shape ``rows x cols``, weight layout ``(out, in)``).
+
+    ``param`` groups the split pieces of one parameter (fused QKV -> Q, K, V share a param id);
+    ``tp_partition_dim`` is 0 for column-parallel, 1 for row-parallel, None for not TP-sharded.
+    """
+
+    name: str
+    family: str  # attention | mlp_dense | router | expert | shared_expert | mtp
+    layer: int  # decoder layer index; num_layers + i for MTP layer i
+    rows: int
+    cols: int
+    param: str
+    is_expert: bool = False
+    tp_partition_dim: int | None = None
+
+
+@dataclass(frozen=True)
+class NSPolicy:
+    """How NS work is counted; see the module docstring. Defaults = Megatron-Bridge 0.6.2 ``OptimizerConfig``
+    (``muon_num_ns_steps=5``, ``muon_tp_mode='blockwise'``, ``muon_split_qkv=True``) with GEMM kernels and the
+    layer-wise distributed optimizer (``dist_muon``)."""
+
+    num_ns_steps: int = 5
+    kernel: Kernel = "gemm"
+    tp_mode: TPMode = "blockwise"
+    layer_wise: bool = True
+    split_qkv: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_ns_steps, bool) or not isinstance(self.num_ns_steps, int) or self.num_ns_steps < 1:
+            raise NSError(f"muon_num_ns_steps must be a positive integer, got {self.num_ns_steps!r}")
+        if self.kernel not in ("gemm", "syrk"):
+            raise NSError(f"NS kernel must be 'gemm' or 'syrk', got {self.kernel!r}")
+        if self.tp_mode not in ("blockwise", "duplicated", "distributed"):
+            raise NSError(f"muon_tp_mode must be 'blockwise', 'duplicated' or 'distributed', got {self.tp_mode!r}")
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Parallel sizes of a run (Megatron-Core names). ``world = TP x PP x CP x DP``; experts use ``ETP x EP x EDP x
+    PP``."""
+
+    num_gpus: int
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    virtual_pipeline_model_parallel_size: int | None = None
+    context_parallel_size: int = 1
+    expert_model_parallel_size: int = 1
+    expert_tensor_parallel_size: int | None = None
+    pipeline_model_parallel_layout: str | None = None
+
+    @property
+    def tp(self) -> int:
+        return self.tensor_model_parallel_size
+
+    @property
+    def pp(self) -> int:
+        return self.pipeline_model_parallel_size
+
+    @property
+    def cp(self) -> int:
+        return self.context_parallel_size
+
+    @property
+    def ep(self) -> int:
+        return self.expert_model_parallel_size
+
+    @property
+    def etp(self) -> int:
+        return self.expert_tensor_parallel_size or self.tp
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel size; raises ValueError if ``num_gpus`` is not a multiple of ``TP x PP x CP``."""
+        model = self.tp * self.pp * self.cp
+        if self.num_gpus % model:
+            raise NSError(
+                f"world size {self.num_gpus} is not divisible by TP x PP x CP = {self.tp} x {self.pp} x {self.cp}"
+            )
+        return self.num_gpus // model
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel size; raises ValueError if ``num_gpus`` is not a multiple of ``ETP x EP x PP``."""
+        grid = self.etp * self.ep * self.pp
+        if self.num_gpus % grid:
+            raise NSError(
+                f"world size {self.num_gpus} is not divisible by ETP x EP x PP = {self.etp} x {self.ep} x {self.pp}"
+            )
+        return self.num_gpus // grid
+
+
+def ns_flops(rows: int, cols: int, steps: int = 5, kernel: Kernel = "gemm") -> int:
+    """FLOPs of ``steps`` NS iterations on a ``rows x cols`` matrix: ``steps * (4 m^2 n + 2 m^3)`` (GEMM) or
+    ``steps * (3 m^2 n + m^3)`` (SYRK), ``m = min``, ``n = max``. Raises ValueError on non-positive sizes.
+
+    Source: emerging-optimizers 0.3.0 ``orthogonalized_optimizers/muon_utils.py`` (``newton_schulz_step``,
+    ``newton_schulz_step_tsyrk``); Jordan et al., "Muon: An optimizer for hidden layers" (2024).
+    """
+    if rows <= 0 or cols <= 0:
+        raise NSError(f"matrix sizes must be positive, got {rows} x {cols}")
+    m, n = min(rows, cols), max(rows, cols)
+    per_step = 4 * m * m * n + 2 * m**3 if kernel == "gemm" else 3 * m * m * n + m**3
+    return steps * per_step
+
+
+def _layer_matrices(model: ModelSpec, layer: int, is_moe: bool, split_qkv: bool, family_attn: str) -> list[MuonMatrix]:
+    h = model.hidden_size
+    n = model.num_attention_heads
+    out: list[MuonMatrix] = []
+    pre = f"layers.{layer}"
+
+    def add(name, family, rows, cols, param=None, expert=False, tp_dim=None):
+        out.append(MuonMatrix(f"{pre}.{name}", family, layer, rows, cols, f"{pre}.{param or name}", expert, tp_dim))
+
+    if model.multi_latent_attention:
+        qk, rope, v = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
+        if model.q_lora_rank is None:
+            add("self_attention.linear_q_proj", family_attn, n * (qk + rope), h, tp_dim=0)
+        else:
+            add("self_attention.linear_q_down_proj", family_attn, model.q_lora_rank, h)
+            add("self_attention.linear_q_up_proj", family_attn, n * (qk + rope), model.q_lora_rank, tp_dim=0)
+        add("self_attention.linear_kv_down_proj", family_attn, model.kv_lora_rank + rope, h)
+        add("self_attention.linear_kv_up_proj", family_attn, n * (qk + v), model.kv_lora_rank, tp_dim=0)
+        add("self_attention.linear_proj", family_attn, h, n * v, tp_dim=1)
+    else:
+        d, g = model.head_dim, model.query_groups
+        gate = n * d if model.attention_output_gate else 0
+        qkv = "self_attention.linear_qkv"
+        if split_qkv:
+            add(qkv + ".q", family_attn, n * d, h, param=qkv, tp_dim=0)
+            if gate:
+                add(qkv + ".gate", family_attn, gate, h, param=qkv, tp_dim=0)
+            add(qkv + ".k", family_attn, g * d, h, param=qkv, tp_dim=0)
+            add(qkv + ".v", family_attn, g * d, h, param=qkv, tp_dim=0)
+        else:
+            add(qkv, family_attn, n * d + gate + 2 * g * d, h, tp_dim=0)
+        add("self_attention.linear_proj", family_attn, h, n * d, tp_dim=1)
+
+    glu = 2 if model.gated_linear_unit else 1
+    if not is_moe:
+        add("mlp.linear_fc1", "mlp_dense", glu * model.ffn_hidden_size, h, tp_dim=0)
+        add("mlp.linear_fc2", "mlp_dense", h, model.ffn_hidden_size, tp_dim=1)
+        return out
+    e_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
+    add("mlp.router", "router", model.num_moe_experts, h)
+    for e in range(model.num_moe_experts):
+        add(f"mlp.experts.linear_fc1.weight{e}", "expert", glu * e_ffn, h, expert=True, tp_dim=0)
+        add(f"mlp.experts.linear_fc2.weight{e}", "expert", h, e_ffn, expert=True, tp_dim=1)
+    if model.moe_shared_expert_intermediate_size:
+        s_ffn = model.moe_shared_expert_intermediate_size
+        add("mlp.shared_experts.linear_fc1", "shared_expert", glu * s_ffn, h, tp_dim=0)
+        add("mlp.shared_experts.linear_fc2", "shared_expert", h, s_ffn, tp_dim=1)
+    return out
+
+
+def muon_matrices(model: ModelSpec, *, split_qkv: bool = True) -> list[MuonMatrix]:
+    """All matrices of one model replica that Muon orthogonalizes, full (unsharded) shapes.
+
+    Returns one :class:`MuonMatrix` per orthogonalized matrix, decoder layers first, then MTP layers.
+    Embedding, output layer and 1-D parameters are excluded (they go to Adam).
+    """
+    pattern = model.moe_layer_pattern
+    mats: list[MuonMatrix] = []
+    for i in range(model.num_layers):
+        mats += _layer_matrices(model, i, bool(pattern[i]), split_qkv, "attention")
+    for j in range(model.mtp_layers):
+        layer = model.num_layers + j
+        h = model.hidden_size
+        mats.append(
+            MuonMatrix(f"mtp.layers.{j}.eh_proj", "mtp", layer, h, 2 * h, f"mtp.layers.{j}.eh_proj", tp_partition_dim=0)
+        )
+        mats += [
+            MuonMatrix(
+                m.name.replace(f"layers.{layer}", f"mtp.layers.{j}.transformer_layer"),
+                m.family,
+                layer,
+                m.rows,
+                m.cols,
+                m.param.replace(f"layers.{layer}", f"mtp.layers.{j}.transformer_layer"),
+                m.is_expert,
+                m.tp_partition_dim,
+            )
+            for m in _layer_matrices(model, layer, bool(pattern[-1]), split_qkv, "attention")
+        ]
+    return mats
+
+
+def _shard(m: MuonMatrix, tp: int) -> tuple[int, int]:
+    """Per-TP-rank shape of a matrix (Megatron-Core column/row parallel linear layers)."""
+    if tp == 1 or m.tp_partition_dim is None:
+        return m.rows, m.cols
+    if m.tp_partition_dim == 0:
+        if m.rows % tp:
+            raise NSError(f"{m.name}: {m.rows} rows are not divisible by tensor parallel size {tp}")
+        return m.rows // tp, m.cols
+    if m.cols % tp:
+        raise NSError(f"{m.name}: {m.cols} columns are not divisible by tensor parallel size {tp}")
+    return m.rows, m.cols // tp
+
+
+def ns_flops_distributed(unsharded: int, local: int, steps: int = 5, kernel: Kernel = "gemm") -> int:
+    """FLOPs one TP rank spends on ``steps`` NS iterations of a TP-sharded matrix in ``distributed`` mode.
+
+    Each rank holds ``X`` of shape ``unsharded x local`` (transposed so that the unsharded dimension is the Gram side,
+    whichever side is smaller): ``A = X X^T`` (``2 u^2 l``, then all-reduced over TP), ``B = b A + c A A``
+    (``2 u^3``: the small product is repeated on every rank), ``X' = a X + B X`` (``2 u^2 l``) ->
+    ``4 u^2 l + 2 u^3`` per step with GEMMs (``3 u^2 l + u^3`` with SYRK kernels, a hypothetical here:
+    ``newton_schulz_tp`` does not forward ``use_syrk``).
+
+    Source: emerging-optimizers 0.3.0 ``orthogonalized_optimizers/muon_utils.py`` (``newton_schulz_tp``,
+    ``tp_mode="distributed"``: ``transpose = partition_dim == 0``; ``newton_schulz_step`` all-reduces ``A``).
+
+    Raises:
+        NSError: non-positive sizes.
+    """
+    if unsharded <= 0 or local <= 0:
+        raise NSError(f"matrix sizes must be positive, got {unsharded} x {local}")
+    u, n = unsharded, local
+    per_step = 4 * u * u * n + 2 * u**3 if kernel == "gemm" else 3 * u * u * n + u**3
+    return steps * per_step
+
+
+def per_tp_rank_flops(m: MuonMatrix, tp: int, policy: NSPolicy) -> int:
+    """NS FLOPs one TP rank spends on matrix ``m`` per optimizer step (exact integers).
+
+    ``blockwise``: NS of the rank's own shard. ``duplicated``: the all-gathered full matrix on every rank.
+    ``distributed``: :func:`ns_flops_distributed` on the rank's shard, whose Gram matrix is on the unsharded
+    dimension. Matrices that are not TP-sharded (``tp_partition_dim is None``) fall back to the full-matrix NS
+    in every mode (emerging-optimizers 0.3.0 ``newton_schulz_tp``: ``partition_dim is None``).
+    """
+    steps, kernel = policy.num_ns_steps, policy.kernel
+    if tp == 1 or m.tp_partition_dim is None:
+        return ns_flops(m.rows, m.cols, steps, kernel)
+    if policy.tp_mode == "blockwise":
+        return ns_flops(*_shard(m, tp), steps, kernel)
+    if policy.tp_mode == "duplicated":
+        return ns_flops(m.rows, m.cols, steps, kernel)
+    rows, cols = _shard(m, tp)
+    unsharded, local = (cols, rows) if m.tp_partition_dim == 0 else (rows, cols)
+    return ns_flops_distributed(unsharded, local, steps, kernel)
+
+
+def _pp_stage_of_layer(model: ModelSpec, par: Parallelism) -> list[int]:
+    """Pipeline stage holding each decoder layer (and MTP layers).
+
+    With a ``pipeline_model_parallel_layout`` (e.g. Kimi K2's ``"Et*4|(t*4|)*14tL"``) the layout decides: its i-th
+    virtual stage lives on pipeline rank ``i % PP`` and holds its ``t`` (decoder) and ``m`` (MTP) layers in order
+    (Megatron-Core 0.19.2 ``pipeline_parallel_layer_layout.py``; unrolled by ``bridgebench.model.layout.parse_layout``).
+    Without one, layers are split as evenly as possible over ``PP x VP`` virtual chunks, earlier chunks taking the
+    remainder, chunk ``c`` on rank ``c % PP``, and MTP layers on the last rank.
+    """
+    if par.pipeline_model_parallel_layout:
+        from bridgebench.model.layout import parse_layout
+
+        decoder: list[int] = []
+        mtp: list[int] = []
+        for i, stage in enumerate(parse_layout(par.pipeline_model_parallel_layout)):
+            decoder += [i % par.pp] * stage.count("t")
+            mtp += [i % par.pp] * stage.count("m")
+        if len(decoder) != model.num_layers:
+            raise NSError(
+                f"pipeline layout {par.pipeline_model_parallel_layout!r} holds {len(decoder)} decoder "
+                f"layers, the model has {model.num_layers}"
+            )
+        return decoder + (mtp if len(mtp) == model.mtp_layers else [par.pp - 1] * model.mtp_layers)
+    chunks = par.pp * (par.virtual_pipeline_model_parallel_size or 1)
+    base, extra = divmod(model.num_layers, chunks)
+    stages = []
+    for c in range(chunks):
+        stages += [c % par.pp] * (base + (1 if c < extra else 0))
+    stages += [par.pp - 1] * model.mtp_layers
+    return stages
+
+
+@dataclass
+class NSLoad:
+    """NS FLOPs of one optimizer step for a whole run.
+
+    ``total`` sums every GPU (FLOPs per step); ``per_gpu_mean = total / num_gpus``; ``per_gpu_max`` is the busiest
+    GPU. ``by_family`` splits ``total`` by matrix family. ``per_replica`` is the NS FLOPs of orthogonalizing every
+    matrix once at full size (the policy-free floor, FLOPs).
+    """
+
+    policy: NSPolicy
+    num_gpus: int
+    total: int
+    per_gpu_max: int
+    per_replica: int
+    by_family: dict[str, int] = field(default_factory=dict)
+    num_matrices: int = 0
+
+    @property
+    def per_gpu_mean(self) -> float:
+        return self.total / self.num_gpus
+
+
+def ns_load(model: ModelSpec, par: Parallelism, policy: NSPolicy = NSPolicy()) -> NSLoad:
+    """NS FLOPs per optimizer step on every GPU of a run, under ``policy``.
+
+    Args:
+        model: architecture.
+        par: parallel sizes; ``num_gpus`` GPUs in all.
+        policy: counting policy (kernel, TP mode, layer-wise distributed optimizer, QKV split, NS steps).
+
+    Returns:
+        :class:`NSLoad` with FLOPs per step (total over GPUs, mean and busiest GPU).
+
+    Raises:
+        ValueError: parallel sizes that do not fit the world size or do not divide the matrices.
+    """
+    dp, edp = par.dp, par.expert_dp  # validate the grids
+    if model.is_moe and model.num_moe_experts % par.ep:
+        raise NSError(f"num_moe_experts {model.num_moe_experts} is not divisible by EP {par.ep}")
+    if model.query_groups % par.tp:
+        raise NSError(f"num_query_groups {model.query_groups} is not divisible by TP {par.tp}")
+    stage_of = _pp_stage_of_layer(model, par)
+    mats = muon_matrices(model, split_qkv=policy.split_qkv)
+    experts_per_rank = (model.num_moe_experts // par.ep) if model.is_moe else 0
+
+    # Work per (stage, group rank) for dense params over DP x CP and expert params over expert-DP:
+    # each param is a list of (flops per TP rank) pieces, one per split piece.
+    dense_params: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    dense_numel: dict[int, dict[str, int]] = defaultdict(dict)
+    expert_params: dict[tuple[int, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    expert_numel: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
+    by_family: dict[str, int] = defaultdict(int)
+    per_replica = 0
+    for m in mats:
+        stage = stage_of[m.layer]
+        per_replica += ns_flops(m.rows, m.cols, policy.num_ns_steps, policy.kernel)
+        if m.is_expert:
+            tp = par.etp
+            e = int(m.name.rsplit("weight", 1)[1])
+            ep_rank = e // experts_per_rank
+            f = per_tp_rank_flops(m, tp, policy)
+            r, c = _shard(m, tp)
+            expert_params[(stage, ep_rank)][m.param] += f
+            expert_numel[(stage, ep_rank)][m.param] = expert_numel[(stage, ep_rank)].get(m.param, 0) + r * c
+            by_family[m.family] += f * tp * (1 if policy.layer_wise else edp)
+        else:
+            tp = par.tp
+            f = per_tp_rank_flops(m, tp, policy)
+            r, c = _shard(m, tp)
+            dense_params[stage][m.param] += f
+            dense_numel[stage][m.param] = dense_numel[stage].get(m.param, 0) + r * c
+            by_family[m.family] += f * tp * (1 if policy.layer_wise else dp * par.cp)
+
+    dense_group = dp * par.cp
+    # Per-GPU load: GPU = (stage, tp rank, dense-group rank) for dense; (stage, etp rank, ep rank, edp rank) for
+    # experts. Every TP rank of a group does the same per-rank work, so the max over TP ranks is the same.
+    dense_load = {
+        st: _assign(dense_params[st], dense_numel[st], dense_group, policy.layer_wise) for st in range(par.pp)
+    }
+    expert_load = {key: _assign(expert_params[key], expert_numel[key], edp, policy.layer_wise) for key in expert_params}
+    total = 0
+    busiest = 0
+    gpus_per_stage = par.num_gpus // par.pp
+    for st in range(par.pp):
+        for g in range(gpus_per_stage):
+            dense_rank = g // par.tp  # (tp fastest, then cp x dp)
+            ep_rank = (g // par.etp) % par.ep
+            edp_rank = g // (par.etp * par.ep)
+            load = dense_load[st][dense_rank] + (
+                expert_load[(st, ep_rank)][edp_rank] if (st, ep_rank) in expert_load else 0
+            )
+            total += load
+            busiest = max(busiest, load)
+    return NSLoad(
+        policy=policy,
+        num_gpus=par.num_gpus,
+        total=total,
+        per_gpu_max=busiest,
+        per_replica=per_replica,
+        by_family=dict(by_family),
+        num_matrices=len(mats),
+    )
+
+
+def _assign(flops: dict[str, int], numel: dict[str, int], group: int, layer_wise: bool) -> list[int]:
+    """NS FLOPs per rank of one data-parallel group.
+
+    Without the layer-wise optimizer every rank does every param. With it, params are sorted by numel (ascending,
+    stable) and dealt out ping-pong ``0, 1, ..., G-1, G-1, ..., 0, 0, ...``
+    (megatron-core 0.19.2 ``layer_wise_optimizer.py::_shard_params_ping_pong``).
+    """
+    if not layer_wise or group == 1:
+        whole = sum(flops.values())
+        return [whole] * group
+    loads = [0] * group
+    loop = list(range(group)) + list(range(group))[::-1]
+    for i, name in enumerate(sorted(flops, key=lambda p: numel[p])):
+        loads[loop[i % len(loop)]] += flops[name]
+    return loads

@@ -1,0 +1,48 @@
+"""Where bridgebench's files are: the repository folders it ships, and the read/write paths of ``configs/paths``.
+
+``configs/paths/default.yaml`` is the one declaration of every path (plans, ledger, results store, reference data,
+generated tables, Hugging Face cache, job folders), each with an ``${oc.env:…}`` override. Code that composes a full
+Hydra config reads ``cfg.paths``; code that has no composed config (``collect``, ``status``) calls :func:`load_paths`,
+which reads the same file with OmegaConf. Bottom layer: imports nothing from bridgebench.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = REPO_ROOT / "configs"
+RECIPES_DIR = REPO_ROOT / "recipes"
+PATHS_FILE = CONFIG_DIR / "paths" / "default.yaml"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Absolute read/write paths (fields = keys of ``configs/paths/default.yaml``)."""
+
+    plans: Path
+    ledger: Path
+    results: Path
+    reference: Path
+    tables: Path
+    hf_cache: Path
+    job_dir: Path
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Paths:
+        """Absolute paths from a resolved mapping; relative entries are taken under :data:`REPO_ROOT`."""
+        return cls(**{k: _absolute(str(data[k])) for k in cls.__dataclass_fields__})
+
+
+def _absolute(value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def load_paths() -> Paths:
+    """The resolved ``configs/paths/default.yaml`` (environment overrides applied at call time)."""
+    from omegaconf import OmegaConf
+
+    return Paths.from_mapping(OmegaConf.to_container(OmegaConf.load(PATHS_FILE), resolve=True))

@@ -1,0 +1,584 @@
+"""Optimizer-step benchmark: time ONE optimizer step of real Muon against AdamW on the model's real Muon matrices.
+
+A job payload (``python -m bridgebench.payloads.optstep --config <resolved config.yaml> --out <dir>``) that runs on
+any node: a
+GPU when one is visible (``--device auto``), else the CPU. It allocates the matrices that Muon orthogonalizes
+(:func:`bridgebench.model.newton_schulz.muon_matrices`, full unsharded shapes, no TP) for a subset of the model,
+fills their
+gradients with random values and, per matrix family (``attention``, ``mlp_dense``, ``router``, ``expert``,
+``shared_expert``), measures:
+
+- ``muon_step_s`` (s): one ``step()`` of Megatron-Core 0.19.2's ``TensorParallelMuon``
+  (``megatron/core/optimizer/emerging_optimizers.py``) -- the class Megatron-Core builds for ``muon`` and
+  ``dist_muon`` (the layer-wise optimizer wraps it; with one process it is this class alone). It subclasses
+  emerging-optimizers 0.3.0 ``OrthogonalizedOptimizer`` (``orthogonalized_optimizers/orthogonalized_optimizer.py``:
+  decoupled weight decay, momentum EMA, optional Nesterov, update ``p -= lr * scale * NS(momentum)``) and adds the
+  fused-QKV split (``muon_split_qkv``: the fused ``linear_qkv`` parameter is split per query group into Q, [gate,]
+  K, V and each piece orthogonalized alone). Its kwargs are made from the run's ``optimizer.*`` keys by
+  Megatron-Core's own ``_muon_config_to_kwargs`` on a Megatron-Core ``OptimizerConfig``; with no process groups
+  (``pg_collection=None``) every matrix goes to ``muon_utils.newton_schulz_tp(partition_dim=None)`` ->
+  ``muon_utils.newton_schulz``, i.e. single-process blockwise orthogonalization of the whole (unsharded) matrix.
+- ``adamw_step_s`` (s): one ``step()`` of ``torch.optim.AdamW`` (``fused=True`` where the device supports it, else
+  ``foreach=True``) with the run's ``lr``, ``adam_beta1/2``, ``adam_eps``, ``weight_decay`` on the same parameters.
+- ``ns_time_s`` (s): the Newton-Schulz orthogonalization alone -- emerging-optimizers 0.3.0
+  ``orthogonalized_optimizers/muon_utils.py::newton_schulz`` on one fp32 matrix per Muon matrix (QKV pieces
+  separately when split), same ``muon_num_ns_steps`` and ``muon_coefficient_type``, inside
+  ``emerging_optimizers.utils.fp32_matmul_precision(muon_fp32_matmul_prec)`` exactly as the optimizer calls it
+  (``medium`` = BF16 matmuls with FP32 I/O).
+- ``ns_flops`` (FLOPs): ``bridgebench.model.newton_schulz.ns_flops(rows, cols, muon_num_ns_steps, "gemm")`` summed
+over the
+  family's matrices (``steps * (4 m^2 n + 2 m^3)``, ``m = min(rows, cols)``; GEMM because ``TensorParallelMuon``
+  never enables the SYRK kernel); ``ns_flops_per_s`` (FLOP/s) = ``ns_flops / ns_time_s``.
+- ``ratio`` = ``muon_step_s / adamw_step_s``; ``matrices`` = Muon matrices (QKV pieces counted separately, as in
+  ``muon_matrices``); ``params`` = elements of the family's parameters.
+
+Each time is the median (``statistics.median``) of ``repeats`` timed calls (``time.perf_counter``, with
+``torch.cuda.synchronize()`` before and after on CUDA) after ``warmup`` untimed ones (the first step allocates the
+optimizer state; with ``--warmup 0`` that allocation is inside the first timed step). ``total`` sums the families
+(both optimizers loop over parameters, so a step over all of them is the sum; its ``ratio`` and ``ns_flops_per_s``
+are recomputed from the sums).
+
+Subset (so the run fits the node): ``--layers N`` takes the first N decoder layers **of each MLP kind** (dense and
+MoE) -- for a model whose layers are all one kind (Qwen3 30B-A3B) that is exactly the first N layers; Kimi K2 /
+DeepSeek-V3 (first layer(s) dense) get layer 0 and the first MoE layer, so every family is measured. ``--experts K``
+keeps the first K routed experts of each MoE layer. MTP layers are not included. ``--families`` narrows further.
+Only ``--dtype fp32`` runs: Megatron steps FP32 main parameters, and ``newton_schulz`` rejects other dtypes.
+
+Output: ``<out>/optstep.json`` (written atomically: temp file + ``os.replace``) and one stdout line
+``BRIDGEBENCH_OPTSTEP <compact json>`` (read by ``launch/collect.py``); progress goes to stderr. Defaults for
+``--layers``, ``--experts`` and ``--repeats`` come from the config's ``job.*`` keys when present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import typer
+
+from bridgebench.errors import BridgebenchError
+
+#: Families in report order (``bridgebench.model.newton_schulz.MuonMatrix.family``; ``mtp`` is never selected).
+FAMILY_ORDER = ("attention", "mlp_dense", "router", "expert", "shared_expert")
+MARKER = "BRIDGEBENCH_OPTSTEP "
+_METRICS = ("muon_step_s", "adamw_step_s", "ratio", "ns_time_s", "ns_flops", "ns_flops_per_s")
+
+
+class OptstepError(BridgebenchError):
+    """A bad config or subset for the optimizer-step benchmark; the message says which rule."""
+
+
+@dataclass
+class ParamSpec:
+    """One optimizer parameter of the subset: the Muon matrices (pieces) it is made of, stacked along rows.
+
+    A fused QKV parameter with ``muon_split_qkv`` has several pieces (Q, [gate,] K, V); every other one has one.
+    """
+
+    name: str
+    family: str
+    pieces: list = field(default_factory=list)  # list[bridgebench.model.newton_schulz.MuonMatrix]
+
+    @property
+    def rows(self) -> int:
+        return sum(m.rows for m in self.pieces)
+
+    @property
+    def cols(self) -> int:
+        return self.pieces[0].cols
+
+    @property
+    def is_qkv(self) -> bool:
+        return len(self.pieces) > 1
+
+
+# ---------------------------------------------------------------------------------------------------- selection
+def selected_layers(model, layers: int) -> list[int]:
+    """Decoder layer indices of the subset: the first ``layers`` dense-MLP layers and the first ``layers`` MoE
+    layers (as many as the model has of each kind), ascending.
+
+    Raises:
+        OptstepError: ``layers`` < 1.
+    """
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise OptstepError(f"layers must be a positive integer, got {layers!r}")
+    pattern = model.moe_layer_pattern
+    dense = [i for i, moe in enumerate(pattern) if not moe][:layers]
+    moe = [i for i, is_moe in enumerate(pattern) if is_moe][:layers]
+    return sorted(dense + moe)
+
+
+def select_matrices(
+    model, *, layers: int = 1, experts: int = 2, split_qkv: bool = True, families: Optional[Sequence[str]] = None
+) -> list:
+    """Muon matrices of the subset (:func:`bridgebench.model.newton_schulz.muon_matrices` order, full shapes).
+
+    Args:
+        model: :class:`bridgebench.model.spec.ModelSpec`.
+        layers: decoder layers of each MLP kind (see :func:`selected_layers`).
+        experts: routed experts kept per MoE layer (the first ``experts``); ignored for dense models.
+        split_qkv: ``muon_split_qkv`` (fused QKV -> Q, [gate,] K, V pieces).
+        families: keep only these families (default: all but ``mtp``).
+
+    Raises:
+        OptstepError: non-positive sizes, more experts than the model has, an unknown family, or an empty subset.
+    """
+    from bridgebench.model.newton_schulz import muon_matrices
+
+    if isinstance(experts, bool) or not isinstance(experts, int) or experts < 1:
+        raise OptstepError(f"experts must be a positive integer, got {experts!r}")
+    if model.is_moe and experts > model.num_moe_experts:
+        raise OptstepError(f"experts={experts} exceeds the model's num_moe_experts={model.num_moe_experts}")
+    if families is not None:
+        unknown = sorted(set(families) - set(FAMILY_ORDER))
+        if unknown:
+            raise OptstepError(f"unknown families {unknown}; known: {list(FAMILY_ORDER)}")
+    keep_layers = set(selected_layers(model, layers))
+    out = []
+    for m in muon_matrices(model, split_qkv=split_qkv):
+        if m.layer not in keep_layers or m.family == "mtp":
+            continue
+        if m.is_expert and int(m.name.rsplit("weight", 1)[1]) >= experts:
+            continue
+        if families is not None and m.family not in families:
+            continue
+        out.append(m)
+    if not out:
+        raise OptstepError(
+            f"no Muon matrices in the subset (layers={layers}, experts={experts}, "
+            f"families={list(families) if families else 'all'})"
+        )
+    return out
+
+
+def group_params(mats: Sequence) -> list[ParamSpec]:
+    """Group Muon matrices into optimizer parameters by ``MuonMatrix.param`` (split QKV pieces -> one fused
+    parameter, pieces in ``muon_matrices`` order: Q, [gate,] K, V)."""
+    by_param: dict[str, ParamSpec] = {}
+    for m in mats:
+        spec = by_param.setdefault(m.param, ParamSpec(m.param, m.family))
+        if spec.pieces and spec.pieces[0].cols != m.cols:
+            raise OptstepError(f"{m.param}: pieces with different column counts")
+        spec.pieces.append(m)
+    return list(by_param.values())
+
+
+# ---------------------------------------------------------------------------------------------------- config
+def load_config(path: Path):
+    """Read a composed bridgebench config (``OmegaConf.save`` / ``bridgebench plan`` output).
+
+    Raises:
+        OptstepError: unreadable YAML, or no ``model`` / ``optimizer`` sections.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as err:  # yaml.YAMLError, OSError, OmegaConf errors
+        raise OptstepError(f"cannot read config {path}: {err}") from err
+    if not isinstance(cfg, DictConfig) or "model" not in cfg or "optimizer" not in cfg:
+        raise OptstepError(f"{path} is not a composed bridgebench config (needs 'model' and 'optimizer' sections)")
+    return cfg
+
+
+def _job_default(cfg, key: str, fallback: int) -> int:
+    job = cfg.get("job") if hasattr(cfg, "get") else None
+    value = job.get(key) if job is not None else None
+    return fallback if value is None else int(value)
+
+
+def muon_settings(optimizer: dict[str, Any], model) -> dict[str, Any]:
+    """``TensorParallelMuon`` kwargs for the run, made by Megatron-Core 0.19.2's own ``_muon_config_to_kwargs``
+    from a Megatron-Core ``OptimizerConfig`` carrying the run's ``optimizer.*`` values (unset ``muon_*`` keys keep
+    Megatron-Core's defaults). ``qkv_split_shapes`` come from the model (``_get_qkv_split_shapes``);
+    ``pg_collection`` is None (single process).
+
+    Raises:
+        OptstepError: a coefficient type the installed emerging-optimizers does not know.
+    """
+    import dataclasses
+    import types
+
+    from megatron.core.optimizer import emerging_optimizers as mcore_eopt
+    from megatron.core.optimizer.optimizer_config import OptimizerConfig
+
+    names = {f.name for f in dataclasses.fields(OptimizerConfig)}
+    values = {
+        k: v
+        for k, v in optimizer.items()
+        if k in names
+        and v is not None
+        and k not in ("optimizer", "use_distributed_optimizer", "use_precision_aware_optimizer")
+    }
+    config = OptimizerConfig(
+        optimizer="muon", use_distributed_optimizer=False, use_precision_aware_optimizer=False, **values
+    )
+    try:
+        mcore_eopt.validate_coefficient_type(config.muon_coefficient_type)
+    except ValueError as err:
+        raise OptstepError(str(err)) from err
+    model_cfg = types.SimpleNamespace(
+        num_attention_heads=model.num_attention_heads,
+        num_query_groups=model.query_groups,
+        kv_channels=model.head_dim,
+        attention_output_gate=model.attention_output_gate,
+    )
+    kwargs = mcore_eopt._muon_config_to_kwargs(config, [types.SimpleNamespace(config=model_cfg)], None)
+    return kwargs
+
+
+def adamw_settings(optimizer: dict[str, Any]) -> dict[str, Any]:
+    """``torch.optim.AdamW`` kwargs from the run's ``optimizer.*`` (lr, betas, eps, weight decay)."""
+    return {
+        "lr": float(optimizer.get("lr") or 3e-4),
+        "betas": (float(optimizer.get("adam_beta1") or 0.9), float(optimizer.get("adam_beta2") or 0.999)),
+        "eps": float(optimizer.get("adam_eps") or 1e-8),
+        "weight_decay": float(optimizer.get("weight_decay") or 0.0),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- timing
+def _timer(device) -> Callable[[Callable[[], Any], int, int], list[float]]:
+    import torch
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def run(fn: Callable[[], Any], warmup: int, repeats: int) -> list[float]:
+        for _ in range(warmup):
+            fn()
+        sync()
+        times = []
+        for _ in range(repeats):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t0)
+        return times
+
+    return run
+
+
+def _adamw(params, device, kwargs):
+    """torch.optim.AdamW, fused where the device supports it, else foreach; returns (optimizer, impl name)."""
+    import torch
+
+    try:
+        return torch.optim.AdamW(params, fused=True, **kwargs), "fused"
+    except RuntimeError:
+        return torch.optim.AdamW(params, foreach=True, **kwargs), "foreach"
+
+
+def _with_ratios(d: dict[str, Any]) -> dict[str, Any]:
+    d["ratio"] = d["muon_step_s"] / d["adamw_step_s"] if d["adamw_step_s"] > 0 else None
+    d["ns_flops_per_s"] = d["ns_flops"] / d["ns_time_s"] if d["ns_time_s"] > 0 else None
+    return d
+
+
+def time_family(
+    specs: Sequence[ParamSpec],
+    *,
+    device,
+    muon_kwargs: dict[str, Any],
+    adamw_kwargs: dict[str, Any],
+    warmup: int,
+    repeats: int,
+    generator,
+) -> tuple[dict[str, Any], str]:
+    """Time one family: Muon step, AdamW step (same parameters and random gradients), NS alone.
+
+    Returns ``(figures, adamw_impl)``; figures are seconds (medians), FLOPs and FLOP/s (see the module docstring).
+    """
+    import torch
+    from emerging_optimizers.orthogonalized_optimizers.muon_utils import newton_schulz
+    from emerging_optimizers.utils import fp32_matmul_precision
+    from megatron.core.optimizer.emerging_optimizers import TensorParallelMuon
+
+    from bridgebench.model.newton_schulz import ns_flops
+
+    timed = _timer(device)
+    steps, coeff = muon_kwargs["num_ns_steps"], muon_kwargs["coefficient_type"]
+
+    def randn(rows: int, cols: int, scale: float = 1.0):
+        x = torch.randn(rows, cols, generator=generator, dtype=torch.float32)
+        return (x.mul_(scale) if scale != 1.0 else x).to(device)
+
+    params = []
+    for s in specs:
+        p = torch.nn.Parameter(randn(s.rows, s.cols, 0.02))
+        p.grad = randn(s.rows, s.cols)
+        if s.is_qkv:
+            p.is_qkv = True  # Megatron-Core sets this on the fused linear_qkv weight (tensor_parallel/layers.py)
+        params.append(p)
+
+    muon = TensorParallelMuon(params, **muon_kwargs)
+    muon_t = timed(muon.step, warmup, repeats)
+    del muon
+    adamw, impl = _adamw(params, device, adamw_kwargs)
+    adamw_t = timed(adamw.step, warmup, repeats)
+    del adamw, params
+
+    pieces = [m for s in specs for m in s.pieces]
+    xs = [randn(m.rows, m.cols) for m in pieces]
+
+    def ns_all() -> None:
+        with fp32_matmul_precision(muon_kwargs["fp32_matmul_prec"]):
+            for x in xs:  # noqa: F821  (xs is deleted after timing, not before)
+                newton_schulz(x, steps=steps, coefficient_type=coeff)
+
+    ns_t = timed(ns_all, warmup, repeats)
+    del xs
+    figures = {
+        "matrices": len(pieces),
+        "params": sum(s.rows * s.cols for s in specs),
+        "muon_step_s": statistics.median(muon_t),
+        "adamw_step_s": statistics.median(adamw_t),
+        "ns_time_s": statistics.median(ns_t),
+        "ns_flops": sum(ns_flops(m.rows, m.cols, steps, "gemm") for m in pieces),
+    }
+    return _with_ratios(figures), impl
+
+
+def _versions() -> dict[str, Optional[str]]:
+    import importlib.metadata as md
+
+    import torch
+
+    out: dict[str, Optional[str]] = {"torch": torch.__version__}
+    for key, dist in (("emerging_optimizers", "emerging-optimizers"), ("megatron_core", "megatron-core")):
+        try:
+            out[key] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[key] = None
+    return out
+
+
+def resolve_device(device: str):
+    """``auto`` -> ``cuda`` if available else ``cpu``; ``cuda``/``cuda:N``/``cpu`` as given.
+
+    Raises:
+        OptstepError: CUDA asked for but not available, or an unknown device string.
+    """
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise OptstepError(f"unknown device {device!r}: {err}") from err
+    if dev.type not in ("cpu", "cuda"):
+        raise OptstepError(f"device must be auto, cpu or cuda[:N], got {device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise OptstepError(f"device {device!r} requested but CUDA is not available on {socket.gethostname()}")
+    return dev
+
+
+def run_optstep(
+    cfg,
+    out_dir: Path | str,
+    *,
+    layers: int = 1,
+    experts: int = 2,
+    families: Optional[Sequence[str]] = None,
+    dtype: str = "fp32",
+    device: str = "auto",
+    warmup: int = 1,
+    repeats: int = 5,
+    seed: int = 0,
+    progress: Callable[[str], None] = lambda s: None,
+) -> dict[str, Any]:
+    """Run the benchmark on a composed config; write ``<out_dir>/optstep.json`` atomically, print the
+    ``BRIDGEBENCH_OPTSTEP`` line on stdout, and return the result dict.
+
+    Raises:
+        OptstepError: bad subset, dtype, device or optimizer settings (nothing is written then).
+        bridgebench.config.ConfigError: the config's model section breaks a rule.
+    """
+    from omegaconf import OmegaConf
+
+    from bridgebench.config.compose import model_spec
+
+    if dtype not in ("fp32", "float32"):
+        raise OptstepError(
+            f"dtype {dtype!r} is not supported: emerging-optimizers 0.3.0 newton_schulz needs float32 "
+            "input and Megatron steps FP32 main parameters; use fp32"
+        )
+    if isinstance(warmup, bool) or warmup < 0 or isinstance(repeats, bool) or repeats < 1:
+        raise OptstepError(f"warmup must be >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
+    model = model_spec(cfg)
+    optimizer = OmegaConf.to_container(cfg.optimizer, resolve=True)
+    muon_kwargs = muon_settings(optimizer, model)
+    mats = select_matrices(
+        model, layers=layers, experts=experts, split_qkv=bool(muon_kwargs["split_qkv"]), families=families
+    )
+    dev = resolve_device(device)
+
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    specs = group_params(mats)
+    fams: dict[str, dict[str, Any]] = {}
+    impl = None
+    present = [f for f in FAMILY_ORDER if any(s.family == f for s in specs)]
+    for fam in present:
+        fam_specs = [s for s in specs if s.family == fam]
+        progress(f"optstep: {fam}: {sum(len(s.pieces) for s in fam_specs)} matrices on {dev} ...")
+        fams[fam], impl = time_family(
+            fam_specs,
+            device=dev,
+            muon_kwargs=muon_kwargs,
+            adamw_kwargs=adamw_settings(optimizer),
+            warmup=warmup,
+            repeats=repeats,
+            generator=gen,
+        )
+        f = fams[fam]
+        progress(
+            f"optstep: {fam}: Muon {f['muon_step_s']:.4g} s, AdamW {f['adamw_step_s']:.4g} s, "
+            f"NS {f['ns_time_s']:.4g} s ({(f['ns_flops_per_s'] or 0) / 1e9:.1f} GFLOP/s)"
+        )
+    total: dict[str, Any] = defaultdict(float)
+    for f in fams.values():
+        for key in ("matrices", "params", "muon_step_s", "adamw_step_s", "ns_time_s", "ns_flops"):
+            total[key] += f[key]
+    total = _with_ratios({k: (int(v) if k in ("matrices", "params", "ns_flops") else v) for k, v in total.items()})
+
+    result = {
+        "kind": "optstep",
+        "model": model.name,
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "device_type": dev.type,
+        "threads": torch.get_num_threads(),
+        "dtype": "fp32",
+        "layers": layers,
+        "layer_indices": sorted({m.layer for m in mats}),
+        "experts": experts,
+        "warmup": warmup,
+        "repeats": repeats,
+        "optimizer": str(optimizer.get("optimizer")),
+        "muon_class": "megatron.core.optimizer.emerging_optimizers.TensorParallelMuon",
+        "adamw_impl": impl,
+        "num_ns_steps": int(muon_kwargs["num_ns_steps"]),
+        "coefficient_type": str(muon_kwargs["coefficient_type"]),
+        "fp32_matmul_prec": str(muon_kwargs["fp32_matmul_prec"]),
+        "split_qkv": bool(muon_kwargs["split_qkv"]),
+        "ns_kernel_counted": "gemm",
+        "families": {f: {k: fams[f][k] for k in ("matrices", "params", *_METRICS)} for f in present},
+        "total": {k: total[k] for k in ("matrices", "params", *_METRICS)},
+        "versions": _versions(),
+        "config_hash": os.environ.get("BRIDGEBENCH_CONFIG_HASH") or None,
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID") or None,
+        "node": socket.gethostname(),
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".optstep.json.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, out / "optstep.json")
+    sys.stdout.write(MARKER + json.dumps(result, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+# rich_markup_mode=None: plain one-line click errors (``Error: Invalid value for '--layers' ...``), easy to find in
+# job logs, instead of rich's boxed and wrapped messages.
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Time one optimizer step of Muon vs AdamW on a model's Muon matrices (see launch/optstep.py).",
+)
+
+
+NCCL_WATCHDOG = (
+    "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+    "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out."
+)
+
+
+def _inject_failure(cfg) -> None:
+    """Fault injection for testing the launcher's failure and retry paths (``job.inject_failure``):
+
+    - ``exit``: raise an uncaught RuntimeError (a Python traceback, i.e. a ``crash``);
+    - ``nccl_once``: on the first attempt (``BRIDGEBENCH_ATTEMPT`` = 0) print PyTorch's NCCL watchdog timeout message
+      (format of ``ProcessGroupNCCL::WorkNCCL::checkTimeout``, torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp) and
+      exit 1, as a rank whose collective hung does; later attempts run normally.
+    Never set in a real benchmark.
+    """
+    import sys
+
+    mode = cfg.get("job", {}).get("inject_failure") if hasattr(cfg, "get") else None
+    if not mode:
+        return
+    if mode == "exit":
+        raise RuntimeError("injected failure (job.inject_failure=exit)")
+    if mode == "nccl_once":
+        if os.environ.get("BRIDGEBENCH_ATTEMPT", "0") == "0":
+            print(NCCL_WATCHDOG, file=sys.stderr, flush=True)
+            raise SystemExit(1)
+        return
+    raise OptstepError(f"job.inject_failure must be 'exit' or 'nccl_once', got {mode!r}")
+
+
+@app.command()
+def main(
+    config: Path = typer.Option(
+        ...,
+        "--config",
+        exists=True,
+        file_okay=True,
+        dir_okay=False,
+        readable=True,
+        help="composed bridgebench config.yaml (as `bridgebench plan` writes it)",
+    ),
+    out: Path = typer.Option(..., "--out", help="output directory for optstep.json"),
+    layers: Optional[int] = typer.Option(
+        None, "--layers", min=1, help="decoder layers of each MLP kind (default: job.layers or 1)"
+    ),
+    experts: Optional[int] = typer.Option(
+        None, "--experts", min=1, help="routed experts per MoE layer (default: job.experts or 2)"
+    ),
+    families: Optional[str] = typer.Option(None, "--families", help=f"comma-separated subset of {FAMILY_ORDER}"),
+    dtype: str = typer.Option("fp32", "--dtype", help="parameter dtype (fp32 only; see module docstring)"),
+    device: str = typer.Option("auto", "--device", help="auto (cuda if available else cpu), cpu, cuda[:N]"),
+    warmup: int = typer.Option(1, "--warmup", min=0, help="untimed calls before timing"),
+    repeats: Optional[int] = typer.Option(None, "--repeats", min=1, help="timed calls (default: job.repeats or 5)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the random parameters and gradients"),
+) -> None:
+    """Write <out>/optstep.json and print one BRIDGEBENCH_OPTSTEP line."""
+    from bridgebench.config.compose import ConfigError
+
+    try:
+        cfg = load_config(config)
+        _inject_failure(cfg)
+        fam_list = [f.strip() for f in families.split(",") if f.strip()] if families else None
+        run_optstep(
+            cfg,
+            out,
+            layers=layers if layers is not None else _job_default(cfg, "layers", 1),
+            experts=experts if experts is not None else _job_default(cfg, "experts", 2),
+            families=fam_list,
+            dtype=dtype,
+            device=device,
+            warmup=warmup,
+            repeats=repeats if repeats is not None else _job_default(cfg, "repeats", 5),
+            seed=seed,
+            progress=lambda s: typer.echo(s, err=True),
+        )
+    except (OptstepError, ConfigError) as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2) from None
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,195 @@
+"""Normalized run records: one row per measured (or published) benchmark run.
+
+Everything bridgebench compares -- NVIDIA's published tables, the blog's Table 1, the user's own runs -- becomes a
+:class:`RunRecord` with the same fields, so tables and plots never care where a number came from; ``source`` and
+``provenance`` say that. Reference data ships under ``results/reference/`` (copied from the project's
+``shared/reference``; each file's origin is in ``results/reference/SOURCES.md`` and in each row's ``source``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from bridgebench.config.catalog import precision_names
+from bridgebench.paths import CONFIG_DIR, load_paths
+from bridgebench.errors import BridgebenchError
+
+REFERENCE_DIR = load_paths().reference  # configs/paths: reference (shipped data)
+PUBLISHED_CSV = REFERENCE_DIR / "published_pretrain_throughput.csv"
+BLOG_CSV = REFERENCE_DIR / "blog_table1.csv"
+
+
+class RecordError(BridgebenchError):
+    """A record or a reference file breaks a rule; the message names the field or row."""
+
+
+@dataclass
+class RunRecord:
+    """One benchmark run, normalized.
+
+    Units: ``step_time_s`` seconds per optimizer step; ``tokens_per_sec_per_gpu`` tokens/s/GPU; TFLOP/s are 1e12
+    FLOP/s per GPU. ``gbs`` / ``mbs`` in sequences, ``seq_length`` in tokens. ``model`` is a ``configs/model`` name
+    (None when bridgebench has no config for the published model; ``model_label`` keeps the raw name).
+    """
+
+    release: str
+    model: str | None
+    model_label: str
+    system: str | None  # configs/gpu name, e.g. gb300
+    num_gpus: int
+    precision: str | None
+    optimizer: str
+    gbs: int
+    mbs: int | None
+    seq_length: int
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    vp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    step_time_s: float | None = None
+    tokens_per_sec_per_gpu: float | None = None
+    model_tflops_per_gpu: float | None = None
+    newton_schulz_tflops_per_gpu: float | None = None
+    source: str = ""
+    note: str = ""
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("num_gpus", "gbs", "seq_length"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise RecordError(f"record {self.model_label}/{self.release}: {name} must be a positive integer, "
+                                  f"got {value!r}")
+        if self.step_time_s is None and self.tokens_per_sec_per_gpu is None:
+            raise RecordError(f"record {self.model_label}/{self.release}: needs step_time_s or tokens_per_sec_per_gpu")
+        for name in ("step_time_s", "tokens_per_sec_per_gpu"):
+            value = getattr(self, name)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise RecordError(f"record {self.model_label}/{self.release}: {name} must be positive, got {value!r}")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.gbs * self.seq_length
+
+    def resolved_step_time_s(self) -> float:
+        """Step time in s; from tokens/s/GPU when not measured directly:
+        ``gbs * seq_length / (tokens_per_sec_per_gpu * num_gpus)``."""
+        if self.step_time_s is not None:
+            return self.step_time_s
+        return self.tokens_per_step / (self.tokens_per_sec_per_gpu * self.num_gpus)
+
+    def resolved_tokens_per_sec_per_gpu(self) -> float:
+        if self.tokens_per_sec_per_gpu is not None:
+            return self.tokens_per_sec_per_gpu
+        return self.tokens_per_step / (self.step_time_s * self.num_gpus)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _model_names() -> dict[str, str]:
+    """Published model label -> configs/model name, read from each model YAML's ``published_name``."""
+    out = {}
+    for path in sorted((CONFIG_DIR / "model").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        if data.get("published_name"):
+            out[data["published_name"]] = data["name"]
+    return out
+
+
+def _system_names() -> dict[str, str]:
+    """Published system label (``DGX-GB300``) -> configs/gpu name, from each GPU YAML's ``published_system``."""
+    out = {}
+    for path in sorted((CONFIG_DIR / "gpu").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        out[data["published_system"]] = data["name"]
+    return out
+
+
+def _precision(spelling: str) -> str | None:
+    """A published precision label (``FP8-MX``, ``FP8``) as a ``configs/precision`` name (aliases declared there)."""
+    return precision_names().get(spelling, spelling.lower()) if spelling else None
+
+
+def _int(value: Any) -> int | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+        return None
+    return int(float(value))
+
+
+def load_published(path: Path = PUBLISHED_CSV) -> list[RunRecord]:
+    """NVIDIA's published pretraining throughput rows (Megatron-Bridge ``docs/performance-summary*.md``) as records.
+
+    Rows without tokens/s are skipped (one 25.09 DeepSeek V3 row publishes TFLOP/s only). Kimi K2 rows are Muon runs
+    (their footnote says so); all others AdamW.
+
+    Raises:
+        RecordError: the file lacks a required column.
+    """
+    df = pd.read_csv(path, dtype=str).fillna("")
+    required = {"release", "model", "system", "num_gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp", "cp", "vp",
+                "ep", "etp", "tokens_per_sec_per_gpu", "model_tflops_per_gpu", "footnote", "source"}
+    missing = required - set(df.columns)
+    if missing:
+        raise RecordError(f"{path}: missing column(s) {sorted(missing)}")
+    models, systems = _model_names(), _system_names()
+    records = []
+    for row in df.itertuples(index=False):
+        if not row.tokens_per_sec_per_gpu:
+            continue
+        muon = "muon optimizer" in row.footnote.lower()
+        records.append(RunRecord(
+            release=row.release, model=models.get(row.model), model_label=row.model, system=systems.get(row.system),
+            num_gpus=int(row.num_gpus), precision=_precision(row.precision),
+            optimizer="muon" if muon else "adamw", gbs=int(row.gbs), mbs=_int(row.mbs), seq_length=int(row.seq_len),
+            tp=_int(row.tp), pp=_int(row.pp), cp=_int(row.cp), vp=_int(row.vp), ep=_int(row.ep), etp=_int(row.etp),
+            tokens_per_sec_per_gpu=float(row.tokens_per_sec_per_gpu),
+            model_tflops_per_gpu=float(row.model_tflops_per_gpu) if row.model_tflops_per_gpu else None,
+            source=f"NVIDIA Megatron-Bridge {row.source}", note=row.footnote,
+            provenance={"container_image": f"nvcr.io/nvidia/nemo:{row.release}", "published": True},
+        ))
+    return records
+
+
+def load_blog_table1(path: Path = BLOG_CSV) -> pd.DataFrame:
+    """The blog's Table 1 (TFLOP/s/GPU, Muon split into model + NS) with bridgebench model names.
+
+    Columns: ``model`` (configs/model name), ``optimizer`` (adamw|muon), ``num_gpus``, ``release``,
+    ``published_total_tflops_per_gpu``, ``published_model_tflops_per_gpu``, ``published_newton_schulz_tflops_per_gpu``,
+    ``source``.
+
+    Raises:
+        RecordError: a model the configs do not know.
+    """
+    df = pd.read_csv(path, dtype={"release": str})
+    by_display = {}
+    for p in (CONFIG_DIR / "model").glob("*.yaml"):
+        data = yaml.safe_load(p.read_text())
+        by_display[data["display_name"]] = data["name"]
+    unknown = sorted(set(df["model"]) - set(by_display))
+    if unknown:
+        raise RecordError(f"{path}: model(s) {unknown} have no configs/model entry (display_name)")
+    return pd.DataFrame({
+        "model": df["model"].map(by_display),
+        "optimizer": df["optimizer"].str.lower(),
+        "num_gpus": df["num_gpus"].astype(int),
+        "release": df["release"].astype(str),
+        "published_total_tflops_per_gpu": df["tflops_per_gpu"].astype(float),
+        "published_model_tflops_per_gpu": df["model_tflops_per_gpu"].astype(float),
+        "published_newton_schulz_tflops_per_gpu": df["newton_schulz_tflops_per_gpu"].astype(float),
+        "source": df["source"],
+    })
+
+
+def records_frame(records: list[RunRecord]) -> pd.DataFrame:
+    """Records as a DataFrame (one row per record, ``provenance`` kept as a dict column)."""
+    return pd.DataFrame([r.to_dict() for r in records])

@@ -1,0 +1,108 @@
+"""Model facts and config composition: the YAMLs are the one source of truth, bad input fails with the rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridgebench.config.compose import ConfigError, compose, expand_sweep, group_options, model_spec, run_facts
+from bridgebench.model.spec import ModelSpec, ModelSpecError
+from tests.conftest import MODELS
+
+
+def test_model_group_lists_the_six_models():
+    assert set(MODELS) <= set(group_options("model"))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_configs_compose_and_validate(name):
+    spec = model_spec(compose([f"model={name}"]))
+    assert spec.name == name
+    assert spec.num_attention_heads % spec.query_groups == 0
+    assert len(spec.moe_layer_pattern) == spec.num_layers
+    assert spec.hf_model_id and spec.published_name
+
+
+def test_known_architecture_facts(models):
+    kimi, dsv3, qwen = models["kimi_k2"], models["deepseek_v3"], models["qwen3_30b_a3b"]
+    # Kimi K2: first layer dense, 60 MoE layers, 384 experts top-8 (KimiK2Provider v0.3.1)
+    assert kimi.moe_layer_pattern[0] == 0 and sum(kimi.moe_layer_pattern) == 60 and kimi.num_moe_experts == 384
+    # DeepSeek V3: first three layers dense, one MTP layer
+    assert dsv3.moe_layer_pattern[:4] == [0, 0, 0, 1] and dsv3.mtp_layers == 1
+    # Qwen3 30B-A3B: GQA 32 heads / 4 groups, vocab padded to a multiple of 128 * TP
+    assert (qwen.num_attention_heads, qwen.query_groups) == (32, 4)
+    assert qwen.padded_vocab_size(1) == 151936 and qwen.padded_vocab_size(2) == 152064
+
+
+def test_unknown_model_lists_known_ones():
+    with pytest.raises(ConfigError, match=r"unknown model 'kimi'.*kimi_k2"):
+        compose(["model=kimi"])
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("model.hidden_size=0", "hidden_size must be a positive integer"),
+        ("model.num_layers=-4", "num_layers must be a positive integer"),
+        ("model.seq_length=abc", "model.seq_length=abc -- Value .abc. of type .str. could not be converted to Integer"),
+        ("model.num_query_groups=5", "divisible by num_query_groups"),
+        ("model.moe_router_topk=500", "exceeds num_moe_experts"),
+        ("num_gpus=0", "num_gpus must be a positive integer"),
+        ("train.global_batch_size=-1", "global_batch_size must be a positive integer"),
+    ],
+)
+def test_bad_values_name_the_rule(override, match):
+    with pytest.raises(ConfigError, match=match):
+        run_facts(compose(["model=qwen3_30b_a3b", override]))
+
+
+def test_field_that_does_not_exist():
+    with pytest.raises(ConfigError, match="foo"):
+        compose(["model.foo=1"])
+    with pytest.raises(ConfigError, match="Key .foo. not in .ModelSchema."):
+        run_facts(compose(["+model.foo=1"]))
+
+
+def test_unknown_release_and_numeric_release_names():
+    with pytest.raises(ConfigError, match="unknown release '27.01'"):
+        compose(["release=27.01"])
+    # Hydra would read 26.04 as a float; bridgebench keeps release names strings
+    assert compose(["release=26.04"]).release.name == "26.04"
+    assert compose(["release=26.06"]).accounting.flops_formula == "v2"
+    assert compose(["release=26.02.01"]).accounting.flops_formula == "v1"
+
+
+def test_moe_layer_freq_rules():
+    base = dict(
+        name="x",
+        num_layers=4,
+        hidden_size=64,
+        ffn_hidden_size=128,
+        num_attention_heads=4,
+        vocab_size=100,
+        seq_length=16,
+        num_moe_experts=8,
+        moe_router_topk=2,
+    )
+    assert ModelSpec.from_mapping({**base, "moe_layer_freq": 2}).moe_layer_pattern == [1, 0, 1, 0]
+    with pytest.raises(ModelSpecError, match="must hold num_layers=4 values"):
+        ModelSpec.from_mapping({**base, "moe_layer_freq": [0, 1]})
+    with pytest.raises(ModelSpecError, match="missing required field"):
+        ModelSpec.from_mapping({k: v for k, v in base.items() if k != "hidden_size"})
+
+
+def test_table1_experiment_expands_to_four_runs():
+    runs = expand_sweep(["experiment=table1"])
+    assert len(runs) == 4
+    facts = [run_facts(compose(r)) for r in runs]
+    assert {(f.model.name, f.is_muon) for f in facts} == {
+        ("kimi_k2", False),
+        ("kimi_k2", True),
+        ("qwen3_30b_a3b", False),
+        ("qwen3_30b_a3b", True),
+    }
+    kimi = next(f for f in facts if f.model.name == "kimi_k2")
+    assert kimi.num_gpus == 256 and kimi.parallel["pipeline_model_parallel_size"] == 4
+    assert kimi.parallel["expert_model_parallel_size"] == 64 and kimi.global_batch_size == 4096
+    # a sweep on the command line multiplies the runs; a fixed override replaces the experiment's axis
+    assert len(expand_sweep(["experiment=table1", "release=26.02,26.04"])) == 8
+    assert len(expand_sweep(["experiment=table1", "optimizer=muon"])) == 2

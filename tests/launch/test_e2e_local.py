@@ -1,0 +1,119 @@
+"""End to end on the real local SLURM cluster: submit (nemo-run SlurmExecutor) -> COMPLETED -> collect -> report;
+failures recorded with their reason, a flaky failure retried (both attempts in the ledger), a time limit -> TIMEOUT,
+collecting twice adds nothing.
+
+The payload is the optimizer-step benchmark on a scaled-down Qwen3 MoE (hidden 256) so each job takes seconds on the
+2-CPU node; ``job.inject_failure`` makes the payload fail the way a real job does (an NCCL watchdog timeout on its
+first attempt, or a plain crash) to exercise the retry and failure paths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.launch.test_local_cluster import slurm_cluster  # noqa: F401  (session fixture: starts/stops the cluster)
+
+pytestmark = pytest.mark.slurm
+BB = [sys.executable, "-m", "bridgebench.cli"]
+SMALL = [
+    "experiment=optstep_local",
+    "model.hidden_size=256",
+    "model.ffn_hidden_size=512",
+    "model.moe_ffn_hidden_size=128",
+    "model.num_attention_heads=8",
+    "model.num_query_groups=2",
+    "model.kv_channels=32",
+    "model.num_moe_experts=8",
+    "job.repeats=1",
+]
+
+
+@pytest.fixture()
+def bb(tmp_path, slurm_cluster):  # noqa: F811
+    env = {
+        **slurm_cluster.env,
+        "BRIDGEBENCH_LEDGER": str(tmp_path / "ledger.sqlite"),
+        "BRIDGEBENCH_RESULTS": str(tmp_path / "runs"),
+        "BRIDGEBENCH_JOB_DIR": str(tmp_path / "jobs"),
+        "BRIDGEBENCH_PLANS": str(tmp_path / "plans"),
+    }
+
+    def run(*args, check=True, timeout=600):
+        res = subprocess.run([*BB, *args], capture_output=True, text=True, env=env, timeout=timeout)
+        if check and res.returncode:
+            raise AssertionError(f"bridgebench {' '.join(args)} failed ({res.returncode}):\n{res.stderr[-3000:]}")
+        return res
+
+    run.env = env
+    return run
+
+
+def test_submit_complete_collect_report(bb, capsys):
+    t0 = time.monotonic()
+    attempts = json.loads(bb("submit", *SMALL, "--wait", "--timeout", "300", "--json").stdout)
+    assert len(attempts) == 1 and attempts[0]["state"] == "COMPLETED", attempts
+    assert attempts[0]["slurm_job_id"] and attempts[0]["experiment_id"]
+    assert json.loads(bb("collect", "--json").stdout)["added"] == 1
+    elapsed = time.monotonic() - t0
+    assert json.loads(bb("collect", "--json").stdout)["added"] == 0  # idempotent
+    rows = json.loads(bb("report", "--json").stdout)
+    total = next(r for r in rows if r["family"] == "total")
+    assert total["muon_step_s"] > 0 and total["adamw_step_s"] > 0 and total["ns_flops_per_s"] > 0
+    assert {r["family"] for r in rows} >= {"attention", "expert", "router", "total"}
+    from bridgebench.results.store import ResultStore
+
+    rec = ResultStore(os.path.join(bb.env["BRIDGEBENCH_RESULTS"])).records(kind="optstep")[0]
+    prov = rec["provenance"]
+    assert prov["slurm_job_id"] == attempts[0]["slurm_job_id"] and prov["config_hash"] and prov["node_list"]
+    assert prov["versions"]["torch"] and prov["peak_table_version"] and prov["flops_formula"]
+    with capsys.disabled():
+        print(
+            f"\n[e2e] submit-to-record {elapsed:.1f} s; Muon/AdamW step ratio {total['ratio']:.2f}; "
+            f"NS {total['ns_flops_per_s'] / 1e9:.1f} GFLOP/s"
+        )
+
+
+def test_failed_job_is_recorded_with_its_reason(bb):
+    attempts = json.loads(
+        bb("submit", *SMALL, "job.inject_failure=exit", "--wait", "--timeout", "300", "--json").stdout
+    )
+    assert [a["state"] for a in attempts] == ["FAILED"]
+    assert attempts[0]["reason"] and "crash" in attempts[0]["reason"]
+
+
+def test_flaky_failure_is_retried_and_both_attempts_are_in_the_ledger(bb):
+    attempts = json.loads(
+        bb("submit", *SMALL, "job.inject_failure=nccl_once", "--wait", "--timeout", "300", "--json").stdout
+    )
+    assert [(a["attempt"], a["state"]) for a in attempts] == [(0, "FAILED"), (1, "COMPLETED")], attempts
+    assert attempts[0]["reason"].startswith("nccl_error") and attempts[0]["retried"]
+    assert attempts[0]["run_id"] == attempts[1]["run_id"]
+
+
+def test_time_limit_is_recorded_as_timeout(bb, slurm_cluster):  # noqa: F811
+    attempts = json.loads(bb("submit", *SMALL, "job.repeats=100000", "--json").stdout)
+    job = attempts[0]["slurm_job_id"]
+    slurm_cluster.wait_running(job, timeout=60)
+    slurm_cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=0")
+    deadline = time.monotonic() + 120
+    state = None
+    while time.monotonic() < deadline:
+        state = json.loads(bb("status", "--json").stdout)[0]["state"]
+        if state == "TIMEOUT":
+            break
+        time.sleep(3)
+    assert state == "TIMEOUT"
+
+
+def test_cancel(bb, slurm_cluster):  # noqa: F811
+    attempts = json.loads(bb("submit", *SMALL, "job.repeats=100000", "--json").stdout)
+    slurm_cluster.wait_running(attempts[0]["slurm_job_id"], timeout=60)
+    out = bb("cancel").stdout
+    assert "cancelled 1 attempt" in out
+    assert json.loads(bb("status", "--json").stdout)[0]["state"] == "CANCELLED"

@@ -1,0 +1,150 @@
+"""Plans: `bridgebench plan experiment=table1 cluster=local` writes four validated runs; bad input writes nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.megatron
+BB = [sys.executable, "-m", "bridgebench.cli"]
+
+
+@pytest.fixture(scope="module")
+def table1_plan(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plans") / "table1"
+    env_dir = tmp_path_factory.mktemp("jobs")
+    res = subprocess.run(
+        [*BB, "plan", "experiment=table1", "cluster=local", "--out", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "BRIDGEBENCH_JOB_DIR": str(env_dir)},
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out, json.loads(res.stdout)
+
+
+def test_table1_plan_has_four_runs(table1_plan):
+    out, data = table1_plan
+    runs = {r["name"]: r for r in data["runs"]}
+    assert len(runs) == 4
+    for name in runs:
+        d = out / name
+        assert {p.name for p in d.iterdir()} >= {
+            "config.yaml",
+            "megatron_bridge.yaml",
+            "submit.sh",
+            "payload.sh",
+            "run.json",
+        }
+
+
+def test_kimi_muon_run_is_the_published_configuration(table1_plan):
+    out, data = table1_plan
+    kimi = next(r for r in data["runs"] if r["name"].startswith("kimi_k2-muon"))
+    assert (kimi["num_gpus"], kimi["nodes"], kimi["tasks_per_node"]) == (256, 64, 4)
+    assert (kimi["tp"], kimi["pp"], kimi["vp"], kimi["ep"], kimi["dp"], kimi["mbs"], kimi["gbs"]) == (
+        1,
+        4,
+        4,
+        64,
+        64,
+        2,
+        4096,
+    )
+    run_dir = out / kimi["name"]
+    mb = yaml.safe_load((run_dir / "megatron_bridge.yaml").read_text())
+    assert mb["optimizer"]["optimizer"] == "dist_muon"
+    assert mb["optimizer"]["use_distributed_optimizer"] is False and mb["ddp"]["use_distributed_optimizer"] is False
+    assert mb["ddp"]["overlap_param_gather"] is False
+    assert mb["mixed_precision"]["fp8_param_gather"] is False
+    assert mb["mixed_precision"]["reuse_grad_buf_for_mxfp8_param_ag"] is False
+    assert mb["model"]["pipeline_model_parallel_size"] == 4 and mb["model"]["expert_model_parallel_size"] == 64
+    submit = (run_dir / "submit.sh").read_text()
+    for line in (
+        "#SBATCH --nodes=64",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --segment=16",
+        "--container-image nvcr.io/nvidia/nemo:26.02",
+        "export NVLINK_DOMAIN_SIZE=72",
+        f"export BRIDGEBENCH_CONFIG_HASH={kimi['config_hash']}",
+    ):
+        assert line in submit, line
+    payload = (run_dir / "payload.sh").read_text()
+    assert "bridgebench.payloads.pretrain --config" in payload and "config.yaml" in payload
+    assert kimi["newton_schulz_flops_per_step"] > 0 and kimi["model_flops_per_step"] > 0
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["experiment=table1", "model.tensr_model_parallel_size=2"], "tensr_model_parallel_size"),
+        (["recipe=qwen3_30b_a3b_gb300_mxfp8", "model.tensor_model_parallel_size=3"], "heads_divisible_tp"),
+        (["recipe=qwen3_30b_a3b_gb300_mxfp8", "train.global_batch_size=100"], "gbs_divisible"),
+        (["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon", "ddp.use_distributed_optimizer=true"], "muon_dist_optimizer"),
+        (["experiment=table1", "release=27.01"], "unknown release '27.01'"),
+        (["recipe=qwen3_30b_a3b_gb300_mxfp8", "+env_vars.HF_TOKEN=abc"], "HF_TOKEN is a secret"),
+        (["recipe=qwen3_30b_a3b_gb300_mxfp8", "release=26.02,26.04"], "--multirun"),
+    ],
+)
+def test_bad_input_writes_no_plan(tmp_path, args, message):
+    out = tmp_path / "plan"
+    res = subprocess.run([*BB, "plan", *args, "--out", str(out)], capture_output=True, text=True)
+    assert res.returncode == 2, res.stdout + res.stderr[-2000:]
+    assert message in res.stderr
+    assert not out.exists()
+    assert not list(tmp_path.glob(".plan-*"))
+
+
+def test_values_reach_the_shell_only_quoted(tmp_path):
+    out = tmp_path / "plan"
+    res = subprocess.run(
+        [
+            *BB,
+            "plan",
+            "recipe=qwen3_30b_a3b_gb300_mxfp8",
+            "+env_vars.RUN_NOTE='a b; touch /tmp/pwned'",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    submit = next(out.glob("*/submit.sh")).read_text()
+    assert "export RUN_NOTE='a b; touch /tmp/pwned'" in submit
+    bad = subprocess.run(
+        [
+            *BB,
+            "plan",
+            "recipe=qwen3_30b_a3b_gb300_mxfp8",
+            "cluster.container_mounts=['/a b:/c']",
+            "--out",
+            str(tmp_path / "p2"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "container mount" in bad.stderr
+
+
+def test_multirun_sweep(tmp_path):
+    res = subprocess.run(
+        [
+            *BB,
+            "plan",
+            "-m",
+            "recipe=qwen3_30b_a3b_gb300_mxfp8",
+            "train.global_batch_size=256,512",
+            "--out",
+            str(tmp_path / "p"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert sorted(r["gbs"] for r in json.loads(res.stdout)["runs"]) == [256, 512]
