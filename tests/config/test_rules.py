@@ -246,7 +246,7 @@ def test_each_rule_fires_with_numbers(rule, point, needles):
 
 def test_every_rule_has_a_bad_point_and_a_source():
     assert {rule for rule, _, _ in BAD} == set(rules.RULES)
-    assert all(source for source in rules.RULES.values())
+    assert all(r.source and r.summary and r.id == key for key, r in rules.RULES.items())
 
 
 def test_all_violations_are_reported():

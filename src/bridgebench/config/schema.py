@@ -220,7 +220,9 @@ class JobSchema:
     layers: int = 1  # optstep: decoder layers whose matrices are timed
     experts: int = 2  # optstep: experts per MoE layer
     repeats: int = 5  # optstep: timed repeats
-    inject_failure: Optional[str] = None  # testing the retry path: "nccl_once" | "exit"
+    # argv run in front of the payload command (numactl, nsys profile ..., or a test's fault injector); each item is
+    # shell-quoted
+    wrapper: List[str] = field(default_factory=list)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.paths import REPO_ROOT
@@ -64,7 +64,7 @@ def quoted_env(env: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def payload_command(job_type: str, config_path: str, out_dir: str, container: bool) -> str:
+def payload_command(job_type: str, config_path: str, out_dir: str, container: bool, wrapper: Sequence[str] = ()) -> str:
     """The shell command each task runs: the compute-node entrypoint (``pretrain``) or the optimizer-step payload
     (``optstep``), from the repository (mounted at :data:`CONTAINER_REPO` in containers). Paths are shell-quoted."""
     import sys
@@ -73,7 +73,8 @@ def payload_command(job_type: str, config_path: str, out_dir: str, container: bo
     python = "python" if container else sys.executable
     # in a container the checkout is mounted, not installed: its src/ goes on PYTHONPATH (src layout)
     path = f"PYTHONPATH={shlex.quote(repo + '/src')} " if container else ""
-    head = f"cd {shlex.quote(repo)} && {path}{shlex.quote(python)} -m"
+    prefix = shlex.join([str(w) for w in wrapper]) + " " if wrapper else ""  # job.wrapper: numactl, nsys ...
+    head = f"cd {shlex.quote(repo)} && {path}{prefix}{shlex.quote(python)} -m"
     if job_type == "optstep":
         return f"{head} bridgebench.payloads.optstep --config {shlex.quote(config_path)} --out {shlex.quote(out_dir)}"
     return f"{head} bridgebench.payloads.pretrain --config {shlex.quote(config_path)}"

@@ -153,7 +153,9 @@ def plan(
                 job_dir_path=ex.job_dir(cfg.cluster) / name,
                 segment=ex.segment_for(nodes, int(cfg.gpu.gpus_per_node)),
             )
-            command = ex.payload_command(str(cfg.job.type), cfg_on_node, "optstep-out", container)
+            command = ex.payload_command(
+                str(cfg.job.type), cfg_on_node, "optstep-out", container, list(cfg.job.wrapper)
+            )
             script, payload = ex.dry_run_script(
                 executor,
                 command=command,

@@ -102,7 +102,9 @@ def submit_run(
     executor.packager = run.Packager()  # the code is the repository itself (mounted on clusters), not an archive
     if exclude:
         executor.additional_parameters = {"exclude": ",".join(ex.check_name("node", n) for n in exclude)}
-    command = ex.payload_command(str(cfg.job.type), str(run_dir / "config.yaml"), str(out_dir), container)
+    command = ex.payload_command(
+        str(cfg.job.type), str(run_dir / "config.yaml"), str(out_dir), container, list(cfg.job.wrapper)
+    )
     script = run.Script(inline=command, entrypoint="bash")
     env_before = dict(os.environ)
     os.environ.update({k: v for k, v in _client_env(cfg).items() if k in cfg.cluster.client_env})

@@ -500,36 +500,6 @@ app = typer.Typer(
 )
 
 
-NCCL_WATCHDOG = (
-    "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
-    "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out."
-)
-
-
-def _inject_failure(cfg) -> None:
-    """Fault injection for testing the launcher's failure and retry paths (``job.inject_failure``):
-
-    - ``exit``: raise an uncaught RuntimeError (a Python traceback, i.e. a ``crash``);
-    - ``nccl_once``: on the first attempt (``BRIDGEBENCH_ATTEMPT`` = 0) print PyTorch's NCCL watchdog timeout message
-      (format of ``ProcessGroupNCCL::WorkNCCL::checkTimeout``, torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp) and
-      exit 1, as a rank whose collective hung does; later attempts run normally.
-    Never set in a real benchmark.
-    """
-    import sys
-
-    mode = cfg.get("job", {}).get("inject_failure") if hasattr(cfg, "get") else None
-    if not mode:
-        return
-    if mode == "exit":
-        raise RuntimeError("injected failure (job.inject_failure=exit)")
-    if mode == "nccl_once":
-        if os.environ.get("BRIDGEBENCH_ATTEMPT", "0") == "0":
-            print(NCCL_WATCHDOG, file=sys.stderr, flush=True)
-            raise SystemExit(1)
-        return
-    raise OptstepError(f"job.inject_failure must be 'exit' or 'nccl_once', got {mode!r}")
-
-
 @app.command()
 def main(
     config: Path = typer.Option(
@@ -560,7 +530,6 @@ def main(
 
     try:
         cfg = load_config(config)
-        _inject_failure(cfg)
         fam_list = [f.strip() for f in families.split(",") if f.strip()] if families else None
         run_optstep(
             cfg,
