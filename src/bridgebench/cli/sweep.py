@@ -39,6 +39,8 @@ class _RichProgress:
     def start(self, stage: str, total: int) -> None:
         if self.task is not None:
             self.bar.update(self.task, completed=self.bar.tasks[self.task].total or 0)
+        if not self.console.is_terminal:  # a log file or a pipe gets one line per stage (no live bar there)
+            self.bar.console.print(f"stage {stage}: {total:,} points")
         self.task = self.bar.add_task(f"stage {stage}", total=total or None)
 
     def update(self, done: int, total: int) -> None:

@@ -216,6 +216,9 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
                 raise SweepError(f"cannot sweep {ov.input_line!r}: deletions and package overrides are not sweepable")
             axes[key] = Axis(key, values, _is_group(key))
             fixed.pop(key, None)
+        elif key in (KEYS["layout"], KEYS["sequence_parallel"]) and str(ov.value()) == AUTO:
+            axes[key] = Axis(key, (AUTO,), False)  # derived per point (see enumerate_points)
+            fixed.pop(key, None)
         else:
             fixed[key] = ov.input_line
             axes.pop(key, None)

@@ -276,9 +276,19 @@ def run_sweep(
     rows = stage("time", 3, n_fits, time_stage)
     ranked = sorted((r for r in rows if r["status"] == "ranked"), key=lambda r: r["rank"])
     top = ranked[: sp.top_k]
-    if top:
+    pids = {r["point_id"] for r in top}
+    if top and state.done("plan") and pids <= set(state.data["plans"]):
+        info = state.data["stages"]["plan"]
+        timings["plan"] = {"seconds": info["seconds"], "points": info["points"], "resumed": True}
+        say.log(f"stage 4 plan: done before ({len(top)} points), nothing to plan")
+    elif top:
         _plan_top(top, bases, sp, state, name, say, ledger, store, timings)
-    if submit and top:
+    planned = {p for p in pids if state.data["plans"].get(p, {}).get("status") == "planned"}
+    if submit and top and state.done("submit") and planned <= set(state.data["submitted"]):
+        info = state.data["stages"]["submit"]
+        timings["submit"] = {"seconds": info["seconds"], "points": info["points"], "resumed": True}
+        say.log("stage 5 submit: done before, nothing to submit")
+    elif submit and top:
         _submit_top(top, state, say, ledger, repeats, timings)
     for r in rows:  # carry stage-4/5 outcomes into the rows
         info = state.data["plans"].get(r["point_id"]) if r["status"] == "ranked" else None
