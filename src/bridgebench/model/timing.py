@@ -620,11 +620,15 @@ def calibrate(
     for c in c_grid:
         cal = Calibration(c_layer=c, kappa=kappa, ns_efficiency=ns_efficiency, default_efficiency=default_efficiency)
         groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+        if trend:  # efficiencies are stored at the mean release of the rows, so a default one needs no shift
+            indices = [r.cfg.release_index or 0.0 for r in rows]
+            cal.trend_origin = sum(indices) / len(indices)
         for r in rows:
             e = _implied_efficiency(r, cal)
             if e is not None:
                 key = (r.cfg.gpu.name, r.cfg.precision_class, family(r.spec))
-                groups.setdefault(key, []).append((math.log(e), r.cfg.release_index or 0.0))
+                x = (r.cfg.release_index or 0.0) - cal.trend_origin
+                groups.setdefault(key, []).append((math.log(e), x))
         if not groups:
             continue
         if trend:
