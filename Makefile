@@ -65,6 +65,9 @@ plan: setup
 bench: setup
 	$(PY) benchmarks/bench_rules.py
 	$(PY) benchmarks/bench_logparse.py
+	$(PY) benchmarks/bench_sweep.py
+	$(PY) benchmarks/validate_memory.py
+	$(PY) benchmarks/validate_time.py
 
 # Regenerate the lock from the current environment.
 lock:

@@ -9,6 +9,7 @@ import pytest
 
 from bridgebench.config import calibration
 from bridgebench.config.catalog import load_gpu
+from bridgebench.model.flops import model_flops
 from bridgebench.model.newton_schulz import NSPolicy, Parallelism, ns_load
 from bridgebench.model.timing import (
     Calibration,
@@ -16,10 +17,12 @@ from bridgebench.model.timing import (
     Row,
     TimeConfig,
     TimeModelError,
+    a2a_seconds,
     calibrate,
     muon_cost,
     muon_rank_loads,
     predict_time,
+    recompute_flops,
 )
 
 GB300 = GpuFacts.from_mapping(load_gpu("gb300"))
@@ -133,3 +136,33 @@ def test_unknown_optimizer_is_refused(models):
     cfg = dataclasses.replace(TimeConfig(**KIMI), optimizer="sgd")
     with pytest.raises(TimeModelError, match="unknown optimizer"):
         predict_time(models["kimi_k2"], cfg, calibration.load().time)
+
+
+def test_recompute_repeats_the_forward_of_what_it_recomputes(models):
+    spec = models["kimi_k2"]
+    cfg = TimeConfig(**KIMI)
+    f = model_flops(spec, cfg.gbs, formula="v1")
+    full = dataclasses.replace(cfg, recompute_granularity="full", recompute_method="uniform")
+    layers = f.total - f.logits - f.mtp_projections
+    assert recompute_flops(spec, full) == pytest.approx(float(layers) / 3)
+    sel = lambda *m: dataclasses.replace(cfg, recompute_granularity="selective", recompute_modules=m)  # noqa: E731
+    assert recompute_flops(spec, sel("moe_act", "layernorm")) == 0.0
+    assert 0 < recompute_flops(spec, sel("mla_up_proj")) < recompute_flops(spec, sel("mla_up_proj", "moe"))
+    assert recompute_flops(spec, cfg) == 0.0
+    cal = calibration.load().time
+    base, up = predict_time(spec, cfg, cal), predict_time(spec, sel("mla_up_proj"), cal)
+    assert up.total > base.total and up.recompute == pytest.approx(
+        recompute_flops(spec, sel("mla_up_proj")) / 256 / (5000e12 * up.efficiency)
+    )
+
+
+def test_expert_all_to_all_leaves_nvlink_when_the_expert_group_leaves_the_domain(models):
+    spec = models["kimi_k2"]
+    inside = TimeConfig(**{**KIMI, "pp": 4, "ep": 64})
+    outside = TimeConfig(**{**KIMI, "pp": 1, "vp": None, "pipeline_model_parallel_layout": None, "ep": 128, "etp": 2})
+    assert a2a_seconds(spec, dataclasses.replace(inside, ep=1)) == 0.0
+    per_layer_mb = lambda c: a2a_seconds(spec, c) / c.microbatches  # noqa: E731
+    tokens = 2 * 4096
+    volume = 4 * tokens * 8 * spec.hidden_size * 2.0
+    assert per_layer_mb(inside) == pytest.approx(volume * 63 / 64 / GB300.nvlink_bandwidth * 16)  # 16 MoE layers
+    assert per_layer_mb(outside) == pytest.approx(volume * 127 / 128 / GB300.network_bandwidth * 60)

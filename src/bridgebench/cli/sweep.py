@@ -4,6 +4,7 @@ model of one configuration) and ``calibrate`` (refit the time model on the publi
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 from typing import Optional
 
@@ -75,6 +76,7 @@ def sweep(
     from bridgebench.launch.sweep import run_sweep
 
     warnings.filterwarnings("ignore")
+    logging.getLogger("megatron").setLevel(logging.WARNING)  # Megatron-Bridge's INFO import notes (stage 4 builds)
     overrides = overrides or []
     if space is None and not has_sweep(overrides) and not any(o.startswith("experiment=") for o in overrides):
         space = "parallelism"
@@ -100,7 +102,8 @@ def sweep(
     for c in ("stage", "points", "seconds", "points/s", ""):
         t.add_column(c, justify="right")
     for k, v in stages.items():
-        rate = f"{v['points_per_s']:,.0f}" if v["points_per_s"] else "-"
+        per_s = v["points_per_s"]
+        rate = "-" if not per_s else f"{per_s:,.0f}" if per_s >= 10 else f"{per_s:.2f}"
         t.add_row(k, f"{v['points']:,}", f"{v['seconds']:.2f}", rate, "resumed" if v.get("resumed") else "")
     out.print(t)
     out.print("points by status: " + ", ".join(f"{k} {v:,}" for k, v in result.counts["by_status"].items()))

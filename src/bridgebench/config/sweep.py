@@ -578,6 +578,10 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
 
 def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
     """The time model's view of a point's effective values."""
+    granularity = v["recompute_granularity"]
+    mods = v["recompute_modules"]
+    if granularity == "selective" and mods is None:
+        mods = ["core_attn"]  # Megatron-Core TransformerConfig.recompute_modules default
     return timing.TimeConfig(
         gpu=gpu,
         peak_key=v["peak_key"],
@@ -594,6 +598,11 @@ def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
         optimizer=v["optimizer"],
         ns_policy=ns_policy(v),
         flops_formula=v["flops_formula"] or "v2",
+        sequence_parallel=bool(v["sequence_parallel"]),
+        recompute_granularity=granularity,
+        recompute_method=v["recompute_method"],
+        recompute_num_layers=v["recompute_num_layers"],
+        recompute_modules=tuple(mods or ()),
     )
 
 
@@ -695,8 +704,8 @@ def score_time(
     progress: Callable[[int, int], None] | None = None,
 ) -> None:
     """Stage 3 (in place): predicted step time of every ``fits`` row (columns ``step_time_s``, ``tflops_per_gpu``,
-    ``t_*_s`` terms, ``efficiency``), then ``rank`` (1 = best) over them; status ``ranked``. ``over_memory`` rows
-    are timed too (for the plot) but stay pruned and unranked."""
+    ``t_*_s`` terms, ``efficiency``), then ``rank`` (1 = best; equal predictions: less memory first) over them;
+    status ``ranked``. ``over_memory`` rows are timed too (for the plot) but stay pruned and unranked."""
     todo = [r for r in rows if r["status"] in ("fits", "over_memory")]
     cache: dict = {}
     for i, row in enumerate(todo, 1):
@@ -718,6 +727,8 @@ def score_time(
                     step_time_s=b.total,
                     tflops_per_gpu=b.tflops_per_gpu,
                     t_compute_s=b.compute,
+                    t_recompute_s=b.recompute,
+                    t_a2a_s=b.a2a,
                     t_bubble_s=b.bubble,
                     t_overhead_s=b.overhead,
                     t_optimizer_s=b.optimizer,
@@ -736,7 +747,7 @@ def score_time(
             row["status"] = "ranked"
         if progress and (i % 256 == 0 or i == len(todo)):
             progress(i, len(todo))
-    ranked = sorted((r for r in rows if r["status"] == "ranked"), key=lambda r: -r["score"])
+    ranked = sorted((r for r in rows if r["status"] == "ranked"), key=lambda r: (-r["score"], r["mem_total_gb"]))
     for i, r in enumerate(ranked, 1):
         r["rank"] = i
 

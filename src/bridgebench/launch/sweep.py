@@ -301,9 +301,8 @@ def run_sweep(
     counts = engine.summarize(rows)
     from bridgebench.results.sweep_report import write_outputs
 
-    result = SweepResult(name, out, rows, [r for r in rows if r["point_id"] in {t["point_id"] for t in top}],
-                         timings, counts, space=sp)  # fmt: skip
-    result.top.sort(key=lambda r: r["rank"])
+    chosen = [r for r in rows if r.get("rank") is not None and r["rank"] <= len(top)]  # duplicates share ids
+    result = SweepResult(name, out, rows, sorted(chosen, key=lambda r: r["rank"]), timings, counts, space=sp)
     result.outputs = write_outputs(result, state.data, calib)
     return result
 

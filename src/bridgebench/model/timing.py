@@ -4,15 +4,26 @@ fitted on NVIDIA's published perf tables.
 Pure Python (no torch, megatron, pandas, Hydra or YAML import). GPU facts come from ``configs/gpu`` (:class:`GpuFacts`),
 fitted constants from ``configs/calibration`` (:class:`Calibration`); both are read by the config layer.
 
-``t_step = t_compute (1 + bubble) + t_overhead + t_optimizer`` (seconds), each term with its source:
+``t_step = (t_compute + t_recompute + t_a2a) (1 + bubble) + t_overhead + t_optimizer`` (seconds), each term with
+its source:
 
 - ``t_compute = F / (N peak eff)``: ``F`` model FLOPs per step (:func:`bridgebench.model.flops.model_flops`, the
   formula NVIDIA's "Model TFLOP/s/GPU" divides by, version of the release), ``N`` GPUs, ``peak`` the dense
   tensor-core peak of the precision (``configs/gpu``, datasheets), ``eff`` a calibrated efficiency per (GPU,
-  precision class, model family) (:func:`calibrate`). Tensor / expert / context-parallel communication is not
-  modelled explicitly: it is inside ``eff``.
+  precision class, model family) (:func:`calibrate`). Tensor- and context-parallel communication is not modelled
+  explicitly: it is inside ``eff``.
+- ``t_recompute``: the forward FLOPs activation recomputation repeats, at the same rate (:func:`recompute_flops`:
+  ``full`` repeats the recomputed layers' forward, a third of their forward + backward FLOPs; selective modules
+  their own forward -- ``core_attn`` the attention core, ``mla_up_proj`` the MLA up-projections, ``mlp`` / ``moe``
+  / ``shared_experts`` those MLPs; ``moe_act`` and ``layernorm`` are element-wise and counted as free).
+- ``t_a2a``: the exposed part (``a2a_exposure``, fitted) of the expert-parallel all-to-all of MoE layers: per MoE
+  layer on the busiest pipeline rank and per microbatch, dispatch and combine in the forward and again in the
+  backward, each moving the rank's tokens x top-k x ``h`` bf16 values, the ``(EP - 1)/EP`` that leave the GPU, at
+  NVLink bandwidth when the expert group's ``ETP x EP`` consecutive ranks fit one NVLink domain, else at the
+  scale-out bandwidth (``configs/gpu``). Dispatchers that send a token once per node (DeepEP, HybridEP) and overlap
+  with other microbatches are what the exposure absorbs.
 - ``bubble = (PP - 1) / (VP m)``: the pipeline flush of 1F1B / interleaved 1F1B with ``m`` microbatches
-  (Narayanan et al. 2021, arXiv 2104.04473, Sec. 2.2).
+  (Narayanan et al. 2021, arXiv 2104.04473, Sec. 2.2), applied to the per-microbatch work above.
 - ``t_overhead = c_layer m L_rank``: a fixed cost per layer per microbatch (launches, host work, small exposed
   collectives) on the pipeline rank with the most layers; ``c_layer`` is fitted (:func:`calibrate`). It carries the
   measured effect of MBS (same GPUs, fewer and larger microbatches -> faster).
@@ -31,6 +42,7 @@ fitted constants from ``configs/calibration`` (:class:`Calibration`); both are r
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -108,7 +120,8 @@ class TimeConfig:
     """One point. ``peak_key`` is the precision's ``configs/precision`` peak key (``bf16 fp8 mxfp8 nvfp4``); sizes
     as in :class:`bridgebench.model.memory.MemoryConfig`; ``optimizer`` a Megatron-Core name (``adam``, ``muon``,
     ``dist_muon``) with its Newton-Schulz policy; ``flops_formula`` the release's FLOPs formula (``v1``/``v2``);
-    ``release_index`` an ordinal of the software release (only used by a calibration with a trend term)."""
+    ``release_index`` an ordinal of the software release (only used by a calibration with a trend term); the
+    ``recompute_*`` settings are Megatron-Core's (see :func:`recompute_flops`)."""
 
     gpu: GpuFacts
     peak_key: str
@@ -126,6 +139,11 @@ class TimeConfig:
     ns_policy: NSPolicy = NSPolicy()
     flops_formula: str = "v2"
     release_index: float | None = None
+    sequence_parallel: bool = False
+    recompute_granularity: str | None = None
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
+    recompute_modules: tuple[str, ...] = ()
 
     @property
     def dp(self) -> int:
@@ -166,7 +184,8 @@ class Calibration:
     """Fitted constants (``configs/calibration/<name>.yaml``, written by ``bridgebench calibrate``).
 
     ``efficiency[(gpu, precision class, family)]``: fraction of the dense peak the model FLOPs run at;
-    ``c_layer`` (s per layer per microbatch); ``kappa`` (s per Muon matrix); ``ns_efficiency`` (fraction of the
+    ``c_layer`` (s per layer per microbatch); ``a2a_exposure`` (fraction of the expert-parallel all-to-all not
+    hidden behind compute); ``kappa`` (s per Muon matrix); ``ns_efficiency`` (fraction of the
     BF16 peak for NS GEMMs); ``trend`` (fractional efficiency gain per release step, 0 = none) around
     ``trend_origin``; ``rows`` = published rows behind each efficiency; ``default_efficiency`` for a key with no
     fitted value and no sibling (same precision class and family) to average.
@@ -174,6 +193,7 @@ class Calibration:
 
     efficiency: dict[tuple[str, str, str], float] = field(default_factory=dict)
     c_layer: float = 0.0
+    a2a_exposure: float = 1.0
     kappa: float = 1.4e-4
     ns_efficiency: float = 0.5
     trend: float = 0.0
@@ -209,6 +229,7 @@ class Calibration:
         cal = cls(
             efficiency=eff,
             c_layer=float(data.get("c_layer_s", 0.0)),
+            a2a_exposure=float(data.get("a2a_exposure", 1.0)),
             kappa=float(data.get("kappa_s", 1.4e-4)),
             ns_efficiency=float(data.get("ns_efficiency", 0.5)),
             trend=float(data.get("trend", 0.0)),
@@ -219,8 +240,11 @@ class Calibration:
         bad = {k: v for k, v in eff.items() if not v > 0} | {
             k: getattr(cal, k) for k in ("kappa", "ns_efficiency", "default_efficiency") if not getattr(cal, k) > 0
         }
-        if bad or cal.c_layer < 0:
-            raise TimeModelError(f"calibration constants must be positive, got {bad or {'c_layer_s': cal.c_layer}}")
+        if bad or cal.c_layer < 0 or not 0 <= cal.a2a_exposure <= 1:
+            raise TimeModelError(
+                f"calibration constants must be positive (a2a_exposure in [0, 1]), got "
+                f"{bad or {'c_layer_s': cal.c_layer, 'a2a_exposure': cal.a2a_exposure}}"
+            )
         return cal
 
     def to_mapping(self) -> dict[str, Any]:
@@ -233,6 +257,7 @@ class Calibration:
             }
         return {
             "c_layer_s": self.c_layer,
+            "a2a_exposure": self.a2a_exposure,
             "kappa_s": self.kappa,
             "ns_efficiency": self.ns_efficiency,
             "trend": self.trend,
@@ -244,8 +269,9 @@ class Calibration:
 
 @dataclass(frozen=True)
 class TimeBreakdown:
-    """Seconds per step: ``compute`` (model FLOPs at the calibrated rate), ``bubble``, ``overhead``, ``optimizer``
-    (of which ``ns``, ``per_matrix``, ``allgather``, ``elementwise``); ``flops`` model FLOPs per step;
+    """Seconds per step: ``compute`` (model FLOPs at the calibrated rate), ``recompute``, ``a2a`` (expert-parallel
+    all-to-all), ``bubble``, ``overhead``, ``optimizer`` (of which ``ns``, ``per_matrix``, ``allgather``,
+    ``elementwise``); ``flops`` model FLOPs per step;
     ``tflops_per_gpu = flops / total / num_gpus / 1e12`` (model FLOPs only, like NVIDIA's tables);
     ``efficiency_source`` says whether the efficiency was fitted for this GPU / precision / family."""
 
@@ -255,6 +281,8 @@ class TimeBreakdown:
     optimizer: float
     flops: float
     num_gpus: int
+    recompute: float = 0.0
+    a2a: float = 0.0
     ns: float = 0.0
     per_matrix: float = 0.0
     allgather: float = 0.0
@@ -266,7 +294,7 @@ class TimeBreakdown:
 
     @property
     def total(self) -> float:
-        return self.compute + self.bubble + self.overhead + self.optimizer
+        return self.compute + self.recompute + self.a2a + self.bubble + self.overhead + self.optimizer
 
     @property
     def tflops_per_gpu(self) -> float:
@@ -438,6 +466,69 @@ def _local_params(sid: int, tp: int, pp: int, vp: int | None, ep: int, etp: int,
     return tuple(memory.parameter_counts(spec, cfg))
 
 
+@lru_cache(maxsize=8192)
+def _moe_layers_per_rank(sid: int, pp: int, vp: int | None, layout: str | None) -> int:
+    """MoE layers (decoder + MTP) on the pipeline rank that holds the most."""
+    spec = _SPECS[sid]
+    kinds = memory.model_tables(spec).layer_kinds
+    ranks = memory.stage_chunks(spec.num_layers, spec.mtp_layers, pp, vp, layout)
+    return max(sum(kinds[li] for ch in chunks for li in ch[0]) for chunks in ranks)
+
+
+def recompute_flops(spec: ModelSpec, cfg: TimeConfig) -> float:
+    """Forward FLOPs per step that activation recomputation repeats (all GPUs together).
+
+    ``full``: a third (the forward) of every recomputed layer's forward + backward FLOPs -- all layers with the
+    ``uniform`` method, ``recompute_num_layers`` of each virtual chunk's layers with ``block``. ``selective``: the
+    forward of each recomputed module -- ``core_attn`` the attention core, ``mla_up_proj`` the MLA q/kv
+    up-projections (``2 (q_lora n (qk + rope) + kv_lora n (qk + v))`` per token and layer), ``mlp`` the dense MLPs,
+    ``moe`` the routed and shared experts, ``shared_experts`` the shared ones; ``moe_act`` and ``layernorm`` are
+    element-wise (no FLOPs counted). Terms from :func:`bridgebench.model.flops.model_flops` (Megatron-Bridge's
+    ``flop_utils.py``).
+    """
+    granularity = cfg.recompute_granularity
+    if granularity not in ("full", "selective"):
+        return 0.0
+    f = model_flops(spec, cfg.gbs, tensor_model_parallel_size=cfg.tp, formula=cfg.flops_formula)
+    layer_terms = f.attention_projections + f.attention_core + f.mlp_dense + f.mlp_routed_experts
+    layer_terms += f.mlp_shared_experts
+    if granularity == "full":
+        share = 1.0
+        if cfg.recompute_method == "block":
+            chunks = cfg.pp * (cfg.vp or 1)
+            per_chunk = (spec.num_layers + spec.mtp_layers) / chunks
+            share = min(1.0, (cfg.recompute_num_layers or 1) / per_chunk)
+        return float(layer_terms) / 3 * share
+    mods = set(cfg.recompute_modules)
+    out = 0.0
+    if "core_attn" in mods:
+        out += float(f.attention_core) / 3
+    if "mla_up_proj" in mods and spec.multi_latent_attention:
+        n, qk, rope, v = spec.num_attention_heads, spec.qk_head_dim, spec.qk_pos_emb_head_dim, spec.v_head_dim
+        per_token = 2 * ((spec.q_lora_rank or 0) * n * (qk + rope) + spec.kv_lora_rank * n * (qk + v))
+        out += per_token * (spec.num_layers + spec.mtp_layers) * f.tokens
+    if "mlp" in mods:
+        out += float(f.mlp_dense) / 3
+    if "moe" in mods:
+        out += float(f.mlp_routed_experts + f.mlp_shared_experts) / 3
+    elif "shared_experts" in mods:
+        out += float(f.mlp_shared_experts) / 3
+    return out
+
+
+def a2a_seconds(spec: ModelSpec, cfg: TimeConfig) -> float:
+    """Expert-parallel all-to-all seconds per step on the busiest pipeline rank (see the module docstring)."""
+    if not spec.is_moe or cfg.ep <= 1:
+        return 0.0
+    etp = cfg.etp or cfg.tp
+    tokens = cfg.mbs * spec.seq_length / (cfg.cp * cfg.tp)  # tokens one GPU dispatches per microbatch
+    volume = tokens * spec.moe_router_topk * spec.hidden_size * 2.0 * (cfg.ep - 1) / cfg.ep
+    span = etp * cfg.ep
+    bw = cfg.gpu.nvlink_bandwidth if span <= cfg.gpu.nvlink_domain else cfg.gpu.network_bandwidth
+    layers = _moe_layers_per_rank(_sid(spec), cfg.pp, cfg.vp, cfg.pipeline_model_parallel_layout)
+    return 4 * volume / bw * layers * cfg.microbatches
+
+
 def _group_bandwidth(cfg: TimeConfig) -> float:
     """Bandwidth of a data-parallel group: its ranks lie in one block of ``N / PP`` consecutive ranks (Megatron's
     rank order tp-cp-ep-dp-pp), so NVLink when that block fits one NVLink domain, else the scale-out network."""
@@ -462,8 +553,10 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
     peak = cfg.gpu.peak(cfg.peak_key)
     eff, eff_source = calib.efficiency_of(cfg.gpu.name, cfg.precision_class, family(spec), cfg.release_index)
     compute = flops / cfg.num_gpus / (peak * eff)
+    recompute = recompute_flops(spec, cfg) / cfg.num_gpus / (peak * eff)
+    a2a = a2a_seconds(spec, cfg) * calib.a2a_exposure
     m = cfg.microbatches
-    bubble = compute * (cfg.pp - 1) / ((cfg.vp or 1) * m) if cfg.pp > 1 else 0.0
+    bubble = (compute + recompute + a2a) * _bubble_factor(cfg)
     layout = cfg.pipeline_model_parallel_layout
     overhead = calib.c_layer * m * _layers_per_rank(spec.num_layers, spec.mtp_layers, cfg.pp, cfg.vp, layout)
     etp = cfg.etp or cfg.tp
@@ -499,8 +592,13 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
     else:
         raise TimeModelError(f"unknown optimizer {cfg.optimizer!r}; the time model knows adam, muon, dist_muon")
     return TimeBreakdown(
-        compute, bubble, overhead, opt, flops, cfg.num_gpus, ns, per_matrix, ag, elem, nmat, ns_flops, eff, eff_source
-    )
+        compute, bubble, overhead, opt, flops, cfg.num_gpus, recompute, a2a, ns, per_matrix, ag, elem, nmat, ns_flops,
+        eff, eff_source,
+    )  # fmt: skip
+
+
+def _bubble_factor(cfg: TimeConfig) -> float:
+    return (cfg.pp - 1) / ((cfg.vp or 1) * cfg.microbatches) if cfg.pp > 1 else 0.0
 
 
 # ---------------------------------------------------------------------------------------------------- Muon cost
@@ -508,7 +606,8 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
 class MuonCost:
     """The Muon overhead of one point (s and FLOPs per step, bytes): NS FLOPs per GPU under Megatron-Core's
     ping-pong deal (``ping_pong``) and under a cost-balanced deal (``balanced``), the time of the busiest GPU under
-    each, the all-gather volume and time, and the predicted Muon / AdamW step times."""
+    each, the bf16 params each GPU gathers after the step (``allgather_bytes``: its stage's dense params over the
+    DP x CP group, its experts over the expert-DP group) and that time, and the predicted Muon / AdamW step times."""
 
     ping_pong: MuonRankLoads
     balanced: MuonRankLoads
@@ -554,7 +653,8 @@ def muon_cost(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> MuonCost:
     etp = cfg.etp or cfg.tp
     per_stage = _local_params(_sid(spec), cfg.tp, cfg.pp, cfg.vp, cfg.ep, etp, cfg.pipeline_model_parallel_layout)
     dense, expert = max(per_stage, key=lambda x: x[0] + x[1])
-    volume = 2.0 * (dense + expert) if opt == "dist_muon" else 0.0
+    group, egroup = cfg.dp * cfg.cp, cfg.edp  # a group of one gathers nothing (Kimi K2 on 256 GPUs: EDP = 1)
+    volume = 2.0 * (dense * (group > 1) + expert * (egroup > 1)) if opt == "dist_muon" else 0.0
     return MuonCost(
         ping_pong=muon_rank_loads(spec, par, policy, "ping_pong"),
         balanced=muon_rank_loads(spec, par, policy, "cost_balanced"),
@@ -584,32 +684,43 @@ class Row:
 
 #: grid of ``c_layer`` values (s per layer per microbatch) tried by :func:`calibrate`.
 C_LAYER_GRID = (0.0, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 4e-4, 8e-4)
+#: grid of ``a2a_exposure`` values (fraction of the expert-parallel all-to-all not hidden) tried by :func:`calibrate`.
+A2A_EXPOSURE_GRID = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
 
 
 def _implied_efficiency(r: Row, cal: Calibration) -> float | None:
     """Efficiency that makes the prediction equal the published TFLOP/s (None when overheads alone exceed it)."""
-    probe = Calibration(c_layer=cal.c_layer, kappa=cal.kappa, ns_efficiency=cal.ns_efficiency, default_efficiency=1.0)
-    t = predict_time(r.spec, r.cfg, probe)  # compute time at efficiency 1
+    probe = Calibration(
+        c_layer=cal.c_layer,
+        a2a_exposure=cal.a2a_exposure,
+        kappa=cal.kappa,
+        ns_efficiency=cal.ns_efficiency,
+        default_efficiency=1.0,
+    )
+    t = predict_time(r.spec, r.cfg, probe)  # compute and recompute times at efficiency 1
     target = t.flops / r.cfg.num_gpus / (r.tflops * 1e12)
-    rest = target - t.overhead - t.optimizer
-    return None if rest <= 0 else (t.compute + t.bubble) / rest
+    # target = (C1 / e + a2a) (1 + b) + overhead + optimizer, solved for e
+    rest = (target - t.overhead - t.optimizer) / (1 + _bubble_factor(r.cfg)) - t.a2a
+    return None if rest <= 0 else (t.compute + t.recompute) / rest
 
 
 def calibrate(
     rows: Sequence[Row],
     *,
     c_grid: Iterable[float] = C_LAYER_GRID,
+    a2a_grid: Iterable[float] = A2A_EXPOSURE_GRID,
     trend: bool = False,
     kappa: float = 1.4e-4,
     ns_efficiency: float = 0.5,
     default_efficiency: float = 0.35,
 ) -> Calibration:
-    """Fit the efficiency of each (GPU, precision class, family) and the global ``c_layer`` on ``rows``.
+    """Fit the efficiency of each (GPU, precision class, family) and the global ``c_layer`` and ``a2a_exposure``.
 
-    For each ``c_layer`` on the grid, a group's efficiency is the geometric mean of the efficiencies that make each
-    of its rows hit its published TFLOP/s exactly; the ``c_layer`` with the least squared log error over all rows
-    wins. With ``trend`` a common exponential gain per release step is fitted first (least squares of the
-    within-group log efficiencies on the centred release ordinal). ``kappa`` and ``ns_efficiency`` are not fitted
+    For each (``c_layer``, ``a2a_exposure``) on the grids, a group's efficiency is the geometric mean of the
+    efficiencies that make each of its rows hit its published TFLOP/s exactly (rows whose overheads alone exceed
+    their step are left out of that group); the pair with the least squared log error over ALL rows wins. With
+    ``trend`` a common exponential gain per release step is fitted first (least squares of the within-group log
+    efficiencies on the centred release ordinal). ``kappa`` and ``ns_efficiency`` are not fitted
     (the published rows carry no Muon-only information beyond Kimi K2's): they are first-principles values, see
     ``configs/calibration/default.yaml``.
 
@@ -617,8 +728,14 @@ def calibrate(
         TimeModelError: no row whose overheads leave room for compute.
     """
     best: tuple[float, Calibration] | None = None
-    for c in c_grid:
-        cal = Calibration(c_layer=c, kappa=kappa, ns_efficiency=ns_efficiency, default_efficiency=default_efficiency)
+    for c, exposure in itertools.product(c_grid, a2a_grid):
+        cal = Calibration(
+            c_layer=c,
+            a2a_exposure=exposure,
+            kappa=kappa,
+            ns_efficiency=ns_efficiency,
+            default_efficiency=default_efficiency,
+        )
         groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
         if trend:  # efficiencies are stored at the mean release of the rows, so a default one needs no shift
             indices = [r.cfg.release_index or 0.0 for r in rows]

@@ -57,7 +57,7 @@ def summary_markdown(result: Any, state: dict[str, Any], calib: Any) -> str:
     for stage, t in result.stages.items():
         rate = t["points"] / t["seconds"] if t["seconds"] else float("nan")
         lines.append(
-            f"| {stage} | {t['points']:,} | {t['seconds']:.2f} | {_fmt(rate, ',.0f')} | "
+            f"| {stage} | {t['points']:,} | {t['seconds']:.2f} | {_fmt(rate, ',.0f' if rate >= 10 else '.2f')} | "
             f"{'done before, resumed' if t.get('resumed') else ''} |"
         )
     lines += ["", "## Outcome", "", "| status | points |", "|---|---:|"]
