@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slurm
 SPACE = ["--space", "optstep_local", *SMALL[1:]]  # SMALL[0] is experiment=optstep_local, fixed by the space file
 
 
-def test_sweep_submits_its_top_k_and_status_collect_see_them(bb):  # noqa: F811
+def test_sweep_submits_its_top_k_and_status_collect_see_them(bb, tmp_path):  # noqa: F811
+    bb.env["BRIDGEBENCH_SWEEPS"] = str(tmp_path / "sweeps")  # the fixture's env: ledger, store, plans in tmp_path
     res = json.loads(bb("sweep", *SPACE, "--submit", "--name", "s", "--json").stdout)
     top = res["top"]
     assert len(top) == 2 and {t["status"] for t in top} == {"submitted"}
