@@ -52,6 +52,20 @@ def test_ns_policy_grid_reports_honestly():
     lw = grid[(grid.kernel == "gemm") & grid.layer_wise & grid.split_qkv & (grid.statistic == "mean")].iloc[0]
     syrk = grid[(grid.kernel == "syrk") & grid.layer_wise & grid.split_qkv & (grid.statistic == "mean")].iloc[0]
     assert syrk.kimi_k2_ns_tflops < lw.kimi_k2_ns_tflops
+    # SYRK rows are labelled hypothetical: only GEMM policies are runnable
+    assert (grid.runnable == (grid.kernel == "gemm")).all()
+    assert grid[grid.kernel == "syrk"].note.str.startswith("hypothetical").all()
+
+
+def test_syrk_is_not_reachable_through_the_installed_megatron_core():
+    """The SYRK label's premise: Megatron-Core's optimizers never pass ``use_syrk`` to emerging-optimizers (so the
+    GEMM kernels run). Fails if a future megatron-core forwards it, and the label must then be revisited."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("megatron.core.optimizer")
+    sources = list(Path(spec.origin).parent.rglob("*.py"))
+    assert sources and not [f for f in sources if "syrk" in f.read_text()]
 
 
 def test_outputs_written(tmp_path, table):

@@ -162,11 +162,12 @@ def check_published_cmd(as_json: bool = typer.Option(False, "--json", help="prin
     """FLOPs/token x tokens/s/GPU vs published model TFLOP/s/GPU over every published row of a known model."""
     import dataclasses
 
-    from bridgebench.paths import REPO_ROOT
+    from bridgebench.paths import load_paths
     from bridgebench.results.published_check import check_published
 
     df, summary = check_published()
-    out = REPO_ROOT / "results" / "reference" / "flops_check.csv"
+    out = load_paths().tables / "flops_check.csv"  # configs/paths: tables (never the tracked reference data)
+    out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out, index=False, float_format="%.6g")
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(summary), indent=2))

@@ -148,6 +148,12 @@ def _policy_text(p: NSPolicy) -> str:
             f"{'split' if p.split_qkv else 'fused'} qkv, {p.num_ns_steps} steps")
 
 
+#: Why SYRK policies are hypothetical: no Megatron-Core that runs these benchmarks passes ``use_syrk`` to
+#: emerging-optimizers' ``newton_schulz`` (megatron-core 0.19.2 ``megatron/core/optimizer/`` never mentions syrk;
+#: the 26.02 stack's Emerging-Optimizers v0.1.0 does not forward it either), so the GEMM kernels run.
+SYRK_NOTE = "hypothetical: SYRK kernels are not reachable through Megatron-Core (26.02 or 26.08 stack)"
+
+
 def ns_policy_grid(overrides: tuple[str, ...] = ()) -> pd.DataFrame:
     """NS TFLOP/s/GPU of each Muon run of Table 1 under every counting policy, against the blog.
 
@@ -156,7 +162,7 @@ def ns_policy_grid(overrides: tuple[str, ...] = ()) -> pd.DataFrame:
     per-GPU statistic {mean, busiest}; TP modes are all equal here (both runs use TP 1).
 
     Columns: kernel, layer_wise, split_qkv, statistic, <model>_ns_tflops, <model>_blog, <model>_delta_pct for each
-    model, and ``reproduces_both`` (every |delta| <= 5 %).
+    model, ``reproduces_both`` (every |delta| <= 5 %), ``runnable`` (False for SYRK: :data:`SYRK_NOTE`) and ``note``.
     """
     blog = load_blog_table1().set_index(["model", "optimizer"])
     runs = [r for r in table1_runs(overrides) if r.facts.is_muon]
@@ -181,6 +187,8 @@ def ns_policy_grid(overrides: tuple[str, ...] = ()) -> pd.DataFrame:
                 row |= {f"{name}_ns_tflops": value, f"{name}_blog": ref, f"{name}_delta_pct": delta}
                 ok &= abs(delta) <= 100 * NS_TOLERANCE
             row["reproduces_both"] = ok
+            row["runnable"] = kernel == "gemm"
+            row["note"] = "" if kernel == "gemm" else SYRK_NOTE
             rows.append(row)
     return pd.DataFrame(rows)
 
