@@ -13,8 +13,14 @@ from bridgebench.logs.parser import parse_log, to_json
 LOGS = Path(__file__).parents[1] / "data" / "logs"
 EXPECTED = json.loads((LOGS / "public_expected.json").read_text())
 #: the collector's outcome words -> bridgebench's (the parser cannot see a hang or an excerpt's end: 'running')
-OUTCOME = {"running-truncated": "running", "hang": "running", "unknown": "running", "completed": "completed",
-           "NaN": "nan", "crash": "crash"}
+OUTCOME = {
+    "running-truncated": "running",
+    "hang": "running",
+    "unknown": "running",
+    "completed": "completed",
+    "NaN": "nan",
+    "crash": "crash",
+}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -72,8 +72,15 @@ def test_terminal_wrapped_records_are_rejoined():
     assert [s.lm_loss for s in wrapped.steps] == [s.lm_loss for s in plain.steps]
 
 
-@pytest.mark.parametrize("name", ["mbridge_llama_7b_cp2_8rank_20iter_out1.log", "nemo2_resiliency_crash_injob_restart.log",
-                                  "constructed_mbridge_time_limit_steptime.log", "cloudai_mbridge_fp8mx_rankprefix.log"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mbridge_llama_7b_cp2_8rank_20iter_out1.log",
+        "nemo2_resiliency_crash_injob_restart.log",
+        "constructed_mbridge_time_limit_steptime.log",
+        "cloudai_mbridge_fp8mx_rankprefix.log",
+    ],
+)
 def test_chunk_boundaries_change_nothing(monkeypatch, name):
     whole = to_json(parse_log(LOGS / name))
     monkeypatch.setattr(parser_mod, "CHUNK_BYTES", 97)  # every few lines cut mid-line
@@ -129,8 +136,15 @@ def test_series_survives_the_results_store(tmp_path):
     from bridgebench.results.store import ResultStore
 
     j = to_json(parse_log(LOGS / "mbridge_llama_7b_cp2_8rank_20iter_out1.log"))
-    rec = {"record_id": "1/a0/pretrain", "kind": "pretrain", "series": j["series"], "window": j["window"],
-           "outcome": j["outcome"], "quality": j["quality"], "step_time_s": j["step_time_s"]}
+    rec = {
+        "record_id": "1/a0/pretrain",
+        "kind": "pretrain",
+        "series": j["series"],
+        "window": j["window"],
+        "outcome": j["outcome"],
+        "quality": j["quality"],
+        "step_time_s": j["step_time_s"],
+    }
     store = ResultStore(tmp_path / "runs")
     assert store.add([rec]) == 1 and store.add([rec]) == 0  # idempotent
     back = store.get("1/a0/pretrain")
@@ -153,7 +167,9 @@ def _write_events(logdir: Path, steps) -> None:
     w.close()
 
 
-@pytest.mark.parametrize("name", ["mbridge_llama_7b_cp2_8rank_20iter_out1.log", "constructed_mbridge_time_limit_steptime.log"])
+@pytest.mark.parametrize(
+    "name", ["mbridge_llama_7b_cp2_8rank_20iter_out1.log", "constructed_mbridge_time_limit_steptime.log"]
+)
 def test_tensorboard_events_give_the_same_figures_as_the_log(tmp_path, name):
     from bridgebench.logs.events import parse_events
 

@@ -101,7 +101,6 @@ def table(
     measured = None
     if source != "published":
         from bridgebench.launch.collect import default_store
-
         from bridgebench.logs.steady import QUALITIES
 
         wanted = tuple(q.strip() for q in quality.split(",") if q.strip())

@@ -52,8 +52,17 @@ def record_figures(job_dir: str | None, logs: list[Path], cfg=None) -> dict[str,
             if ev is not None and ev.steady["step_time_s"].count:
                 source, parsed = "tensorboard", ev
     if parsed is None:
-        return {"outcome": None, "steps": 0, "step_time_s": None, "tflops_per_gpu": None, "quality": None,
-                "window": None, "series": None, "log_format": None, "figures_source": None}
+        return {
+            "outcome": None,
+            "steps": 0,
+            "step_time_s": None,
+            "tflops_per_gpu": None,
+            "quality": None,
+            "window": None,
+            "series": None,
+            "log_format": None,
+            "figures_source": None,
+        }
     j = to_json(parsed)
     out: dict[str, Any] = {
         "outcome": log.outcome if log is not None else None,

@@ -8,23 +8,15 @@ later file supersedes are purged by it, as TensorBoard itself does).  Every tag 
 Tags read (Megatron-Bridge 0.6.2 wheel, ``megatron/bridge/training/utils/train_utils.py``, ``training_log``;
 Megatron-LM ``core_v0.19.0``, ``megatron/training/training.py``, ``training_log``):
 
-========================================  =====================  =========================================================
-tag                                        unit                   written at / gate
-========================================  =====================  =========================================================
-``iteration-time``                        s per iteration        Bridge line 1165, Megatron-LM line 2841; every
-                                                                  ``log_interval`` iterations (interval average), only with
-                                                                  ``logger.log_timers_to_tensorboard`` (the Bridge recipes
-                                                                  set it)
-``throughput/tflops/device``              model TFLOP/s per GPU  Bridge line 1141 (same number as the Step Time line);
-                                                                  ``logger.log_throughput_to_tensorboard``
-``throughput``                            model TFLOP/s per GPU  Megatron-LM line 2858; ``--log-throughput`` and
-                                                                  ``--log-timers-to-tensorboard``
-``throughput/device/tokens_per_sec``      tokens/s per GPU       Bridge lines 857-867 (``report_throughput``: rolling
-                                                                  average over ``throughput_window_size`` iterations,
-                                                                  padded tokens); ``log_throughput_to_tensorboard``
-``lm loss``                               --                     Bridge line 967, Megatron-LM line 2705 (this iteration's
-                                                                  loss, not an interval average)
-========================================  =====================  =========================================================
+* ``iteration-time``: seconds per iteration (interval average), every ``log_interval`` iterations -- Bridge line
+  1165, Megatron-LM line 2841; only with ``logger.log_timers_to_tensorboard`` (the Bridge recipes set it).
+* ``throughput/tflops/device``: model TFLOP/s per GPU (the Step Time line's number) -- Bridge line 1141; only with
+  ``logger.log_throughput_to_tensorboard``.
+* ``throughput``: model TFLOP/s per GPU -- Megatron-LM line 2858; ``--log-throughput`` and
+  ``--log-timers-to-tensorboard``.
+* ``throughput/device/tokens_per_sec``: tokens/s per GPU -- Bridge lines 857-867 (``report_throughput``: rolling
+  average over ``throughput_window_size`` iterations, padded tokens); ``log_throughput_to_tensorboard``.
+* ``lm loss``: this iteration's loss (not an interval average) -- Bridge line 967, Megatron-LM line 2705.
 
 NeMo 2 logs through Lightning's TensorBoardLogger with x = ``trainer.global_step``: ``train_step_timing in s``
 (``TimingCallback``, ``nemo/utils/exp_manager.py``) and ``TFLOPS_per_GPU`` / ``tflops_per_sec_per_gpu``

@@ -182,14 +182,16 @@ GB_TO_MB = 1.0e9 / (1024.0 * 1024.0)  # Bridge GB = 1e9 bytes; Megatron MB = 2**
 
 # --------------------------------------------------------------------------------------------------------------
 # Candidate patterns of the pre-filter: a line is handed to the parser only if it contains one of these (record
-# patterns here, failure/end patterns in bridgebench.logs.signals.SIGNAL_PATTERNS).  'iteration ' starts every
-# Megatron / NeMo 2 record head (and the Bridge 'current_iteration to N' start line); 'iterations) memory' and
+# patterns here, failure/end patterns in bridgebench.logs.signals.SIGNAL_PATTERNS).  'iteration  ' (two spaces)
+# starts every Megatron record head (leftmost-first matching prefers it to 'iteration ', which catches NeMo 2 heads
+# and the Bridge 'current_iteration to N' start line); 'iterations) memory' and
 # 'iterations memory' the memory reports; 'train_step_timing in s' NeMo 2 fragments, the NeMo-Launcher list and the
 # NeMo 1 progress bar; 'global_step=' a progress bar without timing.
 # --------------------------------------------------------------------------------------------------------------
 RECORD_PATTERNS: tuple[tuple[bytes, str], ...] = (
-    (b"iteration ", "record"),
+    (b"iteration  ", "record"),  # Megatron's '{:8d}' pads every iteration < 10**7: one match per record line
     (b"Step Time", "step_time"),
+    (b"iteration ", "line"),  # NeMo 'iteration 17/99', Megatron >= 10**7, the Bridge start line
     (b"train_step_timing in s", "line"),
     (b"global_step=", "line"),
     (b"iterations) memory", "line"),

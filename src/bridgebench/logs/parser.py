@@ -81,6 +81,7 @@ _MAX_FRAGMENTS = 16
 _MAX_PENDING_LINES = 2000  # lines scanned one by one for the rest of a split record before giving up on it
 
 _KINDS: list[str] = [k for _, k in F.RECORD_PATTERNS] + ["line"] * len(SIGNAL_PATTERNS)
+_RECORD, _STEP_TIME = _KINDS.index("record"), _KINDS.index("step_time")
 _SCANNER = ahocorasick_rs.BytesAhoCorasick(
     [p for p, _ in F.RECORD_PATTERNS] + list(SIGNAL_PATTERNS), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST
 )
@@ -128,7 +129,7 @@ class Step:
     inferred_iteration: bool = False  # iteration is an ordinal, not printed by the trainer
     _tail: bytes | None = field(default=None, repr=False, compare=False)  # unparsed rest of a fast-path record
 
-    def complete(self) -> "Step":
+    def complete(self) -> Step:
         """Parse the fields a fast-path record left for later (idempotent); returns self."""
         tail = self._tail
         if tail is not None:
@@ -396,20 +397,19 @@ class _State:
         if self.pending or self.tb_lines:
             pos = self._line_mode(buf, 0, end, base)
         hay = buf if end == len(buf) else memoryview(buf)[:end]
-        kinds = _KINDS
         rfind, find = buf.rfind, buf.find
-        for idx, s, _e in _SCANNER.find_matches_as_indexes(hay):
+        record_fast, step_time_fast = self._record_fast, self._step_time_fast
+        for idx, s, e in _SCANNER.find_matches_as_indexes(hay):
             if s < pos:
                 continue
             ls = rfind(b"\n", 0, s) + 1
             le = find(b"\n", s, end)
             if le < 0:
                 le = end
-            kind = kinds[idx]
-            if kind == "record":
-                done = self._record_fast(buf, ls, s, le, base)
-            elif kind == "step_time":
-                done = self._step_time_fast(buf, ls, s, _e, le, base)
+            if idx == _RECORD:
+                done = record_fast(buf, ls, s, le, base)
+            elif idx == _STEP_TIME:
+                done = step_time_fast(buf, ls, s, e, le, base)
             else:
                 done = False
             if not done:
@@ -949,7 +949,9 @@ def _finish(S: _State, path: str | None, nbytes: int, warmup: int, min_steps: in
         detail = S.end_marker or (f"iteration {steps[-1].iteration}/{total}" if steps else None)
         if recovered:
             detail = f"{detail} (after {restarts} in-job restart(s) following {', '.join(recovered)})"
-    recovered_detail = {c: (S.crash_exception if c == "crash" and S.crash_exception else S.signals[c]) for c in recovered}
+    recovered_detail = {
+        c: (S.crash_exception if c == "crash" and S.crash_exception else S.signals[c]) for c in recovered
+    }
 
     memory: dict[str, Any] = {}
     if S.memory:
@@ -999,8 +1001,9 @@ def _finish(S: _State, path: str | None, nbytes: int, warmup: int, min_steps: in
     )
 
 
-def parsed_from_steps(steps: list[Step], *, warmup_steps: int, min_steps: int, skipped_is_nan: bool = True,
-                      **fields: Any) -> ParsedLog:
+def parsed_from_steps(
+    steps: list[Step], *, warmup_steps: int, min_steps: int, skipped_is_nan: bool = True, **fields: Any
+) -> ParsedLog:
     """A :class:`ParsedLog` for ``steps`` (ordered by iteration) with its windows computed.  ``fields`` are the
     other :class:`ParsedLog` fields (``path``, ``format``, ``outcome`` ... ; defaults: empty / None)."""
     fields.setdefault("path", None)
