@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slurm
 
 
 def test_status_shows_live_figures_and_follow_ends_with_the_job(bb, slurm_cluster):  # noqa: F811
-    attempts = json.loads(bb("submit", *SMALL, "job.repeats=400", "--json").stdout)
+    attempts = json.loads(bb("submit", *SMALL, "job.repeats=25", "--json").stdout)
     run_id, job = attempts[0]["run_id"], attempts[0]["slurm_job_id"]
     slurm_cluster.wait_running(job, timeout=120)
     live = None
