@@ -124,11 +124,15 @@ def test_user_runs_replace_published_step_times():
     from bridgebench.results.table1 import measured_step_times
 
     recs = [{"record_id": "101/a0/pretrain", "kind": "pretrain", "state": "COMPLETED", "model": "qwen3_30b_a3b",
-             "optimizer": "dist_muon", "step_time_s": 10.0},
+             "optimizer": "dist_muon", "step_time_s": 10.0, "quality": "steady"},
             {"record_id": "102/a0/pretrain", "kind": "pretrain", "state": "FAILED", "model": "kimi_k2",
-             "optimizer": "adam", "step_time_s": 1.0}]
+             "optimizer": "adam", "step_time_s": 1.0, "quality": "steady"},
+            {"record_id": "103/a0/pretrain", "kind": "pretrain", "state": "COMPLETED", "model": "kimi_k2",
+             "optimizer": "adam", "step_time_s": 2.0, "quality": "short"}]
     measured = measured_step_times(recs)
+    # issue 10: only steady windows unless asked (a 'short' window of a completed run is refused by default)
     assert measured == {("qwen3_30b_a3b", "muon"): (10.0, "101/a0/pretrain")}
+    assert measured_step_times(recs, ("steady", "short"))[("kimi_k2", "adamw")] == (2.0, "103/a0/pretrain")
     t = reproduce(measured=measured).set_index(["model", "optimizer"])
     row = t.loc[("qwen3_30b_a3b", "muon")]
     assert row.step_time_s == 10.0 and "your run 101/a0/pretrain" in row.step_time_source
@@ -141,4 +145,4 @@ def test_cli_table_source_runs_without_runs_is_a_clear_error(tmp_path):
 
     res = subprocess.run([*BB, "table", "--source", "runs"], capture_output=True, text=True,
                          env={**os.environ, "BRIDGEBENCH_RESULTS": str(tmp_path / "empty")})
-    assert res.returncode == 2 and "no completed pretrain runs" in res.stderr
+    assert res.returncode == 2 and "no completed pretrain runs" in res.stderr and "steady window" in res.stderr

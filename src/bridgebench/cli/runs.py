@@ -171,6 +171,11 @@ def status(
 
     attempts = sub.refresh(_cluster_cfg(overrides or []))
     _print_attempts(attempts, as_json)
+    if not as_json:  # live step figures of running jobs, from their logs (launch/live.py)
+        from bridgebench.launch.live import live_lines
+
+        for line in live_lines(attempts):
+            typer.echo(line)
 
 
 @app.command()

@@ -37,7 +37,7 @@ def _marker(logs: list[Path], marker: str) -> dict[str, Any] | None:
 
 def records_for(a: Attempt, logs: list[Path]) -> list[dict[str, Any]]:
     """Records of one finished attempt (one per attempt; the payload's figures when it completed)."""
-    from bridgebench.logs.parser import parse_log, to_json
+    from bridgebench.launch.figures import record_figures
 
     cfg = OmegaConf.load(Path(a.plan_dir) / "config.yaml") if a.plan_dir else None
     prov = {
@@ -73,6 +73,8 @@ def records_for(a: Attempt, logs: list[Path]) -> list[dict[str, Any]]:
             "global_batch_size": int(cfg.train.global_batch_size),
             "seq_length": int(cfg.model.seq_length),
         }
+    # step figures, window, quality and per-iteration series (launch/figures.py: TensorBoard events, else logs)
+    base |= record_figures(a.job_dir, logs, cfg)
     if a.job_type == "optstep":
         payload = None
         out = Path(a.job_dir or ".") / "out" / "optstep.json"
@@ -85,15 +87,6 @@ def records_for(a: Attempt, logs: list[Path]) -> list[dict[str, Any]]:
         return [base | {"provenance": prov}]
     run_info = _marker(logs, MARKERS[1]) or {}
     prov |= {k: run_info.get(k) for k in ("megatron_bridge", "megatron_core", "torch") if k in run_info}
-    parsed = [to_json(parse_log(p)) for p in logs if p.name.startswith("log-")] or [to_json(parse_log(p)) for p in logs]
-    best = max(parsed, key=lambda j: j.get("steps") or 0, default={})
-    base |= {
-        "outcome": best.get("outcome"),
-        "steps": best.get("steps"),
-        "step_time_s": best.get("step_time_s"),
-        "tflops_per_gpu": best.get("tflops_per_gpu"),
-        "log_format": best.get("format"),
-    }
     return [base | {"provenance": prov}]
 
 

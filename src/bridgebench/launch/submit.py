@@ -87,6 +87,7 @@ def submit_run(
         **OmegaConf.to_container(cfg.env_vars, resolve=True),
         "BRIDGEBENCH_CONFIG_HASH": run_id.split("-r")[0],
         "BRIDGEBENCH_ATTEMPT": str(attempt),
+        "BRIDGEBENCH_OUT_DIR": str(out_dir),  # mbridge/build.py puts logger.tensorboard_dir under it
     }
     segment = ex.segment_for(nodes, int(cfg.gpu.gpus_per_node)) if cfg.cluster.supports_segment else None
     executor = ex.make_executor(

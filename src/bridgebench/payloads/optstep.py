@@ -45,7 +45,9 @@ keeps the first K routed experts of each MoE layer. MTP layers are not included.
 Only ``--dtype fp32`` runs: Megatron steps FP32 main parameters, and ``newton_schulz`` rejects other dtypes.
 
 Output: ``<out>/optstep.json`` (written atomically: temp file + ``os.replace``) and one stdout line
-``BRIDGEBENCH_OPTSTEP <compact json>`` (read by ``launch/collect.py``); progress goes to stderr. Defaults for
+``BRIDGEBENCH_OPTSTEP <compact json>`` (read by ``launch/collect.py``); before it, one Megatron-LM-style iteration
+line per timed Muon step (:class:`IterationLines`: live figures for ``bridgebench status``, a series for
+``collect``); progress goes to stderr. Defaults for
 ``--layers``, ``--experts`` and ``--repeats`` come from the config's ``job.*`` keys when present.
 """
 
@@ -246,12 +248,14 @@ def adamw_settings(optimizer: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------- timing
-def _timer(device) -> Callable[[Callable[[], Any], int, int], list[float]]:
+def _timer(device) -> Callable[..., list[float]]:
     import torch
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    def run(fn: Callable[[], Any], warmup: int, repeats: int) -> list[float]:
+    def run(
+        fn: Callable[[], Any], warmup: int, repeats: int, on_repeat: Callable[[float], None] | None = None
+    ) -> list[float]:
         for _ in range(warmup):
             fn()
         sync()
@@ -262,9 +266,41 @@ def _timer(device) -> Callable[[Callable[[], Any], int, int], list[float]]:
             fn()
             sync()
             times.append(time.perf_counter() - t0)
+            if on_repeat is not None:
+                on_repeat(times[-1])
         return times
 
     return run
+
+
+class IterationLines:
+    """Prints one Megatron-LM-style iteration line per timed Muon step on stdout, so the job's log shows live
+    figures (``bridgebench status`` / ``logs follow``) and ``collect`` gets a per-step series::
+
+        [2026-11-23 12:00:00] iteration        3/      10 | elapsed time per iteration (ms): 1234.5 |
+        number of skipped iterations:   0 | number of nan iterations:   0 |
+
+    (one physical line; the form of Megatron-LM ``core_v0.19.0`` ``training_log``, see
+    :mod:`bridgebench.logs.formats`).  Iterations count the timed Muon steps over all families (``total`` =
+    families x repeats); AdamW and Newton-Schulz timings are not printed as iterations.
+    """
+
+    def __init__(self, total: int, stream=None) -> None:
+        self.total = total
+        self.done = 0
+        self.stream = stream
+
+    def __call__(self, seconds: float) -> None:
+        from datetime import datetime
+
+        self.done += 1
+        out = self.stream or sys.stdout
+        out.write(
+            f" [{datetime.now().strftime('%Y-%m-%d %H:%M:%S')}] iteration {self.done:8d}/{self.total:8d} |"
+            f" elapsed time per iteration (ms): {seconds * 1000.0:.1f} |"
+            " number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+        )
+        out.flush()
 
 
 def _adamw(params, device, kwargs):
@@ -292,6 +328,7 @@ def time_family(
     warmup: int,
     repeats: int,
     generator,
+    on_muon_step: Callable[[float], None] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Time one family: Muon step, AdamW step (same parameters and random gradients), NS alone.
 
@@ -320,7 +357,7 @@ def time_family(
         params.append(p)
 
     muon = TensorParallelMuon(params, **muon_kwargs)
-    muon_t = timed(muon.step, warmup, repeats)
+    muon_t = timed(muon.step, warmup, repeats, on_muon_step)
     del muon
     adamw, impl = _adamw(params, device, adamw_kwargs)
     adamw_t = timed(adamw.step, warmup, repeats)
@@ -429,6 +466,7 @@ def run_optstep(
     fams: dict[str, dict[str, Any]] = {}
     impl = None
     present = [f for f in FAMILY_ORDER if any(s.family == f for s in specs)]
+    lines = IterationLines(len(present) * repeats)
     for fam in present:
         fam_specs = [s for s in specs if s.family == fam]
         progress(f"optstep: {fam}: {sum(len(s.pieces) for s in fam_specs)} matrices on {dev} ...")
@@ -440,6 +478,7 @@ def run_optstep(
             warmup=warmup,
             repeats=repeats,
             generator=gen,
+            on_muon_step=lines,
         )
         f = fams[fam]
         progress(

@@ -72,12 +72,20 @@ def _release_key(release: str) -> tuple[int, ...]:
     return tuple(int(x) for x in release.split("."))
 
 
-def measured_step_times(records: list[dict]) -> dict[tuple[str, str], tuple[float, str]]:
-    """(model, adamw|muon) -> (median step time s, record id) from the user's completed pretrain records (store).
-    When several runs match, the most recent record id (highest SLURM job id) wins."""
+def measured_step_times(
+    records: list[dict], qualities: tuple[str, ...] = ("steady",)
+) -> dict[tuple[str, str], tuple[float, str]]:
+    """(model, adamw|muon) -> (step time s, record id) from the user's completed pretrain records (store) whose
+    window quality is in ``qualities`` (default: only ``steady`` windows; records without a quality are never
+    used). When several runs match, the most recent record id (highest SLURM job id) wins."""
     out: dict[tuple[str, str], tuple[float, str]] = {}
     for r in sorted(records, key=lambda r: r["record_id"]):
-        if r.get("kind") == "pretrain" and r.get("state") == "COMPLETED" and r.get("step_time_s"):
+        if (
+            r.get("kind") == "pretrain"
+            and r.get("state") == "COMPLETED"
+            and r.get("step_time_s")
+            and r.get("quality") in qualities
+        ):
             opt = family(str(r.get("optimizer")))
             out[(r["model"], opt)] = (float(r["step_time_s"]), r["record_id"])
     return out
