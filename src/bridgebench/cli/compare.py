@@ -115,7 +115,7 @@ def _print(result, threshold: float) -> None:
     from rich.table import Table
 
     c = Console()
-    c.width = max(c.width, 170)
+    c.width = max(c.width, 240 if any(h.own for h in result.histories) else 180)
     for h in result.histories:
         t = Table(title=f"{h.key.label()}: {len(h.points)} release(s)", title_justify="left")
         cols = ["release", "formula", "TFLOP/s/GPU", "tokens/s/GPU", "vs previous", "mark", "config changes", "CP"]

@@ -48,6 +48,7 @@ from bridgebench.model.optimizer import family
 from bridgebench.paths import REPO_ROOT
 from bridgebench.results import compare_stats as cs
 from bridgebench.results.compare_stats import CompareError, ConfigKey, RunComparison
+from bridgebench.results.optstep_series import optstep_series
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 
 SOURCES = ("auto", "published", "runs", "both")
@@ -374,22 +375,6 @@ def speedup_matrix(histories: Sequence[History]) -> tuple[pd.DataFrame, pd.DataF
 # --------------------------------------------------------------------------------------------------------------------
 # Own runs: per-iteration values of a record
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def optstep_series(payload: Mapping[str, Any], optimizer: str) -> dict[str, Any] | None:
-    """``record["series"]`` of an optimizer-step payload: its per-repeat total step times of the record's optimizer
-    (``muon_step_times_s`` for Muon, ``adamw_step_times_s`` otherwise), or None when the payload kept only medians.
-
-    Shape: ``{"iteration": [1..repeats], "step_time_s": [...] (s), "tflops_per_gpu": None}`` (no model FLOPs in an
-    optimizer step).
-    """
-    total = payload.get("total") or {}
-    key = "muon_step_times_s" if family(optimizer) == "muon" else "adamw_step_times_s"
-    times = total.get(key)
-    if not times:
-        return None
-    return {"iteration": list(range(1, len(times) + 1)), "step_time_s": [float(t) for t in times],
-            "tflops_per_gpu": None}
 
 
 def _get_path(record: Mapping[str, Any], path: str) -> Any:
