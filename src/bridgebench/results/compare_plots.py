@@ -20,7 +20,7 @@ UP, DOWN = "tab:green", "tab:red"
 def _plt():
     import matplotlib
 
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
+    if "inline" not in matplotlib.get_backend():  # headless, but keep a notebook's inline backend
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
