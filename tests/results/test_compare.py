@@ -41,7 +41,7 @@ def series(level: float, n: int, rng: np.random.Generator, cv: float = 0.01, phi
 
 def pretrain_record(rid: str, *, release: str = "26.02", optimizer: str = "adam", step: float = 8.6,
                     model: str = "qwen3_30b_a3b", rng: np.random.Generator, iters: int = 30,
-                    flops_per_step: float | None = 5.53e16, config_hash: str | None = None, state="COMPLETED",
+                    flops_per_step: float | None = 4.83e16, config_hash: str | None = None, state="COMPLETED",
                     run_cv: float = 0.01) -> dict:
     """A pretrain record as collect writes it (8 GB300, MXFP8, GBS 512, seq 4096) with a per-iteration series."""
     level = step * math.exp(rng.normal(0, run_cv))

@@ -163,6 +163,9 @@ def runs_plot(result: CompareResult, path: Path) -> Path:
     for i, (label, vals) in enumerate(groups):
         ax.scatter(vals, [i] * len(vals), color="tab:blue", alpha=0.7)
         ax.plot([np.mean(vals)] * 2, [i - 0.3, i + 0.3], color="black", lw=2)
+    values = [v for _, vals in groups for v in vals]
+    if values and min(values) > 0 and max(values) / min(values) > 10:
+        ax.set_xscale("log")
     ax.set_yticks(range(len(groups)), [g[0][:60] for g in groups], fontsize=7)
     ax.set_xlabel(f"run median ({unit})")
     ax.set_title("runs (dots) and side mean (bar)", fontsize=9)
@@ -175,6 +178,9 @@ def runs_plot(result: CompareResult, path: Path) -> Path:
         else:
             bx.plot([c.ratio], [i], "x", color=color)
         bx.text(c.ratio, i + 0.25, c.verdict, fontsize=7, ha="center", color=color)
+    ends = [x for _, c in comps for x in (c.ci_low, c.ci_high, c.ratio) if x is not None]
+    if ends and max(ends) / min(ends) > 3:
+        bx.set_xscale("log")
     if comps:
         t = comps[0][1].params["threshold"]
         bx.axvspan(1 - t, 1 + t, color="gray", alpha=0.15, lw=0, label=f"±{t:.1%} threshold")
