@@ -61,28 +61,49 @@ display(pd.DataFrame(cs.token_rounding_consistency(published)))
 # ## Kimi K2 on 256 GB300 and Qwen3 30B-A3B on 8 GB300 (MXFP8)
 
 # %%
-COLS = ["release", "flops_formula", "tflops", "tflops_lo", "tflops_hi", "tokens", "tokens_lo", "tokens_hi",
-        "step_metric", "ratio", "ratio_lo", "ratio_hi", "mark", "config_changes", "change_point"]
+COLS = [
+    "release",
+    "flops_formula",
+    "tflops",
+    "tflops_lo",
+    "tflops_hi",
+    "tokens",
+    "tokens_lo",
+    "tokens_hi",
+    "step_metric",
+    "ratio",
+    "ratio_lo",
+    "ratio_hi",
+    "mark",
+    "config_changes",
+    "change_point",
+]
 selections = {"Kimi K2": "model=kimi_k2 gpu=gb300", "Qwen3 30B-A3B": "model=qwen3_30b_a3b gpu=gb300"}
 results = {}
 for title, text in selections.items():
-    res = cmp.run_compare("auto", cmp.parse_selection(text), store_records=own_records, threshold=THRESHOLD,
-                          noise_cv=NOISE_CV)
+    res = cmp.run_compare(
+        "auto", cmp.parse_selection(text), store_records=own_records, threshold=THRESHOLD, noise_cv=NOISE_CV
+    )
     results[title] = res
     for h in res.histories:
         print(f"=== {h.key.label()}: {len(h.points)} releases; change points: {list(h.change_points.releases)}")
         display(h.frame()[COLS + (["own_runs", "own_value", "own_vs_published"] if h.own else [])])
         for s in h.steps:
-            print(f"  {s.release_a} -> {s.release_b}: {s.mark or ' '} {s.metric} x{s.ratio:.4f} "
-                  f"[{s.ratio_lo:.4f}, {s.ratio_hi:.4f}] ({s.metric_reason})")
+            print(
+                f"  {s.release_a} -> {s.release_b}: {s.mark or ' '} {s.metric} x{s.ratio:.4f} "
+                f"[{s.ratio_lo:.4f}, {s.ratio_hi:.4f}] ({s.metric_reason})"
+            )
 
 # %%
 histories = [h for res in results.values() for h in res.histories]
 fig, axes = plt.subplots(2, len(histories), figsize=(6.5 * len(histories), 7.5), squeeze=False)
 for col, h in enumerate(histories):
     cp.draw_history(axes[0, col], axes[1, col], h)
-fig.suptitle("Published throughput across releases (bars: rounding interval; shaded: change point; dotted: FLOPs "
-             "formula change)", fontsize=10)
+fig.suptitle(
+    "Published throughput across releases (bars: rounding interval; shaded: change point; dotted: FLOPs "
+    "formula change)",
+    fontsize=10,
+)
 fig.tight_layout()
 plt.show()
 
@@ -95,9 +116,11 @@ plt.show()
 every = cmp.run_compare("published", cmp.Selection(), threshold=THRESHOLD, noise_cv=NOISE_CV)
 ratio, real, like = cmp.speedup_matrix(every.histories)
 steps = [s for h in every.histories for s in h.steps]
-print(f"{len(every.histories)} configs, {len(steps)} release steps: {sum(s.real_change for s in steps)} real changes "
-      f"(beyond rounding and {THRESHOLD:.0%}), {sum(not s.like_for_like for s in steps)} not like-for-like, "
-      f"{sum(s.metric == 'tokens' for s in steps)} compared on tokens/s")
+print(
+    f"{len(every.histories)} configs, {len(steps)} release steps: {sum(s.real_change for s in steps)} real changes "
+    f"(beyond rounding and {THRESHOLD:.0%}), {sum(not s.like_for_like for s in steps)} not like-for-like, "
+    f"{sum(s.metric == 'tokens' for s in steps)} compared on tokens/s"
+)
 shown = ratio.dropna(how="all")
 fig, ax = plt.subplots(figsize=(14, 0.3 * len(shown) + 2))
 im = cp.draw_heatmap(ax, ratio, real, like)
@@ -117,17 +140,29 @@ if not own_records:
 else:
     for metric in ("step_time",):
         try:
-            own = cmp.run_compare("runs", cmp.Selection(), store_records=own_records, metric=metric,
-                                  threshold=THRESHOLD)
+            own = cmp.run_compare(
+                "runs", cmp.Selection(), store_records=own_records, metric=metric, threshold=THRESHOLD
+            )
         except cs.CompareError as err:
             print(f"own release history: {err}")
             continue
-        display(own.tables()["runs"][["key", "comparison", "verdict", "ratio", "ci_low", "ci_high", "q_value",
-                                      "runs_a", "runs_b", "reason"]])
+        display(
+            own.tables()["runs"][
+                ["key", "comparison", "verdict", "ratio", "ci_low", "ci_high", "q_value", "runs_a", "runs_b", "reason"]
+            ]
+        )
         fig, axes = plt.subplots(1, 1, figsize=(8, 3))
         rows = own.tables()["runs"]
-        axes.errorbar(rows["ratio"], range(len(rows)), xerr=[rows["ratio"] - rows["ci_low"].fillna(rows["ratio"]),
-                      rows["ci_high"].fillna(rows["ratio"]) - rows["ratio"]], fmt="o", capsize=4)
+        axes.errorbar(
+            rows["ratio"],
+            range(len(rows)),
+            xerr=[
+                rows["ratio"] - rows["ci_low"].fillna(rows["ratio"]),
+                rows["ci_high"].fillna(rows["ratio"]) - rows["ratio"],
+            ],
+            fmt="o",
+            capsize=4,
+        )
         axes.axvline(1, color="k", lw=1)
         axes.axvspan(1 - THRESHOLD, 1 + THRESHOLD, color="gray", alpha=0.2)
         axes.set_yticks(range(len(rows)), rows["key"] + " " + rows["comparison"], fontsize=7)

@@ -44,7 +44,9 @@ def render(src: Path, out_dir: Path = DEFAULT_OUT, timeout: int = 900) -> tuple[
     os.environ["MPLBACKEND"] = "Agg"
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
+        NotebookClient(
+            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}
+        ).execute()
     finally:
         os.environ.clear()
         os.environ.update(env_before)

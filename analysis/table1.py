@@ -55,9 +55,19 @@ print(f"results store {store.root}: {len(measured)} measured (model, optimizer) 
 
 # %%
 table = reproduce((), measured or None)
-cols = ["model", "optimizer", "step_time_s", "tokens_per_sec_per_gpu", "model_tflops_per_gpu",
-        "newton_schulz_tflops_per_gpu", "total_tflops_per_gpu", "published_total_tflops_per_gpu", "delta_total_pct",
-        "mfu_bf16", "mfu_precision"]
+cols = [
+    "model",
+    "optimizer",
+    "step_time_s",
+    "tokens_per_sec_per_gpu",
+    "model_tflops_per_gpu",
+    "newton_schulz_tflops_per_gpu",
+    "total_tflops_per_gpu",
+    "published_total_tflops_per_gpu",
+    "delta_total_pct",
+    "mfu_bf16",
+    "mfu_precision",
+]
 display(table[cols].round(3))
 for r in table.itertuples():
     print(f"{r.model:>14s} {r.optimizer:5s}: step time from {r.step_time_source}")
@@ -82,9 +92,11 @@ for run in table1_runs():
     load = ns_load(f.model, parallelism(f), ns_policy(f))
     for fam, flops in sorted(load.by_family.items(), key=lambda kv: -kv[1]):
         rows.append({"model": f.model.name, "family": fam, "ns_flops_per_step": flops, "share": flops / load.total})
-    print(f"{f.model.name}: {load.num_matrices} matrices, total {load.total:.3e} FLOPs/step over {f.num_gpus} GPUs, "
-          f"mean/GPU {load.per_gpu_mean:.3e}, busiest {load.per_gpu_max:.3e}, one replica {load.per_replica:.3e}; "
-          f"policy {ns_policy(f)}")
+    print(
+        f"{f.model.name}: {load.num_matrices} matrices, total {load.total:.3e} FLOPs/step over {f.num_gpus} GPUs, "
+        f"mean/GPU {load.per_gpu_mean:.3e}, busiest {load.per_gpu_max:.3e}, one replica {load.per_replica:.3e}; "
+        f"policy {ns_policy(f)}"
+    )
 families = pd.DataFrame(rows)
 display(families.round(4))
 
@@ -110,8 +122,11 @@ print(f"policies reproducing both blog NS figures within 5 %: {int(grid.reproduc
 
 # %%
 models = [c.removesuffix("_ns_tflops") for c in grid.columns if c.endswith("_ns_tflops")]
-labels = [f"{r.kernel}, {'layer-wise' if r.layer_wise else 'replicated'}, {'split' if r.split_qkv else 'fused'}, "
-          f"{r.statistic}" for r in grid.itertuples()]
+labels = [
+    f"{r.kernel}, {'layer-wise' if r.layer_wise else 'replicated'}, {'split' if r.split_qkv else 'fused'}, "
+    f"{r.statistic}"
+    for r in grid.itertuples()
+]
 fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 6), sharey=True)
 for ax, m in zip(axes, models):
     ax.barh(range(len(grid)), grid[f"{m}_ns_tflops"], color="tab:orange")

@@ -29,7 +29,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=200)
     ap.add_argument("--runs", type=int, nargs="+", default=[3, 5, 10])
     args = ap.parse_args()
-    print(f"| runs/side | small-sample expansion | false-positive rate (null, {args.seeds} seeds) | power, 3 % slower |")
+    print(
+        f"| runs/side | small-sample expansion | false-positive rate (null, {args.seeds} seeds) | power, 3 % slower |"
+    )
     print("|---|---|---|---|")
     t0 = time.monotonic()
     for n in args.runs:

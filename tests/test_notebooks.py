@@ -22,8 +22,14 @@ from tests.results.test_compare import pretrain_record  # noqa: E402  (store rec
 #: notebook -> (minimum number of <img> plots in its HTML, texts the executed notebook must show)
 EXPECTED = {
     "table1": (3, ["policies reproducing both blog NS figures within 5 %", "step time from perf table 26.02.01"]),
-    "release_comparison": (3, ["26.02.01 -> 26.04: ▲ tflops x1.0511", "8 releases; change points: ['26.02', "
-                               "'26.04', '26.06']", "26.04 vs 26.02"]),
+    "release_comparison": (
+        3,
+        [
+            "26.02.01 -> 26.04: ▲ tflops x1.0511",
+            "8 releases; change points: ['26.02', '26.04', '26.06']",
+            "26.04 vs 26.02",
+        ],
+    ),
 }
 
 
@@ -57,10 +63,12 @@ def test_a_raising_cell_fails_the_notebook(tmp_path):
     from nbclient.exceptions import CellExecutionError
 
     nb = tmp_path / "broken.py"
-    nb.write_text("# ---\n# jupyter:\n#   jupytext:\n#     text_representation:\n#       extension: .py\n"
-                  "#       format_name: percent\n#   kernelspec:\n#     display_name: Python 3\n#     language: python\n"
-                  "#     name: python3\n# ---\n\n# %%\n"
-                  "print('first cell ran')\n\n# %%\nraise ValueError('deliberate')\n")
+    nb.write_text(
+        "# ---\n# jupyter:\n#   jupytext:\n#     text_representation:\n#       extension: .py\n"
+        "#       format_name: percent\n#   kernelspec:\n#     display_name: Python 3\n#     language: python\n"
+        "#     name: python3\n# ---\n\n# %%\n"
+        "print('first cell ran')\n\n# %%\nraise ValueError('deliberate')\n"
+    )
     with pytest.raises(CellExecutionError, match="deliberate"):
         render_notebooks.render(nb, tmp_path / "out")
     assert not (tmp_path / "out" / "broken.html").exists()

@@ -39,44 +39,83 @@ def series(level: float, n: int, rng: np.random.Generator, cv: float = 0.01, phi
     return out
 
 
-def pretrain_record(rid: str, *, release: str = "26.02", optimizer: str = "adam", step: float = 8.6,
-                    model: str = "qwen3_30b_a3b", rng: np.random.Generator, iters: int = 30,
-                    flops_per_step: float | None = 4.83e16, config_hash: str | None = None, state="COMPLETED",
-                    run_cv: float = 0.01) -> dict:
+def pretrain_record(
+    rid: str,
+    *,
+    release: str = "26.02",
+    optimizer: str = "adam",
+    step: float = 8.6,
+    model: str = "qwen3_30b_a3b",
+    rng: np.random.Generator,
+    iters: int = 30,
+    flops_per_step: float | None = 4.83e16,
+    config_hash: str | None = None,
+    state="COMPLETED",
+    run_cv: float = 0.01,
+) -> dict:
     """A pretrain record as collect writes it (8 GB300, MXFP8, GBS 512, seq 4096) with a per-iteration series."""
     level = step * math.exp(rng.normal(0, run_cv))
     steps = series(level, iters, rng)
     tflops = [flops_per_step / s / 8 / 1e12 for s in steps] if flops_per_step else None
     return {
-        "record_id": rid, "kind": "pretrain", "name": f"{model}-{optimizer}", "state": state, "model": model,
-        "optimizer": optimizer, "gpu": "gb300", "precision": "mxfp8", "num_gpus": 8, "global_batch_size": 512,
-        "seq_length": 4096, "step_time_s": float(np.median(steps)), "outcome": "completed",
+        "record_id": rid,
+        "kind": "pretrain",
+        "name": f"{model}-{optimizer}",
+        "state": state,
+        "model": model,
+        "optimizer": optimizer,
+        "gpu": "gb300",
+        "precision": "mxfp8",
+        "num_gpus": 8,
+        "global_batch_size": 512,
+        "seq_length": 4096,
+        "step_time_s": float(np.median(steps)),
+        "outcome": "completed",
         "series": {"iteration": list(range(1, iters + 1)), "step_time_s": steps, "tflops_per_gpu": tflops},
-        "provenance": {"release": release, "config_hash": config_hash or f"{release}-{optimizer}-hash",
-                       "slurm_job_id": rid.split("/")[0]},
+        "provenance": {
+            "release": release,
+            "config_hash": config_hash or f"{release}-{optimizer}-hash",
+            "slurm_job_id": rid.split("/")[0],
+        },
     }
 
 
-def optstep_record(rid: str, optimizer: str, muon: float, adamw: float, rng: np.random.Generator,
-                   repeats: int = 5) -> dict:
+def optstep_record(
+    rid: str, optimizer: str, muon: float, adamw: float, rng: np.random.Generator, repeats: int = 5
+) -> dict:
     """An optimizer-step record (payload with per-repeat family times, as bridgebench.payloads.optstep writes)."""
     fams = {}
     for fam, share in (("attention", 0.3), ("expert", 0.6), ("router", 0.1)):
-        fams[fam] = {"muon_step_times_s": series(muon * share, repeats, rng, cv=0.02),
-                     "adamw_step_times_s": series(adamw * share, repeats, rng, cv=0.02),
-                     "ns_times_s": series(muon * share * 0.8, repeats, rng, cv=0.02)}
+        fams[fam] = {
+            "muon_step_times_s": series(muon * share, repeats, rng, cv=0.02),
+            "adamw_step_times_s": series(adamw * share, repeats, rng, cv=0.02),
+            "ns_times_s": series(muon * share * 0.8, repeats, rng, cv=0.02),
+        }
         for k in ("muon_step", "adamw_step"):
             fams[fam][f"{k}_s"] = float(np.median(fams[fam][f"{k}_times_s"]))
-    total = {k: [sum(x) for x in zip(*(f[k] for f in fams.values()))]
-             for k in ("muon_step_times_s", "adamw_step_times_s", "ns_times_s")}
+    total = {
+        k: [sum(x) for x in zip(*(f[k] for f in fams.values()))]
+        for k in ("muon_step_times_s", "adamw_step_times_s", "ns_times_s")
+    }
     from bridgebench.results.optstep_series import optstep_series
 
     payload = {"kind": "optstep", "families": fams, "total": total, "repeats": repeats, "layers": 1}
-    return {"record_id": rid, "kind": "optstep", "name": f"optstep-{optimizer}", "state": "COMPLETED",
-            "model": "qwen3_30b_a3b", "optimizer": optimizer, "gpu": "gb300", "precision": "bf16", "num_gpus": 1,
-            "global_batch_size": 512, "seq_length": 4096, "optstep": payload,
-            "series": optstep_series(payload, optimizer),
-            "provenance": {"release": "26.02", "config_hash": f"opt-{optimizer}"}}
+    return {
+        "record_id": rid,
+        "kind": "optstep",
+        "name": f"optstep-{optimizer}",
+        "state": "COMPLETED",
+        "model": "qwen3_30b_a3b",
+        "optimizer": optimizer,
+        "gpu": "gb300",
+        "precision": "bf16",
+        "num_gpus": 1,
+        "global_batch_size": 512,
+        "seq_length": 4096,
+        "optstep": payload,
+        "series": optstep_series(payload, optimizer),
+        "provenance": {"release": "26.02", "config_hash": f"opt-{optimizer}"},
+    }
 
 
 # ------------------------------------------------------------------------------------------------ published
@@ -86,13 +125,27 @@ def test_kimi_k2_history_printed_with_intervals_and_marks(env, capsys):
     code, out, _ = run_cli(capsys, "model=kimi_k2", "gpu=gb300")
     assert code == 0
     assert "kimi_k2 256xgb300 mxfp8 muon: 4 release(s)" in out
-    for text in ("26.02.01", "1,037 [1,036.5, 1,037.5]", "1,090", "1,088", "1,097", "tflops 1.0511 [1.0501, 1.0521]",
-                 "5,328 [5,320, 5,336]", "change points (ruptures PELT, noise CV 1.0%): 26.04"):
+    for text in (
+        "26.02.01",
+        "1,037 [1,036.5, 1,037.5]",
+        "1,090",
+        "1,088",
+        "1,097",
+        "tflops 1.0511 [1.0501, 1.0521]",
+        "5,328 [5,320, 5,336]",
+        "change points (ruptures PELT, noise CV 1.0%): 26.04",
+    ):
         assert text in out, text
     folder = env / "tables" / "compare" / "published_model-kimi_k2_gpu-gb300"
-    assert {p.name for p in folder.iterdir()} == {"history.csv", "history.parquet", "speedups.csv",
-                                                  "speedups.parquet", "provenance.json", "history.png",
-                                                  "speedup_heatmap.png"}
+    assert {p.name for p in folder.iterdir()} == {
+        "history.csv",
+        "history.parquet",
+        "speedups.csv",
+        "speedups.parquet",
+        "provenance.json",
+        "history.png",
+        "speedup_heatmap.png",
+    }
     hist = pd.read_csv(folder / "history.csv")
     assert hist["release"].astype(str).tolist() == ["26.02.01", "26.04", "26.04.01", "26.06"]
     assert hist["mark"].fillna("").tolist() == ["", "▲", "~", "~"]
@@ -110,8 +163,16 @@ def test_qwen3_history_with_config_changes(env, capsys):
     assert code == 0
     data = json.loads(out)
     rows = data["history"]
-    assert [r["release"] for r in rows] == ["25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01",
-                                            "26.08"]
+    assert [r["release"] for r in rows] == [
+        "25.11",
+        "26.02",
+        "26.02.01",
+        "26.04",
+        "26.04.01",
+        "26.06",
+        "26.06.01",
+        "26.08",
+    ]
     assert [r["tflops"] for r in rows] == [666, 699, 700, 724, 729, 1041, 1029, 1029]
     assert [r["mark"] for r in rows] == ["", "▲†", "=", "▲", "~", "▲", "▼", "="]
     assert rows[1]["config_changes"] == "mbs 4->8" and rows[1]["like_for_like"] is False
@@ -124,8 +185,9 @@ def test_qwen3_history_with_config_changes(env, capsys):
 
 
 def test_formula_change_on_a_model_bridgebench_cannot_count_uses_tokens(env, capsys):
-    code, out, _ = run_cli(capsys, "model=GPT_OSS_120B", "gpu=gb200", "precision=bf16", "release=26.04.01..26.06",
-                           "--json", "--no-plots")
+    code, out, _ = run_cli(
+        capsys, "model=GPT_OSS_120B", "gpu=gb200", "precision=bf16", "release=26.04.01..26.06", "--json", "--no-plots"
+    )
     assert code == 0
     rows = json.loads(out)["history"]
     assert [r["release"] for r in rows] == ["26.04.01", "26.06"]
@@ -144,8 +206,11 @@ def test_release_range_and_determinism(env, capsys):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["model=kimi_k2", "gpu=h100"], "no published row matches model=kimi_k2 gpu=h100 (keys with no overlap); "
-                                        "published for model=kimi_k2: kimi_k2 256xgb300 mxfp8 muon"),
+        (
+            ["model=kimi_k2", "gpu=h100"],
+            "no published row matches model=kimi_k2 gpu=h100 (keys with no overlap); "
+            "published for model=kimi_k2: kimi_k2 256xgb300 mxfp8 muon",
+        ),
         (["model=kimi_k2", "release=26.05"], "release '26.05' does not exist; known releases: ['25.09'"),
         (["release=26.08..26.02"], "release range '26.08..26.02' is empty"),
         (["model=kimi_k3"], "unknown model 'kimi_k3'"),
@@ -194,11 +259,13 @@ def fill(env: Path, records: list[dict]) -> ResultStore:
 def test_runs_ten_percent_slower_gives_a_verdict_with_ci(env, capsys):
     rng = np.random.default_rng(1)
     recs = [pretrain_record(f"{100 + i}/a0/pretrain", optimizer="adam", step=8.6, rng=rng) for i in range(5)]
-    recs += [pretrain_record(f"{200 + i}/a0/pretrain", optimizer="dist_muon", step=8.6 * 1.10, rng=rng)
-             for i in range(5)]
+    recs += [
+        pretrain_record(f"{200 + i}/a0/pretrain", optimizer="dist_muon", step=8.6 * 1.10, rng=rng) for i in range(5)
+    ]
     fill(env, recs)
-    code, out, err = run_cli(capsys, "--source", "runs", "model=qwen3_30b_a3b", "--a", "optimizer=adamw", "--b",
-                             "optimizer=muon", "--json")
+    code, out, err = run_cli(
+        capsys, "--source", "runs", "model=qwen3_30b_a3b", "--a", "optimizer=adamw", "--b", "optimizer=muon", "--json"
+    )
     assert code == 0, err
     data = json.loads(out)
     total = data["runs"][0]
@@ -210,12 +277,24 @@ def test_runs_ten_percent_slower_gives_a_verdict_with_ci(env, capsys):
     folder = Path(data["files"][0]).parent
     assert (folder / "runs.png").exists() and (folder / "runs.parquet").exists()
     # the same command on the same store gives the same table
-    _, out2, _ = run_cli(capsys, "--source", "runs", "model=qwen3_30b_a3b", "--a", "optimizer=adamw", "--b",
-                         "optimizer=muon", "--json")
+    _, out2, _ = run_cli(
+        capsys, "--source", "runs", "model=qwen3_30b_a3b", "--a", "optimizer=adamw", "--b", "optimizer=muon", "--json"
+    )
     assert json.loads(out2)["runs"] == data["runs"]
     # TFLOP/s/GPU (per-iteration series) says the same from the other side
-    _, out3, _ = run_cli(capsys, "--source", "runs", "--a", "optimizer=adamw", "--b", "optimizer=muon", "--metric",
-                         "tflops", "--json", "--no-plots")
+    _, out3, _ = run_cli(
+        capsys,
+        "--source",
+        "runs",
+        "--a",
+        "optimizer=adamw",
+        "--b",
+        "optimizer=muon",
+        "--metric",
+        "tflops",
+        "--json",
+        "--no-plots",
+    )
     assert json.loads(out3)["runs"][0]["verdict"] == "slower"
     assert json.loads(out3)["runs"][0]["ratio"] == pytest.approx(1 / total["ratio"], rel=0.01)
 
@@ -232,10 +311,14 @@ def test_runs_same_distribution_no_significant_change(env, capsys):
 
 def test_one_run_per_side_says_how_many_are_needed(env, capsys):
     rng = np.random.default_rng(3)
-    fill(env, [pretrain_record("1/a0/pretrain", optimizer="adam", rng=rng),
-               pretrain_record("2/a0/pretrain", optimizer="dist_muon", rng=rng)])
-    code, out, _ = run_cli(capsys, "--source", "runs", "--a", "optimizer=adamw", "--b", "optimizer=muon",
-                           "--no-plots")
+    fill(
+        env,
+        [
+            pretrain_record("1/a0/pretrain", optimizer="adam", rng=rng),
+            pretrain_record("2/a0/pretrain", optimizer="dist_muon", rng=rng),
+        ],
+    )
+    code, out, _ = run_cli(capsys, "--source", "runs", "--a", "optimizer=adamw", "--b", "optimizer=muon", "--no-plots")
     assert code == 0
     assert "insufficient: 1 vs 1 runs (fewer than 3 per side); need 17 runs per side" in out
 
@@ -243,16 +326,18 @@ def test_one_run_per_side_says_how_many_are_needed(env, capsys):
 def test_runs_bad_selections(env, capsys):
     rng = np.random.default_rng(4)
     recs = [pretrain_record(f"{i}/a0/pretrain", optimizer="adam", rng=rng) for i in range(3)]
-    recs += [pretrain_record(f"{10 + i}/a0/pretrain", optimizer="dist_muon", model="kimi_k2", rng=rng)
-             for i in range(3)]
-    recs += [pretrain_record(f"{20 + i}/a0/pretrain", optimizer="adam", rng=rng, config_hash="other")
-             for i in range(2)]
+    recs += [
+        pretrain_record(f"{10 + i}/a0/pretrain", optimizer="dist_muon", model="kimi_k2", rng=rng) for i in range(3)
+    ]
+    recs += [pretrain_record(f"{20 + i}/a0/pretrain", optimizer="adam", rng=rng, config_hash="other") for i in range(2)]
     recs.append(pretrain_record("30/a0/pretrain", optimizer="adam", rng=rng, state="FAILED"))
     fill(env, recs)
     base = ["--source", "runs", "--no-plots"]
     cases = [
-        (["--a", "optimizer=adamw", "config_hash=2", "--b", "optimizer=muon"],
-         "sides differ in model (qwen3_30b_a3b vs kimi_k2), which the selection does not name: not like-for-like"),
+        (
+            ["--a", "optimizer=adamw", "config_hash=2", "--b", "optimizer=muon"],
+            "sides differ in model (qwen3_30b_a3b vs kimi_k2), which the selection does not name: not like-for-like",
+        ),
         (["--a", "optimizer=adamw", "--b", "optimizer=muon"], "side A (optimizer=adamw) mixes 2 configurations"),
         (["--a", "optimizer=adamw", "--b", "gpu=h100"], "side B: no record in the store matches gpu=h100"),
         (["--a", "optimizer=adamw", "--b", "colour=red"], "no record of the store has a field 'colour'"),
@@ -273,26 +358,44 @@ def test_optstep_records_per_family_with_fdr(env, capsys):
     recs = [optstep_record(f"{i}/a0/optstep", "adam", muon=2.0, adamw=0.5, rng=rng) for i in range(5)]
     recs += [optstep_record(f"{10 + i}/a0/optstep", "dist_muon", muon=2.0, adamw=0.5, rng=rng) for i in range(5)]
     fill(env, recs)
-    code, out, err = run_cli(capsys, "--source", "runs", "--a", "optimizer=adamw", "--b", "optimizer=muon", "--json",
-                             "--no-plots")
+    code, out, err = run_cli(
+        capsys, "--source", "runs", "--a", "optimizer=adamw", "--b", "optimizer=muon", "--json", "--no-plots"
+    )
     assert code == 0, err
     rows = {r["comparison"]: r for r in json.loads(out)["runs"]}
     assert set(rows) == {f"B vs A ({f})" for f in ("total", "attention", "expert", "router")}
     assert all(r["verdict"] == "slower" and r["q_value"] is not None for r in rows.values())
     assert rows["B vs A (total)"]["ratio"] == pytest.approx(4.0, rel=0.05)
     # a payload metric: Muon step of both sides (same distribution) -> no change
-    code, out, _ = run_cli(capsys, "--source", "runs", "--a", "optimizer=adamw", "--b", "optimizer=muon", "--metric",
-                           "muon_step", "--json", "--no-plots")
+    code, out, _ = run_cli(
+        capsys,
+        "--source",
+        "runs",
+        "--a",
+        "optimizer=adamw",
+        "--b",
+        "optimizer=muon",
+        "--metric",
+        "muon_step",
+        "--json",
+        "--no-plots",
+    )
     assert json.loads(out)["runs"][0]["verdict"] == "no significant change"
 
 
 def test_own_release_history_and_both(env, capsys):
     rng = np.random.default_rng(6)
     flops = 699e12 * 8 * 8.63  # per step, so that 8.63 s gives the published 699 TFLOP/s/GPU
-    recs = [pretrain_record(f"{i}/a0/pretrain", release="26.02", step=8.63, rng=rng, flops_per_step=flops,
-                            run_cv=0.002) for i in range(4)]
-    recs += [pretrain_record(f"{10 + i}/a0/pretrain", release="26.04", step=8.63 * 1.06, rng=rng,
-                             flops_per_step=flops, run_cv=0.002) for i in range(4)]
+    recs = [
+        pretrain_record(f"{i}/a0/pretrain", release="26.02", step=8.63, rng=rng, flops_per_step=flops, run_cv=0.002)
+        for i in range(4)
+    ]
+    recs += [
+        pretrain_record(
+            f"{10 + i}/a0/pretrain", release="26.04", step=8.63 * 1.06, rng=rng, flops_per_step=flops, run_cv=0.002
+        )
+        for i in range(4)
+    ]
     fill(env, recs)
     code, out, err = run_cli(capsys, "--source", "runs", "model=qwen3_30b_a3b", "--json", "--no-plots")
     assert code == 0, err

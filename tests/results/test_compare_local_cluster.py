@@ -49,8 +49,9 @@ def test_adamw_vs_muon_five_repeats_each(tmp_path, slurm_cluster, capsys):  # no
         return res.stdout
 
     bb("submit", *SMALL, "optimizer=adamw", "--repeats", "5", "--json")
-    attempts = json.loads(bb("submit", *SMALL, "optimizer=muon", "--repeats", "5", "--wait", "--timeout", "1200",
-                             "--json"))
+    attempts = json.loads(
+        bb("submit", *SMALL, "optimizer=muon", "--repeats", "5", "--wait", "--timeout", "1200", "--json")
+    )
     assert len(attempts) == 10 and {a["state"] for a in attempts} == {"COMPLETED"}, attempts
     assert json.loads(bb("collect", "--json"))["added"] == 10
 
@@ -77,5 +78,7 @@ def test_adamw_vs_muon_five_repeats_each(tmp_path, slurm_cluster, capsys):  # no
     with capsys.disabled():
         print("\n[compare e2e] Muon vs AdamW optimizer step, 5 vs 5 SLURM jobs x 5 repeats:")
         for r in data["runs"]:
-            print(f"  {r['comparison']}: ratio {r['ratio']:.3f}, 95% CI [{r['ci_low']:.3f}, {r['ci_high']:.3f}], "
-                  f"Mann-Whitney p {r['mannwhitney_runs_p']:.3g}, q {r['q_value']}, {r['verdict']}")
+            print(
+                f"  {r['comparison']}: ratio {r['ratio']:.3f}, 95% CI [{r['ci_low']:.3f}, {r['ci_high']:.3f}], "
+                f"Mann-Whitney p {r['mannwhitney_runs_p']:.3g}, q {r['q_value']}, {r['verdict']}"
+            )

@@ -28,8 +28,15 @@ def published():
     return load_published()
 
 
-def synth_side(n_runs: int, scale: float, rng: np.random.Generator, iters: int = 60, run_cv: float = 0.01,
-               iter_cv: float = 0.01, phi: float = 0.5) -> list[np.ndarray]:
+def synth_side(
+    n_runs: int,
+    scale: float,
+    rng: np.random.Generator,
+    iters: int = 60,
+    run_cv: float = 0.01,
+    iter_cv: float = 0.01,
+    phi: float = 0.5,
+) -> list[np.ndarray]:
     runs = []
     for _ in range(n_runs):
         level = scale * math.exp(rng.normal(0, run_cv))
@@ -80,11 +87,25 @@ def test_declared_token_rule_explains_every_rounded_row_and_bf16_does_not(publis
 
 
 def _pt(rel, tf, tok, formula="v1", model="m", **recipe):
-    base = {f: None for f in cs.LIKE_FOR_LIKE_FIELDS} | {"tp": 1, "pp": 1, "cp": 1, "ep": 8, "gbs": 512, "mbs": 8,
-                                                           "seq_length": 4096}
+    base = {f: None for f in cs.LIKE_FOR_LIKE_FIELDS} | {
+        "tp": 1,
+        "pp": 1,
+        "cp": 1,
+        "ep": 8,
+        "gbs": 512,
+        "mbs": 8,
+        "seq_length": 4096,
+    }
     rule = releases()[rel]["published_rounding"]["tokens_per_sec_per_gpu"] if rel in releases() else "integer"
-    return cs.SeriesPoint(rel, formula, cs.rounding_interval(tf, "integer"),
-                          cs.rounding_interval(tok, rule, num_gpus=8, seq_length=4096), base | recipe, model, "t#1")
+    return cs.SeriesPoint(
+        rel,
+        formula,
+        cs.rounding_interval(tf, "integer"),
+        cs.rounding_interval(tok, rule, num_gpus=8, seq_length=4096),
+        base | recipe,
+        model,
+        "t#1",
+    )
 
 
 def test_metric_tflops_within_formula_tokens_across_unless_the_count_is_the_same():
@@ -123,13 +144,27 @@ def test_marks_rounding_threshold_and_like_for_like():
 
 def test_qwen3_30b_8xgb300_history(published):
     series = cs.published_series(published, QWEN)
-    assert [p.release for p in series] == ["25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01",
-                                           "26.08"]
+    assert [p.release for p in series] == [
+        "25.11",
+        "26.02",
+        "26.02.01",
+        "26.04",
+        "26.04.01",
+        "26.06",
+        "26.06.01",
+        "26.08",
+    ]
     assert [p.tflops.value for p in series][1:] == [699, 700, 724, 729, 1041, 1029, 1029]
     steps = cs.compare_adjacent(series, 0.01)
     assert [(s.release_b, s.mark) for s in steps] == [
-        ("26.02", "▲†"), ("26.02.01", "="), ("26.04", "▲"), ("26.04.01", "~"), ("26.06", "▲"), ("26.06.01", "▼"),
-        ("26.08", "=")]
+        ("26.02", "▲†"),
+        ("26.02.01", "="),
+        ("26.04", "▲"),
+        ("26.04.01", "~"),
+        ("26.06", "▲"),
+        ("26.06.01", "▼"),
+        ("26.08", "="),
+    ]
     assert steps[0].changed_fields == {"mbs": (4, 8)}
     assert steps[4].metric == "tokens"  # no FLOPs-equivalence callback: the v1 -> v2 step falls back to tokens/s
     # on tokens/s the 26.04 -> 26.04.01 step would be 5x less sharp: whole-sequence rounding there is +-0.8 %
@@ -246,8 +281,9 @@ def test_deterministic_with_a_seed_and_parameters_recorded():
 
 def test_runs_of_one_value_and_bad_input():
     rng = np.random.default_rng(2)
-    r = cs.compare_runs(synth_side(4, 1.0, rng), synth_side(4, 1.1, rng), stat="mean", bootstrap="moving",
-                        block_length=5, **FAST)
+    r = cs.compare_runs(
+        synth_side(4, 1.0, rng), synth_side(4, 1.1, rng), stat="mean", bootstrap="moving", block_length=5, **FAST
+    )
     assert r.verdict == "slower" and r.params["block_length"] == 5
     one = cs.compare_runs([[1.0], [1.01], [0.99], [1.0]], [[1.2], [1.21], [1.19], [1.2]], **FAST)
     assert one.verdict == "slower" and one.params["iterations_per_run"] == [[1] * 4, [1] * 4]
@@ -266,8 +302,9 @@ def test_fdr_across_many_comparisons():
     for i in range(80):
         rng = np.random.default_rng(500 + i)
         shift = 1.10 if i >= 60 else 1.0
-        results.append(cs.compare_runs(synth_side(5, 1.0, rng), synth_side(5, shift, rng), seed=i, threshold=0.0,
-                                       **FAST))
+        results.append(
+            cs.compare_runs(synth_side(5, 1.0, rng), synth_side(5, shift, rng), seed=i, threshold=0.0, **FAST)
+        )
         truth.append(shift > 1)
     adj = cs.apply_fdr(results, alpha=0.05)
     disc = [r.verdict != "no significant change" for r in adj]

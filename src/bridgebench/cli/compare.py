@@ -133,15 +133,22 @@ def _print(result, threshold: float) -> None:
                 _fmt_interval(p.tokens.value, p.tokens.lo, p.tokens.hi),
                 f"{s.metric} {s.ratio:.4f} [{s.ratio_lo:.4f}, {s.ratio_hi:.4f}]" if s else "",
                 s.mark if s else "",
-                (", ".join(f"{k} {a}→{b}" for k, (a, b) in s.changed_fields.items()) + (" (not like-for-like)"
-                 if not s.like_for_like else "")) if s else "",
+                (
+                    ", ".join(f"{k} {a}→{b}" for k, (a, b) in s.changed_fields.items())
+                    + (" (not like-for-like)" if not s.like_for_like else "")
+                )
+                if s
+                else "",
                 "◆" if i in h.change_points.indices else "",
             ]
             if h.own:
                 o = own.get(p.release)
                 row += [
-                    (f"{o.value:,.1f} [{o.ci_low:,.1f}, {o.ci_high:,.1f}] n={o.n_runs}" if o and o.ci_low is not None
-                     else (f"{o.value:,.1f} n={o.n_runs}" if o else "")),
+                    (
+                        f"{o.value:,.1f} [{o.ci_low:,.1f}, {o.ci_high:,.1f}] n={o.n_runs}"
+                        if o and o.ci_low is not None
+                        else (f"{o.value:,.1f} n={o.n_runs}" if o else "")
+                    ),
                     o.verdict if o else "",
                 ]
             t.add_row(*row)
@@ -159,8 +166,9 @@ def _print(result, threshold: float) -> None:
             c.print(f"  your runs {y} vs {x}: {_verdict_text(r)}")
     if result.histories:
         c.print(
-            f"marks: ▲/▼ real change (the ratio's rounding interval lies beyond 1 ± {threshold:.1%}); = within rounding; "
-            f"~ beyond rounding but within ±{threshold:.1%}; † not like-for-like (fields listed); ◆ change point. "
+            f"marks: ▲/▼ real change (the ratio's rounding interval lies beyond 1 ± {threshold:.1%}); "
+            f"= within rounding; ~ beyond rounding but within ±{threshold:.1%}; "
+            "† not like-for-like (fields listed); ◆ change point. "
             "Ratios: TFLOP/s where both releases count FLOPs the same, tokens/s otherwise."
         )
     if result.sides is not None:

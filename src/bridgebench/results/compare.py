@@ -163,8 +163,10 @@ def parse_selection(tokens: Iterable[str] | str | None) -> Selection:
             known = set(options("model")) | {_norm(x) for x in _published_labels("model")}
             bad = [v for v in values if v not in known and _norm(v) not in known]
             if bad:
-                raise CompareError(f"unknown model {bad[0]!r}; configs/model: {options('model')}; published labels: "
-                                   f"{sorted(_published_labels('model'))}")
+                raise CompareError(
+                    f"unknown model {bad[0]!r}; configs/model: {options('model')}; published labels: "
+                    f"{sorted(_published_labels('model'))}"
+                )
         elif key == "gpu":
             values = tuple(_norm(v).removeprefix("dgx_") for v in values)
             bad = [v for v in values if v not in options("gpu")]
@@ -213,8 +215,10 @@ def _published_matches(r: RunRecord, sel: Selection, *, ignore: Sequence[str] = 
         elif key == "release":
             ok = r.release in values
         else:
-            raise CompareError(f"selection key {key!r} does not apply to published rows; they have model, gpu, "
-                               "precision, num_gpus, optimizer, release")
+            raise CompareError(
+                f"selection key {key!r} does not apply to published rows; they have model, gpu, "
+                "precision, num_gpus, optimizer, release"
+            )
         if not ok:
             return False
     return True
@@ -278,28 +282,45 @@ class History:
         for i, p in enumerate(self.points):
             s = self.steps[i - 1] if i else None
             o = own.get(p.release)
-            rows.append({
-                "model": self.key.model, "gpu": self.key.gpu, "precision": self.key.precision,
-                "num_gpus": self.key.num_gpus, "optimizer": self.key.optimizer,
-                "release": p.release, "flops_formula": p.formula,
-                "tflops": p.tflops.value if p.tflops else None,
-                "tflops_lo": p.tflops.lo if p.tflops else None, "tflops_hi": p.tflops.hi if p.tflops else None,
-                "tokens": p.tokens.value, "tokens_lo": p.tokens.lo, "tokens_hi": p.tokens.hi,
-                "tokens_rounding": p.tokens.rule,
-                "step_metric": s.metric if s else None, "step_metric_reason": s.metric_reason if s else None,
-                "ratio": s.ratio if s else None, "ratio_lo": s.ratio_lo if s else None,
-                "ratio_hi": s.ratio_hi if s else None, "direction": s.direction if s else None,
-                "real_change": s.real_change if s else None, "mark": s.mark if s else "",
-                "like_for_like": s.like_for_like if s else None,
-                "config_changes": ", ".join(f"{k} {a}->{b}" for k, (a, b) in s.changed_fields.items()) if s else "",
-                "unknown_fields": ",".join(s.unknown_fields) if s else "",
-                "index": float(self.index[i]), "change_point": i in self.change_points.indices,
-                **{f: p.recipe.get(f) for f in cs.LIKE_FOR_LIKE_FIELDS},
-                "reference": p.reference, "alternates": ";".join(p.alternates),
-                "own_runs": o.n_runs if o else None, "own_value": o.value if o else None,
-                "own_ci_low": o.ci_low if o else None, "own_ci_high": o.ci_high if o else None,
-                "own_vs_published": o.verdict if o else None,
-            })
+            rows.append(
+                {
+                    "model": self.key.model,
+                    "gpu": self.key.gpu,
+                    "precision": self.key.precision,
+                    "num_gpus": self.key.num_gpus,
+                    "optimizer": self.key.optimizer,
+                    "release": p.release,
+                    "flops_formula": p.formula,
+                    "tflops": p.tflops.value if p.tflops else None,
+                    "tflops_lo": p.tflops.lo if p.tflops else None,
+                    "tflops_hi": p.tflops.hi if p.tflops else None,
+                    "tokens": p.tokens.value,
+                    "tokens_lo": p.tokens.lo,
+                    "tokens_hi": p.tokens.hi,
+                    "tokens_rounding": p.tokens.rule,
+                    "step_metric": s.metric if s else None,
+                    "step_metric_reason": s.metric_reason if s else None,
+                    "ratio": s.ratio if s else None,
+                    "ratio_lo": s.ratio_lo if s else None,
+                    "ratio_hi": s.ratio_hi if s else None,
+                    "direction": s.direction if s else None,
+                    "real_change": s.real_change if s else None,
+                    "mark": s.mark if s else "",
+                    "like_for_like": s.like_for_like if s else None,
+                    "config_changes": ", ".join(f"{k} {a}->{b}" for k, (a, b) in s.changed_fields.items()) if s else "",
+                    "unknown_fields": ",".join(s.unknown_fields) if s else "",
+                    "index": float(self.index[i]),
+                    "change_point": i in self.change_points.indices,
+                    **{f: p.recipe.get(f) for f in cs.LIKE_FOR_LIKE_FIELDS},
+                    "reference": p.reference,
+                    "alternates": ";".join(p.alternates),
+                    "own_runs": o.n_runs if o else None,
+                    "own_value": o.value if o else None,
+                    "own_ci_low": o.ci_low if o else None,
+                    "own_ci_high": o.ci_high if o else None,
+                    "own_vs_published": o.verdict if o else None,
+                }
+            )
         return pd.DataFrame(rows)
 
 
@@ -320,8 +341,10 @@ def _describe_keys(records: Sequence[RunRecord]) -> str:
             by_key.setdefault(k, []).append(r.release)
     if not by_key:
         return "none"
-    return "; ".join(f"{k.label()} ({', '.join(sorted(set(v), key=release_sort_key))})"
-                     for k, v in sorted(by_key.items(), key=lambda kv: kv[0].label()))
+    return "; ".join(
+        f"{k.label()} ({', '.join(sorted(set(v), key=release_sort_key))})"
+        for k, v in sorted(by_key.items(), key=lambda kv: kv[0].label())
+    )
 
 
 def published_keys(records: Sequence[RunRecord], sel: Selection) -> list[ConfigKey]:
@@ -331,8 +354,10 @@ def published_keys(records: Sequence[RunRecord], sel: Selection) -> list[ConfigK
         CompareError: nothing matches -- naming the selection and listing what is published for the nearest match
             (the same model, else the same GPU).
     """
-    keys = sorted({k for r in records if _published_matches(r, sel) and (k := cs.record_key(r)) is not None},
-                  key=lambda k: k.label())
+    keys = sorted(
+        {k for r in records if _published_matches(r, sel) and (k := cs.record_key(r)) is not None},
+        key=lambda k: k.label(),
+    )
     if keys:
         return keys
     hint = ""
@@ -344,8 +369,14 @@ def published_keys(records: Sequence[RunRecord], sel: Selection) -> list[ConfigK
     raise CompareError(f"no published row matches {sel.text()} (keys with no overlap){hint}")
 
 
-def published_history(records: Sequence[RunRecord], key: ConfigKey, *, sel: Selection = Selection(),
-                      threshold: float = 0.01, noise_cv: float = 0.01) -> History:
+def published_history(
+    records: Sequence[RunRecord],
+    key: ConfigKey,
+    *,
+    sel: Selection = Selection(),
+    threshold: float = 0.01,
+    noise_cv: float = 0.01,
+) -> History:
     """The history of one key (releases restricted by ``sel``'s ``release`` values), steps and change points."""
     series = cs.published_series(records, key)
     rels = sel.get("release")
@@ -421,8 +452,7 @@ def record_values(record: Mapping[str, Any], metric: str, *, optstep_family: str
         fam = payload.get("total") if optstep_family == "total" else (payload.get("families") or {}).get(optstep_family)
         if not fam:
             return None
-        return arr(fam.get(_OPTSTEP_LISTS[metric])) if fam.get(_OPTSTEP_LISTS[metric]) else arr(fam.get(
-            metric + "_s"))
+        return arr(fam.get(_OPTSTEP_LISTS[metric])) if fam.get(_OPTSTEP_LISTS[metric]) else arr(fam.get(metric + "_s"))
     if metric == "tflops":
         if series is not None and series.get("tflops_per_gpu") is not None:
             x = arr(series.get("tflops_per_gpu"))
@@ -437,8 +467,11 @@ def record_values(record: Mapping[str, Any], metric: str, *, optstep_family: str
         steps = arr(series.get("step_time_s"))
     if steps is None and payload is not None:
         s = optstep_series(payload, str(record.get("optimizer")))
-        steps = arr(s["step_time_s"]) if s else record_values(
-            record, "muon_step" if family(str(record.get("optimizer"))) == "muon" else "adamw_step")
+        steps = (
+            arr(s["step_time_s"])
+            if s
+            else record_values(record, "muon_step" if family(str(record.get("optimizer"))) == "muon" else "adamw_step")
+        )
     if steps is None:
         steps = arr(record.get("step_time_s"))
     if steps is None or metric == "step_time":
@@ -494,8 +527,10 @@ def _check_run_keys(records: Sequence[Mapping[str, Any]], sel: Selection, where:
             continue
         if not any(_record_field(r, key) is not _MISSING for r in records):
             available = sorted({k for r in records for k in r if not isinstance(r[k], (Mapping, list))})
-            raise CompareError(f"{where}: no record of the store has a field {key!r}; top-level fields: {available}; "
-                               f"also provenance.<field>, optstep.<field> (job.<field>) and {sorted(RUN_KEY_ALIASES)}")
+            raise CompareError(
+                f"{where}: no record of the store has a field {key!r}; top-level fields: {available}; "
+                f"also provenance.<field>, optstep.<field> (job.<field>) and {sorted(RUN_KEY_ALIASES)}"
+            )
 
 
 @dataclass
@@ -518,8 +553,15 @@ def _trim(values: np.ndarray, skip_fraction: float) -> np.ndarray:
     return values[k:] if len(values) - k >= 1 else values
 
 
-def build_side(records: Sequence[Mapping[str, Any]], sel: Selection, name: str, metric: str, *,
-               skip_fraction: float = 0.1, optstep_family: str = "total") -> Side:
+def build_side(
+    records: Sequence[Mapping[str, Any]],
+    sel: Selection,
+    name: str,
+    metric: str,
+    *,
+    skip_fraction: float = 0.1,
+    optstep_family: str = "total",
+) -> Side:
     """The completed records matching ``sel`` and their values of ``metric`` (first ``skip_fraction`` of each run's
     iterations dropped as warm-up; records without the metric are skipped, each with the reason).
 
@@ -528,10 +570,11 @@ def build_side(records: Sequence[Mapping[str, Any]], sel: Selection, name: str, 
     """
     matched = [dict(r) for r in records if _run_matches(r, sel)]
     if not matched:
-        have = {k: sorted({str(v) for r in records if (v := _record_field(r, k)) is not _MISSING})
-                for k in sel.keys}
-        raise CompareError(f"side {name}: no record in the store matches {sel.text()}; the store has "
-                           + ", ".join(f"{k} in {v}" for k, v in have.items()))
+        have = {k: sorted({str(v) for r in records if (v := _record_field(r, k)) is not _MISSING}) for k in sel.keys}
+        raise CompareError(
+            f"side {name}: no record in the store matches {sel.text()}; the store has "
+            + ", ".join(f"{k} in {v}" for k, v in have.items())
+        )
     side = Side(name, sel, [], [], [])
     for r in sorted(matched, key=lambda r: r["record_id"]):
         if r.get("state") not in (None, "COMPLETED"):
@@ -544,8 +587,10 @@ def build_side(records: Sequence[Mapping[str, Any]], sel: Selection, name: str, 
         side.records.append(r)
         side.values.append(_trim(v, skip_fraction))
     if not side.records:
-        raise CompareError(f"side {name}: {len(matched)} record(s) match {sel.text()} but none is usable: "
-                           + "; ".join(side.skipped[:5]))
+        raise CompareError(
+            f"side {name}: {len(matched)} record(s) match {sel.text()} but none is usable: "
+            + "; ".join(side.skipped[:5])
+        )
     return side
 
 
@@ -558,21 +603,30 @@ def check_like_for_like(a: Side, b: Side, chosen: Iterable[str]) -> None:
     """
     chosen = set(chosen)
     for side in (a, b):
-        hashes = sorted({str(_get_path(r, "provenance.config_hash")) for r in side.records
-                         if _get_path(r, "provenance.config_hash") is not _MISSING})
+        hashes = sorted(
+            {
+                str(_get_path(r, "provenance.config_hash"))
+                for r in side.records
+                if _get_path(r, "provenance.config_hash") is not _MISSING
+            }
+        )
         if len(hashes) > 1 and not chosen & {"config_hash", "hash"}:
-            raise CompareError(f"side {side.name} ({side.selection.text()}) mixes {len(hashes)} configurations "
-                               f"(config hashes {', '.join(h[:12] for h in hashes)}); narrow it, e.g. with "
-                               f"config_hash={hashes[0][:8]}")
+            raise CompareError(
+                f"side {side.name} ({side.selection.text()}) mixes {len(hashes)} configurations "
+                f"(config hashes {', '.join(h[:12] for h in hashes)}); narrow it, e.g. with "
+                f"config_hash={hashes[0][:8]}"
+            )
     for f in SIDE_KEY_FIELDS:
         if f in chosen or {"train.global_batch_size": "global_batch_size"}.get(f) in chosen:
             continue
         va = sorted({str(r.get(f)) for r in a.records})
         vb = sorted({str(r.get(f)) for r in b.records})
         if va != vb:
-            raise CompareError(f"sides differ in {f} ({','.join(va)} vs {','.join(vb)}), which the selection does "
-                               f"not name: not like-for-like (keys with no overlap); put {f}=... in the common keys "
-                               "or name it in --a/--b if that difference is the point")
+            raise CompareError(
+                f"sides differ in {f} ({','.join(va)} vs {','.join(vb)}), which the selection does "
+                f"not name: not like-for-like (keys with no overlap); put {f}=... in the common keys "
+                "or name it in --a/--b if that difference is the point"
+            )
 
 
 @dataclass
@@ -585,9 +639,17 @@ class SidesResult:
     comparisons: list[tuple[str, RunComparison]]
 
 
-def compare_sides(records: Sequence[Mapping[str, Any]], common: Selection, sel_a: Selection, sel_b: Selection, *,
-                  metric: str = "step_time", skip_fraction: float = 0.1, fdr_alpha: float = 0.05,
-                  **stat_params: Any) -> SidesResult:
+def compare_sides(
+    records: Sequence[Mapping[str, Any]],
+    common: Selection,
+    sel_a: Selection,
+    sel_b: Selection,
+    *,
+    metric: str = "step_time",
+    skip_fraction: float = 0.1,
+    fdr_alpha: float = 0.05,
+    **stat_params: Any,
+) -> SidesResult:
     """Side A (``common + sel_a``) vs side B (``common + sel_b``) on ``metric``: :func:`compare_runs` on the totals and,
     for optimizer-step records whose payload keeps per-family repeats, on each matrix family; Benjamini-Hochberg
     across those comparisons when there are several.
@@ -628,8 +690,11 @@ def _shared_families(a: Side, b: Side) -> list[str]:
         payload = r.get("optstep")
         if not isinstance(payload, Mapping):
             return []
-        have = {f for f, v in (payload.get("families") or {}).items() if isinstance(v, Mapping)
-                and v.get("muon_step_times_s") and v.get("adamw_step_times_s")}
+        have = {
+            f
+            for f, v in (payload.get("families") or {}).items()
+            if isinstance(v, Mapping) and v.get("muon_step_times_s") and v.get("adamw_step_times_s")
+        }
         fams = have if fams is None else fams & have
     return sorted(fams or [])
 
@@ -645,12 +710,24 @@ class OwnHistory:
 
 
 def _run_key(r: Mapping[str, Any]) -> tuple[str, ...]:
-    return (str(r.get("model")), str(r.get("gpu")), str(r.get("precision")), str(r.get("num_gpus")),
-            family(str(r.get("optimizer"))))
+    return (
+        str(r.get("model")),
+        str(r.get("gpu")),
+        str(r.get("precision")),
+        str(r.get("num_gpus")),
+        family(str(r.get("optimizer"))),
+    )
 
 
-def own_histories(records: Sequence[Mapping[str, Any]], sel: Selection, *, metric: str = "step_time",
-                  skip_fraction: float = 0.1, fdr_alpha: float = 0.05, **stat_params: Any) -> list[OwnHistory]:
+def own_histories(
+    records: Sequence[Mapping[str, Any]],
+    sel: Selection,
+    *,
+    metric: str = "step_time",
+    skip_fraction: float = 0.1,
+    fdr_alpha: float = 0.05,
+    **stat_params: Any,
+) -> list[OwnHistory]:
     """Group the matching completed records by config key and release; compare adjacent releases of each key
     (:func:`compare_runs`), Benjamini-Hochberg across every step of every key.
 
@@ -678,21 +755,32 @@ def own_histories(records: Sequence[Mapping[str, Any]], sel: Selection, *, metri
             except CompareError:
                 continue
         names = list(groups)
-        steps = [(x, y, cs.compare_runs(groups[x].values, groups[y].values, kind=kind, **stat_params))
-                 for x, y in zip(names[:-1], names[1:])]
+        steps = [
+            (x, y, cs.compare_runs(groups[x].values, groups[y].values, kind=kind, **stat_params))
+            for x, y in zip(names[:-1], names[1:])
+        ]
         flat += [c for *_, c in steps]
         out.append(OwnHistory(key, metric, groups, steps))
     if not flat:
-        raise CompareError(f"nothing to compare: the matching records ({len(matched)}) cover one release per config "
-                           f"key ({', '.join('/'.join(k) for k in by_key)}); compare two selections with --a/--b")
+        raise CompareError(
+            f"nothing to compare: the matching records ({len(matched)}) cover one release per config "
+            f"key ({', '.join('/'.join(k) for k in by_key)}); compare two selections with --a/--b"
+        )
     adjusted = iter(cs.apply_fdr(flat, alpha=fdr_alpha))
     for h in out:
         h.steps = [(x, y, next(adjusted)) for x, y, _ in h.steps]
     return out
 
 
-def attach_own_runs(histories: Sequence[History], records: Sequence[Mapping[str, Any]], *, skip_fraction: float = 0.1,
-                    fdr_alpha: float = 0.05, seed: int = 0, **stat_params: Any) -> list[str]:
+def attach_own_runs(
+    histories: Sequence[History],
+    records: Sequence[Mapping[str, Any]],
+    *,
+    skip_fraction: float = 0.1,
+    fdr_alpha: float = 0.05,
+    seed: int = 0,
+    **stat_params: Any,
+) -> list[str]:
     """Source ``both``: put your completed pretrain runs of each history's key beside the published values
     (TFLOP/s/GPU where every run logged it, else tokens/s/GPU from step times), and compare your adjacent releases
     (FDR across all). Returns the record ids used."""
@@ -700,8 +788,13 @@ def attach_own_runs(histories: Sequence[History], records: Sequence[Mapping[str,
     flat: list[RunComparison] = []
     for h in histories:
         k = h.key
-        mine = [r for r in records if r.get("kind") == "pretrain" and r.get("state") in (None, "COMPLETED")
-                and _run_key(r) == (k.model, k.gpu, k.precision, str(k.num_gpus), k.optimizer)]
+        mine = [
+            r
+            for r in records
+            if r.get("kind") == "pretrain"
+            and r.get("state") in (None, "COMPLETED")
+            and _run_key(r) == (k.model, k.gpu, k.precision, str(k.num_gpus), k.optimizer)
+        ]
         by_rel: dict[str, list] = {}
         for r in mine:
             rel = _get_path(r, "provenance.release")
@@ -721,24 +814,62 @@ def attach_own_runs(histories: Sequence[History], records: Sequence[Mapping[str,
             p = pub.get(rel)
             ref = (p.tflops if metric == "tflops" else p.tokens) if p else None
             if ref is None:
-                h.own.append(OwnRelease(rel, metric, len(side.values), value, lo, hi, None, None, None, None,
-                                        "no published row", side.record_ids))
+                h.own.append(
+                    OwnRelease(
+                        rel,
+                        metric,
+                        len(side.values),
+                        value,
+                        lo,
+                        hi,
+                        None,
+                        None,
+                        None,
+                        None,
+                        "no published row",
+                        side.record_ids,
+                    )
+                )
                 continue
             r_lo = (lo if lo is not None else value) / ref.hi
             r_hi = (hi if hi is not None else value) / ref.lo
-            verdict = ("consistent with published" if r_lo <= 1 <= r_hi else
-                       "above published" if r_lo > 1 else "below published")
+            verdict = (
+                "consistent with published"
+                if r_lo <= 1 <= r_hi
+                else "above published"
+                if r_lo > 1
+                else "below published"
+            )
             if lo is None:
                 verdict += f" (no CI: {len(side.values)} run(s), need >= 3)"
-            h.own.append(OwnRelease(rel, metric, len(side.values), value, lo, hi, ref, value / ref.value, r_lo, r_hi,
-                                    verdict, side.record_ids))
+            h.own.append(
+                OwnRelease(
+                    rel,
+                    metric,
+                    len(side.values),
+                    value,
+                    lo,
+                    hi,
+                    ref,
+                    value / ref.value,
+                    r_lo,
+                    r_hi,
+                    verdict,
+                    side.record_ids,
+                )
+            )
         names = list(groups)
         for x, y in zip(names[:-1], names[1:]):
             mx = "tflops" if h.own[names.index(x)].metric == h.own[names.index(y)].metric == "tflops" else "tokens"
             ax = [record_values(r, mx) for r in groups[x].records]
             bx = [record_values(r, mx) for r in groups[y].records]
-            c = cs.compare_runs([_trim(v, skip_fraction) for v in ax], [_trim(v, skip_fraction) for v in bx],
-                                kind="throughput", seed=seed, **stat_params)
+            c = cs.compare_runs(
+                [_trim(v, skip_fraction) for v in ax],
+                [_trim(v, skip_fraction) for v in bx],
+                kind="throughput",
+                seed=seed,
+                **stat_params,
+            )
             h.own_steps.append((x, y, c))
             flat.append(c)
     if flat:
@@ -775,24 +906,50 @@ class CompareResult:
         rows, values = [], []
         if self.sides is not None:
             for label, c in self.sides.comparisons:
-                rows.append(_comparison_row(c, comparison=f"B vs A ({label})", metric=self.sides.metric,
-                                            a=self.sides.a.selection.text(), b=self.sides.b.selection.text()))
+                rows.append(
+                    _comparison_row(
+                        c,
+                        comparison=f"B vs A ({label})",
+                        metric=self.sides.metric,
+                        a=self.sides.a.selection.text(),
+                        b=self.sides.b.selection.text(),
+                    )
+                )
             for side in (self.sides.a, self.sides.b):
                 for r, v in zip(side.records, side.values):
-                    values.append({"side": side.name, "record_id": r["record_id"], "iterations": len(v),
-                                   "median": float(np.median(v)), "mean": float(np.mean(v))})
+                    values.append(
+                        {
+                            "side": side.name,
+                            "record_id": r["record_id"],
+                            "iterations": len(v),
+                            "median": float(np.median(v)),
+                            "mean": float(np.mean(v)),
+                        }
+                    )
         for h in self.own:
             for x, y, c in h.steps:
-                rows.append(_comparison_row(c, comparison=f"{y} vs {x}", metric=h.metric, a=x, b=y,
-                                            key="/".join(h.key)))
+                rows.append(
+                    _comparison_row(c, comparison=f"{y} vs {x}", metric=h.metric, a=x, b=y, key="/".join(h.key))
+                )
             for rel, side in h.groups.items():
                 for r, v in zip(side.records, side.values):
-                    values.append({"side": rel, "key": "/".join(h.key), "record_id": r["record_id"],
-                                   "iterations": len(v), "median": float(np.median(v)), "mean": float(np.mean(v))})
+                    values.append(
+                        {
+                            "side": rel,
+                            "key": "/".join(h.key),
+                            "record_id": r["record_id"],
+                            "iterations": len(v),
+                            "median": float(np.median(v)),
+                            "mean": float(np.mean(v)),
+                        }
+                    )
         for h in self.histories:
             for x, y, c in h.own_steps:
-                rows.append(_comparison_row(c, comparison=f"own {y} vs {x}", metric=h.own[0].metric, a=x, b=y,
-                                            key=h.key.label()))
+                rows.append(
+                    _comparison_row(
+                        c, comparison=f"own {y} vs {x}", metric=h.own[0].metric, a=x, b=y, key=h.key.label()
+                    )
+                )
         if rows:
             out["runs"] = pd.DataFrame(rows)
         if values:
@@ -805,21 +962,51 @@ class CompareResult:
 
 
 def _comparison_row(c: RunComparison, **extra: Any) -> dict[str, Any]:
-    return {**extra, "verdict": c.verdict, "ratio": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high,
-            "confidence": c.params["confidence"], "threshold": c.params["threshold"], "p_value": c.p_value,
-            "q_value": c.q_value, "mannwhitney_runs_p": c.mannwhitney_runs_p, "runs_a": c.n_runs[0],
-            "runs_b": c.n_runs[1], "value_a": c.side_values[0], "value_b": c.side_values[1],
-            "between_run_cv": c.between_run_cv, "repeats_needed": c.repeats_needed,
-            "block_length": c.params.get("block_length"), "reason": c.reason}
+    return {
+        **extra,
+        "verdict": c.verdict,
+        "ratio": c.ratio,
+        "ci_low": c.ci_low,
+        "ci_high": c.ci_high,
+        "confidence": c.params["confidence"],
+        "threshold": c.params["threshold"],
+        "p_value": c.p_value,
+        "q_value": c.q_value,
+        "mannwhitney_runs_p": c.mannwhitney_runs_p,
+        "runs_a": c.n_runs[0],
+        "runs_b": c.n_runs[1],
+        "value_a": c.side_values[0],
+        "value_b": c.side_values[1],
+        "between_run_cv": c.between_run_cv,
+        "repeats_needed": c.repeats_needed,
+        "block_length": c.params.get("block_length"),
+        "reason": c.reason,
+    }
 
 
-def run_compare(source: str, common: Selection, *, sel_a: Selection | None = None, sel_b: Selection | None = None,
-                store_records: Sequence[Mapping[str, Any]] | None = None, store_root: Path | None = None,
-                reference: Path = PUBLISHED_CSV, metric: str = "step_time", threshold: float = 0.01,
-                noise_cv: float = 0.01, skip_fraction: float = 0.1, fdr_alpha: float = 0.05, confidence: float = 0.95,
-                n_resamples: int = 2000, n_inner: int = 200, bootstrap: str = "stationary",
-                block_length: float | None = None, min_runs: int = 3, seed: int = 0,
-                command: Sequence[str] = ()) -> CompareResult:
+def run_compare(
+    source: str,
+    common: Selection,
+    *,
+    sel_a: Selection | None = None,
+    sel_b: Selection | None = None,
+    store_records: Sequence[Mapping[str, Any]] | None = None,
+    store_root: Path | None = None,
+    reference: Path = PUBLISHED_CSV,
+    metric: str = "step_time",
+    threshold: float = 0.01,
+    noise_cv: float = 0.01,
+    skip_fraction: float = 0.1,
+    fdr_alpha: float = 0.05,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    n_inner: int = 200,
+    bootstrap: str = "stationary",
+    block_length: float | None = None,
+    min_runs: int = 3,
+    seed: int = 0,
+    command: Sequence[str] = (),
+) -> CompareResult:
     """Run one comparison (see the module docstring for the sources); the result carries its provenance.
 
     Args:
@@ -846,43 +1033,77 @@ def run_compare(source: str, common: Selection, *, sel_a: Selection | None = Non
         source = "runs"
     if source in ("published", "both") and sel_a is not None:
         raise CompareError("--a/--b select own runs: use them with --source runs")
-    stat_params = {"confidence": confidence, "threshold": threshold, "n_resamples": n_resamples, "n_inner": n_inner,
-                   "bootstrap": bootstrap, "block_length": block_length, "min_runs": min_runs, "seed": seed}
+    stat_params = {
+        "confidence": confidence,
+        "threshold": threshold,
+        "n_resamples": n_resamples,
+        "n_inner": n_inner,
+        "bootstrap": bootstrap,
+        "block_length": block_length,
+        "min_runs": min_runs,
+        "seed": seed,
+    }
     result = CompareResult(source)
     prov: dict[str, Any] = {
-        "command": list(command), "selection": common.text(),
-        "parameters": {"metric": metric, "threshold": threshold, "noise_cv": noise_cv, "skip_fraction": skip_fraction,
-                       "fdr_alpha": fdr_alpha, "fdr_method": "bh", **stat_params},
+        "command": list(command),
+        "selection": common.text(),
+        "parameters": {
+            "metric": metric,
+            "threshold": threshold,
+            "noise_cv": noise_cv,
+            "skip_fraction": skip_fraction,
+            "fdr_alpha": fdr_alpha,
+            "fdr_method": "bh",
+            **stat_params,
+        },
         "versions": cs.library_versions(),
     }
     if source in ("auto", "published", "both"):
         records = load_published(reference)
         keys = published_keys(records, common)
-        result.histories = [published_history(records, k, sel=common, threshold=threshold, noise_cv=noise_cv)
-                            for k in keys]
-        prov["reference"] = {**_reference_provenance(reference),
-                             "rows": sorted({ref for h in result.histories for p in h.points
-                                             for ref in (p.reference, *p.alternates)},
-                                            key=lambda s: int(s.rsplit("#", 1)[1]))}
+        result.histories = [
+            published_history(records, k, sel=common, threshold=threshold, noise_cv=noise_cv) for k in keys
+        ]
+        prov["reference"] = {
+            **_reference_provenance(reference),
+            "rows": sorted(
+                {ref for h in result.histories for p in h.points for ref in (p.reference, *p.alternates)},
+                key=lambda s: int(s.rsplit("#", 1)[1]),
+            ),
+        }
         prov["change_points"] = {h.key.label(): h.change_points.params for h in result.histories}
         prov["flops_formula_equivalence"] = "bridgebench.model.flops v1 vs v2 of the configs/model entry"
         if source != "published":
-            used = attach_own_runs(result.histories, store_records or [], skip_fraction=skip_fraction,
-                                   fdr_alpha=fdr_alpha, **stat_params)
+            used = attach_own_runs(
+                result.histories, store_records or [], skip_fraction=skip_fraction, fdr_alpha=fdr_alpha, **stat_params
+            )
             if source == "both" and not used:
-                raise CompareError(f"--source both: the results store has no completed pretrain runs of "
-                                   f"{', '.join(h.key.label() for h in result.histories)}")
+                raise CompareError(
+                    f"--source both: the results store has no completed pretrain runs of "
+                    f"{', '.join(h.key.label() for h in result.histories)}"
+                )
             prov["store_records"] = sorted(used)
             result.source = "both" if used else "published"
     elif sel_a is not None:
-        result.sides = compare_sides(store_records or [], common, sel_a, sel_b, metric=metric,
-                                     skip_fraction=skip_fraction, fdr_alpha=fdr_alpha, **stat_params)
-        prov["sides"] = {s.name: {"selection": s.selection.text(), "records": s.record_ids, "skipped": s.skipped}
-                         for s in (result.sides.a, result.sides.b)}
+        result.sides = compare_sides(
+            store_records or [],
+            common,
+            sel_a,
+            sel_b,
+            metric=metric,
+            skip_fraction=skip_fraction,
+            fdr_alpha=fdr_alpha,
+            **stat_params,
+        )
+        prov["sides"] = {
+            s.name: {"selection": s.selection.text(), "records": s.record_ids, "skipped": s.skipped}
+            for s in (result.sides.a, result.sides.b)
+        }
         prov["store_records"] = sorted(result.sides.a.record_ids + result.sides.b.record_ids)
     else:
-        result.own = own_histories(store_records or [], common, metric=metric, skip_fraction=skip_fraction,
-                                   fdr_alpha=fdr_alpha, **stat_params)
+        result.own = own_histories(
+            store_records or [], common, metric=metric, skip_fraction=skip_fraction, fdr_alpha=fdr_alpha, **stat_params
+        )
         prov["store_records"] = sorted(r for h in result.own for s in h.groups.values() for r in s.record_ids)
     prov["source"] = result.source
     if store_root is not None and prov.get("store_records"):
@@ -916,16 +1137,18 @@ def _tracked(paths: Sequence[Path]) -> list[Path]:
     if not inside or not (REPO_ROOT / ".git").exists():
         return []
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "--", *inside], capture_output=True, text=True,
-                             timeout=30)
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "ls-files", "--", *inside], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     tracked = set(out.stdout.split())
     return [Path(REPO_ROOT / t) for t in inside if t in tracked]
 
 
-def write_outputs(result: CompareResult, out_dir: Path, *, plots: bool = True,
-                  progress: Callable[[str], None] = lambda s: None) -> list[Path]:
+def write_outputs(
+    result: CompareResult, out_dir: Path, *, plots: bool = True, progress: Callable[[str], None] = lambda s: None
+) -> list[Path]:
     """Write the tables (CSV and Parquet, the provenance in the Parquet metadata), ``provenance.json`` and the plots
     (``history.png``, ``speedup_heatmap.png``, ``runs.png``) into ``out_dir``.
 
@@ -940,12 +1163,15 @@ def write_outputs(result: CompareResult, out_dir: Path, *, plots: bool = True,
     names = [f"{n}.{ext}" for n in tables for ext in ("csv", "parquet")] + ["provenance.json"]
     if plots:
         names += (["history.png", "speedup_heatmap.png"] if result.histories else []) + (
-            ["runs.png"] if (result.sides or result.own) else [])
+            ["runs.png"] if (result.sides or result.own) else []
+        )
     targets = [out_dir / n for n in names]
     tracked = _tracked(targets)
     if tracked:
-        raise CompareError(f"refusing to overwrite tracked file(s) {[str(t) for t in tracked]}; choose another --out "
-                           "or BRIDGEBENCH_TABLES")
+        raise CompareError(
+            f"refusing to overwrite tracked file(s) {[str(t) for t in tracked]}; choose another --out "
+            "or BRIDGEBENCH_TABLES"
+        )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".compare-", dir=out_dir.parent) as tmp:
         tmp = Path(tmp)
@@ -953,8 +1179,9 @@ def write_outputs(result: CompareResult, out_dir: Path, *, plots: bool = True,
         for name, df in tables.items():
             df.to_csv(tmp / f"{name}.csv", index=False, float_format="%.6g")
             _parquet(df, tmp / f"{name}.parquet", meta)
-        (tmp / "provenance.json").write_text(json.dumps(result.provenance, indent=2, sort_keys=True, default=str)
-                                             + "\n")
+        (tmp / "provenance.json").write_text(
+            json.dumps(result.provenance, indent=2, sort_keys=True, default=str) + "\n"
+        )
         if plots:
             from bridgebench.results import compare_plots as cp
 
@@ -976,8 +1203,9 @@ def _parquet(df: pd.DataFrame, path: Path, provenance: str) -> None:
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pandas(df, preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"bridgebench.provenance":
-                                           provenance.encode()})
+    table = table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), b"bridgebench.provenance": provenance.encode()}
+    )
     pq.write_table(table, path)
 
 
@@ -986,4 +1214,3 @@ def parquet_provenance(path: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     return json.loads(pq.read_schema(path).metadata[b"bridgebench.provenance"])
-

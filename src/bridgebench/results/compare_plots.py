@@ -34,27 +34,47 @@ def draw_history(ax, bx, h: History) -> None:
     rel = [p.release for p in h.points]
     has_tf = [p.tflops is not None for p in h.points]
     tf = np.array([p.tflops.value if p.tflops else np.nan for p in h.points])
-    tf_err = np.array([[p.tflops.value - p.tflops.lo if p.tflops else 0 for p in h.points],
-                       [p.tflops.hi - p.tflops.value if p.tflops else 0 for p in h.points]])
+    tf_err = np.array(
+        [
+            [p.tflops.value - p.tflops.lo if p.tflops else 0 for p in h.points],
+            [p.tflops.hi - p.tflops.value if p.tflops else 0 for p in h.points],
+        ]
+    )
     tok = np.array([p.tokens.value for p in h.points])
-    tok_err = np.array([[p.tokens.value - p.tokens.lo for p in h.points], [p.tokens.hi - p.tokens.value
-                                                                           for p in h.points]])
+    tok_err = np.array(
+        [[p.tokens.value - p.tokens.lo for p in h.points], [p.tokens.hi - p.tokens.value for p in h.points]]
+    )
     if any(has_tf):
         ax.errorbar(x, tf, yerr=tf_err, fmt="o-", capsize=4, label="published model TFLOP/s/GPU (±rounding)")
     if any(s.metric == "tokens" for s in h.steps):
-        ax.plot(x, h.index, "s--", mfc="none", color="gray", label="chain-linked index (tokens/s across a formula change)")
-    bx.errorbar(x, tok, yerr=tok_err, fmt="o-", capsize=4, color="tab:purple", label="published tokens/s/GPU (±rounding)")
+        ax.plot(
+            x, h.index, "s--", mfc="none", color="gray", label="chain-linked index (tokens/s across a formula change)"
+        )
+    bx.errorbar(
+        x, tok, yerr=tok_err, fmt="o-", capsize=4, color="tab:purple", label="published tokens/s/GPU (±rounding)"
+    )
     for i, s in enumerate(h.steps, start=1):
         y = tf[i] if has_tf[i] else h.index[i]
-        ax.annotate(s.mark, (x[i], y), textcoords="offset points", xytext=(5, 6), fontsize=11,
-                    color={"up": UP, "down": DOWN}.get(s.direction, "black"))
+        ax.annotate(
+            s.mark,
+            (x[i], y),
+            textcoords="offset points",
+            xytext=(5, 6),
+            fontsize=11,
+            color={"up": UP, "down": DOWN}.get(s.direction, "black"),
+        )
     for i in range(1, len(h.points)):
         if h.points[i].formula != h.points[i - 1].formula:
             for a in (ax, bx):
                 a.axvline(i - 0.5, ls=":", color="k", lw=1)
             same = " (same count here)" if h.steps[i - 1].metric == "tflops" else ""
-            ax.text(i - 0.45, 0.02, f"FLOPs {h.points[i - 1].formula}→{h.points[i].formula}{same}", fontsize=7,
-                    transform=ax.get_xaxis_transform())
+            ax.text(
+                i - 0.45,
+                0.02,
+                f"FLOPs {h.points[i - 1].formula}→{h.points[i].formula}{same}",
+                fontsize=7,
+                transform=ax.get_xaxis_transform(),
+            )
     for i in h.change_points.indices:
         for a in (ax, bx):
             a.axvspan(i - 0.5, i + 0.5, color="orange", alpha=0.18, lw=0)
@@ -65,8 +85,15 @@ def draw_history(ax, bx, h: History) -> None:
         target = ax if o.metric == "tflops" else bx
         lo = o.value - (o.ci_low if o.ci_low is not None else o.value)
         hi = (o.ci_high if o.ci_high is not None else o.value) - o.value
-        target.errorbar([i + 0.12], [o.value], yerr=[[lo], [hi]], fmt="D", color="tab:orange", capsize=3,
-                        label=f"your runs (mean, CI), n={o.n_runs}" if o is h.own[0] else None)
+        target.errorbar(
+            [i + 0.12],
+            [o.value],
+            yerr=[[lo], [hi]],
+            fmt="D",
+            color="tab:orange",
+            capsize=3,
+            label=f"your runs (mean, CI), n={o.n_runs}" if o is h.own[0] else None,
+        )
     cps = ", ".join(h.change_points.releases) or "none"
     ax.set_title(f"{h.key.label()}\nchange points: {cps}", fontsize=9)
     ax.set_ylabel("model TFLOP/s/GPU")
@@ -95,10 +122,13 @@ def history_plot(histories: list[History], path: Path, max_keys: int = 12) -> Pa
         r, c = divmod(k, cols)
         axes[2 * r, c].axis("off")
         axes[2 * r + 1, c].axis("off")
-    legend = ("▲▼ real change, = within rounding, ~ below threshold, † config changed; shaded: change point; "
-              "dotted: FLOPs-formula change")
-    fig.suptitle("Published throughput across releases\n" + textwrap.fill(legend, width=int(11 * 5.8 * cols)),
-                 fontsize=9)
+    legend = (
+        "▲▼ real change, = within rounding, ~ below threshold, † config changed; shaded: change point; "
+        "dotted: FLOPs-formula change"
+    )
+    fig.suptitle(
+        "Published throughput across releases\n" + textwrap.fill(legend, width=int(11 * 5.8 * cols)), fontsize=9
+    )
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
@@ -116,8 +146,15 @@ def draw_heatmap(ax, ratio: pd.DataFrame, real: pd.DataFrame, like: pd.DataFrame
             v = values[i, j]
             if np.isfinite(v):
                 m = ("▲" if v > 1 else "▼") if real.iat[i, j] else ""
-                ax.text(j, i, f"{v:.3f}{m}{'' if like.iat[i, j] else '†'}", ha="center", va="center", fontsize=7,
-                        color="white" if abs(np.log2(v)) > 0.6 * vmax else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{v:.3f}{m}{'' if like.iat[i, j] else '†'}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if abs(np.log2(v)) > 0.6 * vmax else "black",
+                )
     ax.set_xticks(range(values.shape[1]), ratio.columns, fontsize=8)
     ax.set_yticks(range(values.shape[0]), ratio.index, fontsize=7)
     ax.set_xlabel("release (speedup vs the previous release publishing that config)")
@@ -147,8 +184,10 @@ def runs_plot(result: CompareResult, path: Path) -> Path:
     groups: list[tuple[str, list[float]]] = []
     comps = []
     if result.sides is not None:
-        groups = [(f"A: {s.selection.text()}", [float(np.median(v)) for v in s.values])
-                  for s in (result.sides.a, result.sides.b)]
+        groups = [
+            (f"A: {s.selection.text()}", [float(np.median(v)) for v in s.values])
+            for s in (result.sides.a, result.sides.b)
+        ]
         comps = [(label, c) for label, c in result.sides.comparisons]
         unit = result.sides.metric
     else:
@@ -173,8 +212,9 @@ def runs_plot(result: CompareResult, path: Path) -> Path:
     for i, (label, c) in enumerate(comps):
         color = {"faster": UP, "slower": DOWN}.get(c.verdict, "gray")
         if c.ci_low is not None:
-            bx.errorbar([c.ratio], [i], xerr=[[c.ratio - c.ci_low], [c.ci_high - c.ratio]], fmt="o", color=color,
-                        capsize=4)
+            bx.errorbar(
+                [c.ratio], [i], xerr=[[c.ratio - c.ci_low], [c.ci_high - c.ratio]], fmt="o", color=color, capsize=4
+            )
         else:
             bx.plot([c.ratio], [i], "x", color=color)
         bx.text(c.ratio, i + 0.25, c.verdict, fontsize=7, ha="center", color=color)

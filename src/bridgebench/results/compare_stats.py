@@ -148,14 +148,16 @@ def token_rounding_consistency(records: Sequence[RunRecord]) -> list[dict[str, A
         rows = [r for r in records if r.release == rel and r.tokens_per_sec_per_gpu]
         job = [r.tokens_per_sec_per_gpu * r.num_gpus / r.seq_length for r in rows]
         gpu = [r.tokens_per_sec_per_gpu / r.seq_length for r in rows]
-        out.append({
-            "release": rel,
-            "rows": len(rows),
-            "declared": facts.get(rel, {}).get("published_rounding", {}).get("tokens_per_sec_per_gpu"),
-            "whole_sequences_per_job": sum(x == round(x) for x in job),
-            "whole_sequences_per_gpu": sum(x == round(x) for x in gpu),
-            "bf16": sum(is_bf16(r.tokens_per_sec_per_gpu) for r in rows),
-        })
+        out.append(
+            {
+                "release": rel,
+                "rows": len(rows),
+                "declared": facts.get(rel, {}).get("published_rounding", {}).get("tokens_per_sec_per_gpu"),
+                "whole_sequences_per_job": sum(x == round(x) for x in job),
+                "whole_sequences_per_gpu": sum(x == round(x) for x in gpu),
+                "bf16": sum(is_bf16(r.tokens_per_sec_per_gpu) for r in rows),
+            }
+        )
     return out
 
 
@@ -229,25 +231,36 @@ def published_series(records: Sequence[RunRecord], key: ConfigKey) -> list[Serie
     points: list[SeriesPoint] = []
     for rel in sorted({r.release for r in rows}, key=release_sort_key):
         if rel not in facts:
-            raise CompareError(f"published release {rel!r} has no configs/release/{rel}.yaml (its rounding and "
-                               "FLOPs formula are declared there)")
+            raise CompareError(
+                f"published release {rel!r} has no configs/release/{rel}.yaml (its rounding and "
+                "FLOPs formula are declared there)"
+            )
         same = [r for r in rows if r.release == rel]
         chosen = same[0]
         if points and len(same) > 1:
             chosen = next((r for r in same if _recipe(r) == points[-1].recipe), same[0])
         rounding = facts[rel]["published_rounding"]
-        points.append(SeriesPoint(
-            release=rel,
-            formula=str(facts[rel]["flops_formula"]),
-            tflops=(rounding_interval(chosen.model_tflops_per_gpu, rounding["model_tflops_per_gpu"])
-                    if chosen.model_tflops_per_gpu else None),
-            tokens=rounding_interval(chosen.tokens_per_sec_per_gpu, rounding["tokens_per_sec_per_gpu"],
-                                     num_gpus=chosen.num_gpus, seq_length=chosen.seq_length),
-            recipe=_recipe(chosen),
-            model_name=chosen.model,
-            reference=str(chosen.provenance.get("reference", "")),
-            alternates=tuple(str(r.provenance.get("reference", "")) for r in same if r is not chosen),
-        ))
+        points.append(
+            SeriesPoint(
+                release=rel,
+                formula=str(facts[rel]["flops_formula"]),
+                tflops=(
+                    rounding_interval(chosen.model_tflops_per_gpu, rounding["model_tflops_per_gpu"])
+                    if chosen.model_tflops_per_gpu
+                    else None
+                ),
+                tokens=rounding_interval(
+                    chosen.tokens_per_sec_per_gpu,
+                    rounding["tokens_per_sec_per_gpu"],
+                    num_gpus=chosen.num_gpus,
+                    seq_length=chosen.seq_length,
+                ),
+                recipe=_recipe(chosen),
+                model_name=chosen.model,
+                reference=str(chosen.provenance.get("reference", "")),
+                alternates=tuple(str(r.provenance.get("reference", "")) for r in same if r is not chosen),
+            )
+        )
     return points
 
 
@@ -292,8 +305,9 @@ def ratio_interval(a: Interval, b: Interval) -> tuple[float, float, float]:
 FormulaEquivalence = Callable[[str, int, int, str, str], "bool | None"]
 
 
-def compare_step(a: SeriesPoint, b: SeriesPoint, threshold: float = 0.01,
-                 same_count: FormulaEquivalence | None = None) -> StepComparison:
+def compare_step(
+    a: SeriesPoint, b: SeriesPoint, threshold: float = 0.01, same_count: FormulaEquivalence | None = None
+) -> StepComparison:
     """Compare two releases of one key (rules in the module docstring).
 
     Args:
@@ -315,14 +329,16 @@ def compare_step(a: SeriesPoint, b: SeriesPoint, threshold: float = 0.01,
     else:
         equal = None
         if same_count is not None and a.model_name and a.model_name == b.model_name:
-            equal = same_count(a.model_name, int(b.recipe["seq_length"]), int(b.recipe["tp"] or 1), a.formula,
-                               b.formula)
+            equal = same_count(
+                a.model_name, int(b.recipe["seq_length"]), int(b.recipe["tp"] or 1), a.formula, b.formula
+            )
         if equal:
             reason = f"FLOPs formula {a.formula} -> {b.formula} counts {a.model_name} the same"
         else:
             use_tflops = False
-            reason = (f"FLOPs formula changed ({a.formula} -> {b.formula})"
-                      + ("" if equal is False else "; bridgebench cannot count this model, so tokens/s"))
+            reason = f"FLOPs formula changed ({a.formula} -> {b.formula})" + (
+                "" if equal is False else "; bridgebench cannot count this model, so tokens/s"
+            )
     metric, va, vb = ("tflops", a.tflops, b.tflops) if use_tflops else ("tokens", a.tokens, b.tokens)
     r, lo, hi = ratio_interval(va, vb)
     if lo > 1 + threshold:
@@ -342,16 +358,31 @@ def compare_step(a: SeriesPoint, b: SeriesPoint, threshold: float = 0.01,
             else:
                 changed[f] = (x, y)
     return StepComparison(
-        release_a=a.release, release_b=b.release, metric=metric, metric_reason=reason, value_a=va, value_b=vb,
-        ratio=r, ratio_lo=lo, ratio_hi=hi, direction=direction, like_for_like=not changed,
-        changed_fields=changed, unknown_fields=tuple(unknown),
-        params={"threshold": threshold, "rounding_a": va.rule, "rounding_b": vb.rule,
-                "references": [a.reference, b.reference]},
+        release_a=a.release,
+        release_b=b.release,
+        metric=metric,
+        metric_reason=reason,
+        value_a=va,
+        value_b=vb,
+        ratio=r,
+        ratio_lo=lo,
+        ratio_hi=hi,
+        direction=direction,
+        like_for_like=not changed,
+        changed_fields=changed,
+        unknown_fields=tuple(unknown),
+        params={
+            "threshold": threshold,
+            "rounding_a": va.rule,
+            "rounding_b": vb.rule,
+            "references": [a.reference, b.reference],
+        },
     )
 
 
-def compare_adjacent(series: Sequence[SeriesPoint], threshold: float = 0.01,
-                     same_count: FormulaEquivalence | None = None) -> list[StepComparison]:
+def compare_adjacent(
+    series: Sequence[SeriesPoint], threshold: float = 0.01, same_count: FormulaEquivalence | None = None
+) -> list[StepComparison]:
     """:func:`compare_step` for each adjacent pair of a release series."""
     return [compare_step(a, b, threshold, same_count) for a, b in zip(series[:-1], series[1:])]
 
@@ -377,8 +408,13 @@ class ChangePoints:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def detect_change_points(series: Sequence[SeriesPoint], steps: Sequence[StepComparison], noise_cv: float = 0.01,
-                         penalty_scale: float = 2.0, min_size: int = 1) -> ChangePoints:
+def detect_change_points(
+    series: Sequence[SeriesPoint],
+    steps: Sequence[StepComparison],
+    noise_cv: float = 0.01,
+    penalty_scale: float = 2.0,
+    min_size: int = 1,
+) -> ChangePoints:
     """Change points by ``ruptures.Pelt(model="l2", min_size=min_size, jump=1)`` on ``log(chained_index)``.
 
     Why PELT and not Otava's E-divisive (the research notes' choice for long series): a release series has 3-9 points.
@@ -401,8 +437,15 @@ def detect_change_points(series: Sequence[SeriesPoint], steps: Sequence[StepComp
     import ruptures as rpt
 
     n = len(series)
-    params: dict[str, Any] = {"method": "ruptures.Pelt", "model": "l2", "min_size": min_size, "jump": 1,
-                              "noise_cv": noise_cv, "penalty_scale": penalty_scale, "n": n}
+    params: dict[str, Any] = {
+        "method": "ruptures.Pelt",
+        "model": "l2",
+        "min_size": min_size,
+        "jump": 1,
+        "noise_cv": noise_cv,
+        "penalty_scale": penalty_scale,
+        "n": n,
+    }
     idx = chained_index(series, steps)
     if n < 3:
         return ChangePoints((), (), tuple(float(x) for x in idx), "too short (n < 3)", params)
@@ -500,11 +543,25 @@ def _check_runs(side: Sequence[Sequence[float]], name: str) -> list[np.ndarray]:
     return out
 
 
-def compare_runs(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, kind: str = "time",
-                 stat: str = "median", n_resamples: int = 2000, n_inner: int = 200, confidence: float = 0.95,
-                 threshold: float = 0.01, bootstrap: str = "stationary", block_length: float | None = None,
-                 small_sample: str = "expanded", min_runs: int = 3, power: float = 0.8,
-                 power_effect: float | None = None, assumed_cv: float = 0.02, seed: int = 0) -> RunComparison:
+def compare_runs(
+    a: Sequence[Sequence[float]],
+    b: Sequence[Sequence[float]],
+    *,
+    kind: str = "time",
+    stat: str = "median",
+    n_resamples: int = 2000,
+    n_inner: int = 200,
+    confidence: float = 0.95,
+    threshold: float = 0.01,
+    bootstrap: str = "stationary",
+    block_length: float | None = None,
+    small_sample: str = "expanded",
+    min_runs: int = 3,
+    power: float = 0.8,
+    power_effect: float | None = None,
+    assumed_cv: float = 0.02,
+    seed: int = 0,
+) -> RunComparison:
     """Compare side B against side A; each side a list of runs, each run the per-iteration values of one job.
 
     Args:
@@ -548,20 +605,43 @@ def compare_runs(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, 
     side_values = (float(run_stats[0].mean()), float(run_stats[1].mean()))
     ratio = side_values[1] / side_values[0]
     params: dict[str, Any] = {
-        "kind": kind, "stat": stat, "side_aggregate": "mean of run statistics", "n_resamples": n_resamples,
-        "n_inner": n_inner, "confidence": confidence, "threshold": threshold, "bootstrap": bootstrap,
-        "small_sample": small_sample, "min_runs": min_runs, "power": power, "power_effect": effect,
-        "assumed_cv": assumed_cv, "seed": seed, "ci_method": "percentile on log ratio, two-level bootstrap",
-        "iterations_per_run": [[len(r) for r in side] for side in sides], "versions": library_versions(),
+        "kind": kind,
+        "stat": stat,
+        "side_aggregate": "mean of run statistics",
+        "n_resamples": n_resamples,
+        "n_inner": n_inner,
+        "confidence": confidence,
+        "threshold": threshold,
+        "bootstrap": bootstrap,
+        "small_sample": small_sample,
+        "min_runs": min_runs,
+        "power": power,
+        "power_effect": effect,
+        "assumed_cv": assumed_cv,
+        "seed": seed,
+        "ci_method": "percentile on log ratio, two-level bootstrap",
+        "iterations_per_run": [[len(r) for r in side] for side in sides],
+        "versions": library_versions(),
     }
     if min(n_a, n_b) < min_runs:
         need = repeats_needed(cv if cv is not None else assumed_cv, effect, alpha, power, min_runs)
         cv_src = f"observed {cv:.2%}" if cv is not None else f"assumed {assumed_cv:.0%}: no side has 2 runs"
         return RunComparison(
-            "insufficient", ratio, None, None, None, (n_a, n_b), side_values, cv, None, None, need,
+            "insufficient",
+            ratio,
+            None,
+            None,
+            None,
+            (n_a, n_b),
+            side_values,
+            cv,
+            None,
+            None,
+            need,
             f"insufficient: {n_a} vs {n_b} runs (fewer than {min_runs} per side); need {need} runs per side to "
             f"detect a {effect:.1%} change with power {power:.0%} at alpha {alpha:g} (between-run CV {cv_src})",
-            params=params)
+            params=params,
+        )
 
     rng = np.random.default_rng(seed)
     if block_length is None:
@@ -607,17 +687,26 @@ def compare_runs(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, 
     # p-value for FDR: Welch t on the bootstrap SE of log(ratio). The percentile-count p-value (kept in params) is
     # unreliable in the far tail with 3-10 runs, and Benjamini-Hochberg works in exactly that tail.
     p = float(2 * stats.t.sf(abs(math.log(ratio)) / se, df_w)) if se > 0 else (0.0 if ratio != 1 else 1.0)
-    params |= {"welch_df": df_w, "se_log_ratio": se, "p_value_method": "Welch t on bootstrap SE of log ratio",
-               "p_value_percentile": p_pct, "mannwhitney_iterations_dependent": True}
+    params |= {
+        "welch_df": df_w,
+        "se_log_ratio": se,
+        "p_value_method": "Welch t on bootstrap SE of log ratio",
+        "p_value_percentile": p_pct,
+        "mannwhitney_iterations_dependent": True,
+    }
     mw_runs = float(stats.mannwhitneyu(run_stats[1], run_stats[0], alternative="two-sided").pvalue)
-    mw_iter = float(stats.mannwhitneyu(np.concatenate(sides[1]), np.concatenate(sides[0]),
-                                       alternative="two-sided").pvalue)
+    mw_iter = float(
+        stats.mannwhitneyu(np.concatenate(sides[1]), np.concatenate(sides[0]), alternative="two-sided").pvalue
+    )
     verdict = _verdict(ratio, lo > 1, hi < 1, threshold, kind)
-    reason = (f"{confidence:.0%} CI [{lo:.4f}, {hi:.4f}] {'excludes' if lo > 1 or hi < 1 else 'includes'} 1; "
-              f"|ratio - 1| = {abs(ratio - 1):.2%} vs threshold {threshold:.1%}")
+    reason = (
+        f"{confidence:.0%} CI [{lo:.4f}, {hi:.4f}] {'excludes' if lo > 1 or hi < 1 else 'includes'} 1; "
+        f"|ratio - 1| = {abs(ratio - 1):.2%} vs threshold {threshold:.1%}"
+    )
     need = repeats_needed(cv, effect, alpha, power, min_runs) if cv is not None else None
-    return RunComparison(verdict, ratio, lo, hi, p, (n_a, n_b), side_values, cv, mw_runs, mw_iter, need, reason,
-                         params=params)
+    return RunComparison(
+        verdict, ratio, lo, hi, p, (n_a, n_b), side_values, cv, mw_runs, mw_iter, need, reason, params=params
+    )
 
 
 def apply_fdr(results: Sequence[RunComparison], alpha: float = 0.05, method: str = "bh") -> list[RunComparison]:
@@ -637,14 +726,23 @@ def apply_fdr(results: Sequence[RunComparison], alpha: float = 0.05, method: str
         sig = bool(qi <= alpha)
         v = _verdict(r.ratio, sig and r.ratio > 1, sig and r.ratio < 1, r.params["threshold"], r.params["kind"])
         out[i] = dataclasses.replace(
-            r, verdict=v, q_value=float(qi),
+            r,
+            verdict=v,
+            q_value=float(qi),
             reason=r.reason + f"; FDR ({method}, {len(idx)} tests) q = {qi:.3g} vs alpha {alpha:g}",
-            params={**r.params, "fdr_method": method, "fdr_alpha": alpha, "fdr_tests": len(idx)})
+            params={**r.params, "fdr_method": method, "fdr_alpha": alpha, "fdr_tests": len(idx)},
+        )
     return out
 
 
-def summarize_runs(runs: Sequence[Sequence[float]], *, stat: str = "median", confidence: float = 0.95,
-                   n_resamples: int = 2000, seed: int = 0) -> tuple[float, float | None, float | None]:
+def summarize_runs(
+    runs: Sequence[Sequence[float]],
+    *,
+    stat: str = "median",
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float | None, float | None]:
     """One side on its own: ``(mean of run statistics, CI low, CI high)`` in the values' unit. The CI is
     ``scipy.stats.bootstrap`` (percentile) over the run statistics, None with fewer than 3 runs.
 
@@ -655,8 +753,14 @@ def summarize_runs(runs: Sequence[Sequence[float]], *, stat: str = "median", con
     vals = np.array([f(r) for r in _check_runs(runs, "-")])
     if len(vals) < 3:
         return float(vals.mean()), None, None
-    res = stats.bootstrap((vals,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
-                          method="percentile", rng=np.random.default_rng(seed))
+    res = stats.bootstrap(
+        (vals,),
+        np.mean,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     return float(vals.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
