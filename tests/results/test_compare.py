@@ -275,7 +275,11 @@ def test_runs_ten_percent_slower_gives_a_verdict_with_ci(env, capsys):
     assert data["provenance"]["parameters"]["seed"] == 0 and data["provenance"]["versions"]["arch"]
     assert len(data["run_values"]) == 10
     folder = Path(data["files"][0]).parent
+    assert folder.name == "runs_model-qwen3_30b_a3b_A_optimizer-adamw_vs_B_optimizer-muon"
     assert (folder / "runs.png").exists() and (folder / "runs.parquet").exists()
+    cmd = data["provenance"]["command"]
+    assert cmd[:7] == ["bridgebench", "compare", "model=qwen3_30b_a3b", "--source", "runs", "--a", "optimizer=adamw"]
+    assert cmd[cmd.index("--seed") + 1] == "0" and cmd[cmd.index("--threshold") + 1] == "0.01"
     # the same command on the same store gives the same table
     _, out2, _ = run_cli(
         capsys, "--source", "runs", "model=qwen3_30b_a3b", "--a", "optimizer=adamw", "--b", "optimizer=muon", "--json"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -99,15 +98,72 @@ def compare(
             block_length=block_length,
             min_runs=min_runs,
             seed=seed,
-            command=["bridgebench", "compare", *sys.argv[2:]] if sys.argv[1:2] == ["compare"] else [],
+            command=_command(
+                keys,
+                source,
+                side_a,
+                side_b,
+                metric,
+                threshold,
+                noise_cv,
+                confidence,
+                resamples,
+                bootstrap,
+                block_length,
+                min_runs,
+                skip,
+                fdr_alpha,
+                seed,
+            ),
         )
-        target = out or cmp.output_dir(paths.tables, result, common)
+        target = out or cmp.output_dir(paths.tables, result, common, [sel_a, sel_b] if sel_a else [])
         written = cmp.write_outputs(result, target, plots=plots, progress=status.update)
     if as_json:
         typer.echo(json.dumps({**result.to_json(), "files": [str(p) for p in written]}, indent=2, default=str))
         return
     _print(result, threshold)
     typer.echo(f"wrote {written[0].parent}/: " + ", ".join(p.name for p in written))
+
+
+def _command(
+    keys,
+    source,
+    side_a,
+    side_b,
+    metric,
+    threshold,
+    noise_cv,
+    confidence,
+    resamples,
+    bootstrap,
+    block_length,
+    min_runs,
+    skip,
+    fdr_alpha,
+    seed,
+) -> list[str]:
+    """The command line that reproduces this comparison, every option spelled out (for provenance)."""
+    cmd = ["bridgebench", "compare", *(keys or []), "--source", source]
+    for flag, values in (("--a", side_a), ("--b", side_b)):
+        if values:
+            cmd += [flag, " ".join(values)]
+    opts = {
+        "--metric": metric,
+        "--threshold": threshold,
+        "--noise-cv": noise_cv,
+        "--confidence": confidence,
+        "--resamples": resamples,
+        "--bootstrap": bootstrap,
+        "--block-length": block_length,
+        "--min-runs": min_runs,
+        "--skip": skip,
+        "--fdr-alpha": fdr_alpha,
+        "--seed": seed,
+    }
+    for flag, value in opts.items():
+        if value is not None:
+            cmd += [flag, str(value)]
+    return cmd
 
 
 def _print(result, threshold: float) -> None:

@@ -616,8 +616,9 @@ def check_like_for_like(a: Side, b: Side, chosen: Iterable[str]) -> None:
                 f"(config hashes {', '.join(h[:12] for h in hashes)}); narrow it, e.g. with "
                 f"config_hash={hashes[0][:8]}"
             )
+    chosen |= {RUN_KEY_ALIASES.get(k, k) for k in chosen}
     for f in SIDE_KEY_FIELDS:
-        if f in chosen or {"train.global_batch_size": "global_batch_size"}.get(f) in chosen:
+        if f in chosen:
             continue
         va = sorted({str(r.get(f)) for r in a.records})
         vb = sorted({str(r.get(f)) for r in b.records})
@@ -1117,13 +1118,22 @@ def run_compare(
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def output_dir(tables_root: Path, result: CompareResult, common: Selection) -> Path:
-    """``<tables>/compare/<source>-<selection slug>`` (``configs/paths`` ``tables``)."""
-    slug = "_".join(f"{k}-{'+'.join(v)}" for k, v in common.items if k != "release") or "all"
-    if common.get("release"):
-        slug += f"_{common.get('release')[0]}..{common.get('release')[-1]}"
+def output_dir(tables_root: Path, result: CompareResult, common: Selection, sides: Sequence[Selection] = ()) -> Path:
+    """``<tables>/compare/<source>_<selection slug>[_A_<side A>_vs_B_<side B>]`` (``configs/paths`` ``tables``)."""
+
+    def slug_of(sel: Selection) -> str:
+        text = "_".join(f"{k}-{'+'.join(v)}" for k, v in sel.items if k != "release")
+        if sel.get("release"):
+            text += f"_{sel.get('release')[0]}..{sel.get('release')[-1]}"
+        return text.strip("_")
+
+    slug = slug_of(common) or "all"
+    if len(sides) == 2:
+        slug += f"_A_{slug_of(sides[0])}_vs_B_{slug_of(sides[1])}"
     slug = "".join(c if c.isalnum() or c in "-_.+" else "_" for c in slug)
-    return Path(tables_root) / "compare" / f"{result.source}_{slug}"[:150]
+    if len(slug) > 120:  # keep names short and still distinct
+        slug = slug[:100] + "_" + hashlib.sha256(slug.encode()).hexdigest()[:12]
+    return Path(tables_root) / "compare" / f"{result.source}_{slug}"
 
 
 def _tracked(paths: Sequence[Path]) -> list[Path]:
