@@ -425,6 +425,7 @@ def test_record_values_fallbacks():
     del rec["optstep"]["total"]["muon_step_times_s"]
     rec["optstep"]["total"]["muon_step_s"] = 2.0  # a payload from before the per-repeat lists: the median only
     assert cmp.record_values(rec, "step_time").tolist() == [2.0]
+    assert cmp.record_values(rec, "tokens") is None
     pre = pretrain_record("2/a0/pretrain", rng=rng, flops_per_step=None)
     assert cmp.record_values(pre, "tflops") is None
     tok = cmp.record_values(pre, "tokens")

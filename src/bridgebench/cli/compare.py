@@ -263,5 +263,10 @@ def _verdict_text(r) -> str:
     return (
         f"{r.verdict}: ratio {r.ratio:.4f}, {r.params['confidence']:.0%} CI [{r.ci_low:.4f}, {r.ci_high:.4f}], "
         f"threshold {r.params['threshold']:.1%}, {r.n_runs[0]} vs {r.n_runs[1]} runs"
-        + (f", q {r.q_value:.3g}" if r.q_value is not None else "")
+        + (f", Mann-Whitney p (run medians) {r.mannwhitney_runs_p:.3g}" if r.mannwhitney_runs_p is not None else "")
+        + (
+            f", FDR q {r.q_value:.3g} (alpha {r.params['fdr_alpha']:g}, {r.params['fdr_tests']} comparisons)"
+            if r.q_value is not None
+            else ""
+        )
     )

@@ -426,7 +426,8 @@ def record_values(record: Mapping[str, Any], metric: str, *, optstep_family: str
     ``step_time`` (s): ``series.step_time_s``; optimizer-step records without a series: their optimizer's per-repeat
     times, else its median (one value); other records without a series: ``step_time_s`` (one value).
     ``tflops`` (TFLOP/s/GPU): ``series.tflops_per_gpu`` (nulls dropped), else ``tflops_per_gpu`` (one value).
-    ``tokens`` (tokens/s/GPU): from the step times, ``global_batch_size * seq_length / (step * num_gpus)``.
+    ``tokens`` (tokens/s/GPU): from the step times, ``global_batch_size * seq_length / (step * num_gpus)`` (not for
+    optimizer-step records: one optimizer step processes no tokens).
     ``muon_step`` / ``adamw_step`` / ``ns_time`` (s): optimizer-step payload (``optstep_family`` = ``total`` or a
     matrix family), per-repeat lists when kept, else the median.
 
@@ -474,8 +475,8 @@ def record_values(record: Mapping[str, Any], metric: str, *, optstep_family: str
         )
     if steps is None:
         steps = arr(record.get("step_time_s"))
-    if steps is None or metric == "step_time":
-        return steps
+    if steps is None or metric == "step_time" or payload is not None:  # tokens/s: not of an optimizer step alone
+        return steps if metric == "step_time" else None
     try:
         tokens = int(record["global_batch_size"]) * int(record["seq_length"]) / int(record["num_gpus"])
     except (KeyError, TypeError, ValueError):

@@ -713,8 +713,8 @@ def apply_fdr(results: Sequence[RunComparison], alpha: float = 0.05, method: str
     """Control the false discovery rate across many comparisons.
 
     q-values are ``scipy.stats.false_discovery_control(p, method=method)`` over the p-values of the results that have
-    one; each of those verdicts is re-derived with ``q <= alpha`` as the significance criterion (direction from the
-    ratio, the result's own threshold). ``insufficient`` results pass through unchanged.
+    one; each of those verdicts is re-derived: ``faster``/``slower`` needs ``q <= alpha`` *and* the result's CI on
+    that side of 1 (and its own threshold exceeded). ``insufficient`` results pass through unchanged.
     """
     idx = [i for i, r in enumerate(results) if r.p_value is not None]
     out = list(results)
@@ -724,7 +724,8 @@ def apply_fdr(results: Sequence[RunComparison], alpha: float = 0.05, method: str
     for i, qi in zip(idx, q):
         r = results[i]
         sig = bool(qi <= alpha)
-        v = _verdict(r.ratio, sig and r.ratio > 1, sig and r.ratio < 1, r.params["threshold"], r.params["kind"])
+        up, down = sig and r.ci_low > 1, sig and r.ci_high < 1  # both the adjusted test and the CI must agree
+        v = _verdict(r.ratio, up, down, r.params["threshold"], r.params["kind"])
         out[i] = dataclasses.replace(
             r,
             verdict=v,
