@@ -171,6 +171,21 @@ class GPUSchema:
 
 
 @dataclass
+class PublishedRoundingSchema:
+    """How a release's published performance table rounds each figure (``release.published_rounding``).
+
+    ``integer``: a whole number (the true value lies within +-0.5). ``whole_sequences_per_job`` (tokens/s/GPU only):
+    derived from a whole number of sequences per second for the whole job, so ``tokens/s/GPU x GPUs / seq_length`` is
+    an integer (+-0.5 sequences/s) -- true of every row of 26.04.01, 26.06.01 and 26.08 and of almost none elsewhere
+    (``bridgebench.results.compare_stats.token_rounding_consistency``; shared/reference README). Values are checked by
+    ``bridgebench.results.compare_stats.release_facts`` (plain strings here keep composed configs JSON-able).
+    """
+
+    model_tflops_per_gpu: str = "integer"
+    tokens_per_sec_per_gpu: str = "integer"
+
+
+@dataclass
 class ReleaseSchema:
     name: str = MISSING
     container_image: str = MISSING
@@ -180,6 +195,7 @@ class ReleaseSchema:
     api: str = MISSING
     published_table_source: Optional[str] = None
     note: str = ""
+    published_rounding: PublishedRoundingSchema = field(default_factory=PublishedRoundingSchema)
 
 
 @dataclass

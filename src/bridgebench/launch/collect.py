@@ -82,8 +82,13 @@ def records_for(a: Attempt, logs: list[Path]) -> list[dict[str, Any]]:
             payload = json.loads(out.read_text())
         payload = payload or _marker(logs, MARKERS[0])
         if payload:
+            from bridgebench.results.optstep_series import optstep_series
+
             prov |= {"versions": payload.get("versions"), "node": payload.get("node")}
             base["optstep"] = payload
+            series = optstep_series(payload, base.get("optimizer") or payload.get("optimizer") or "")
+            if series:  # per-repeat step times of the run's optimizer (bridgebench compare --source runs)
+                base["series"] = series
         return [base | {"provenance": prov}]
     run_info = _marker(logs, MARKERS[1]) or {}
     prov |= {k: run_info.get(k) for k in ("megatron_bridge", "megatron_core", "torch") if k in run_info}

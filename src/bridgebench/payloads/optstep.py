@@ -36,7 +36,9 @@ Each time is the median (``statistics.median``) of ``repeats`` timed calls (``ti
 ``torch.cuda.synchronize()`` before and after on CUDA) after ``warmup`` untimed ones (the first step allocates the
 optimizer state; with ``--warmup 0`` that allocation is inside the first timed step). ``total`` sums the families
 (both optimizers loop over parameters, so a step over all of them is the sum; its ``ratio`` and ``ns_flops_per_s``
-are recomputed from the sums).
+are recomputed from the sums). The timed calls themselves are kept too, in timing order: ``muon_step_times_s``,
+``adamw_step_times_s``, ``ns_times_s`` (s) per family, and in ``total`` repeat i of every family summed -- the
+per-iteration series ``bridgebench compare`` resamples.
 
 Subset (so the run fits the node): ``--layers N`` takes the first N decoder layers **of each MLP kind** (dense and
 MoE) -- for a model whose layers are all one kind (Qwen3 30B-A3B) that is exactly the first N layers; Kimi K2 /
@@ -72,6 +74,8 @@ from bridgebench.errors import BridgebenchError
 FAMILY_ORDER = ("attention", "mlp_dense", "router", "expert", "shared_expert")
 MARKER = "BRIDGEBENCH_OPTSTEP "
 _METRICS = ("muon_step_s", "adamw_step_s", "ratio", "ns_time_s", "ns_flops", "ns_flops_per_s")
+#: Per-repeat times (s), in timing order, kept beside their medians (``bridgebench compare`` resamples them).
+_SERIES = ("muon_step_times_s", "adamw_step_times_s", "ns_times_s")
 
 
 class OptstepError(BridgebenchError):
@@ -380,6 +384,9 @@ def time_family(
         "adamw_step_s": statistics.median(adamw_t),
         "ns_time_s": statistics.median(ns_t),
         "ns_flops": sum(ns_flops(m.rows, m.cols, steps, "gemm") for m in pieces),
+        "muon_step_times_s": muon_t,
+        "adamw_step_times_s": adamw_t,
+        "ns_times_s": ns_t,
     }
     return _with_ratios(figures), impl
 
@@ -490,6 +497,8 @@ def run_optstep(
         for key in ("matrices", "params", "muon_step_s", "adamw_step_s", "ns_time_s", "ns_flops"):
             total[key] += f[key]
     total = _with_ratios({k: (int(v) if k in ("matrices", "params", "ns_flops") else v) for k, v in total.items()})
+    for key in _SERIES:  # repeat i of a whole step = the sum of every family's repeat i
+        total[key] = [sum(times) for times in zip(*(f[key] for f in fams.values()))]
 
     result = {
         "kind": "optstep",
@@ -511,8 +520,8 @@ def run_optstep(
         "fp32_matmul_prec": str(muon_kwargs["fp32_matmul_prec"]),
         "split_qkv": bool(muon_kwargs["split_qkv"]),
         "ns_kernel_counted": "gemm",
-        "families": {f: {k: fams[f][k] for k in ("matrices", "params", *_METRICS)} for f in present},
-        "total": {k: total[k] for k in ("matrices", "params", *_METRICS)},
+        "families": {f: {k: fams[f][k] for k in ("matrices", "params", *_METRICS, *_SERIES)} for f in present},
+        "total": {k: total[k] for k in ("matrices", "params", *_METRICS, *_SERIES)},
         "versions": _versions(),
         "config_hash": os.environ.get("BRIDGEBENCH_CONFIG_HASH") or None,
         "slurm_job_id": os.environ.get("SLURM_JOB_ID") or None,
