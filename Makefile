@@ -66,6 +66,9 @@ plan: setup
 bench: setup
 	$(PY) benchmarks/bench_rules.py
 	$(PY) benchmarks/bench_logparse.py
+	$(PY) benchmarks/bench_sweep.py
+	$(PY) benchmarks/validate_memory.py
+	$(PY) benchmarks/validate_time.py
 	$(PY) benchmarks/bench_compare_calibration.py
 
 # The analysis notebooks (jupytext percent .py) executed headless with nbclient, rendered to HTML with nbconvert.

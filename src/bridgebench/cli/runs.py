@@ -37,13 +37,31 @@ def plan(
     warnings.filterwarnings("ignore")  # Megatron's import-time and config warnings; errors still raise
     with console.status("loading Megatron-Bridge ..."):
         from bridgebench.launch.plan import plan as make_plan
+    invalid = []  # with -m, invalid runs are reported (rule and message) and the valid ones planned
+    on_invalid = invalid.append if multirun else None
     with console.status("planning ...") as status:
-        out_dir, runs = make_plan(overrides, Path(out) if out else None, progress=status.update)
+        out_dir, runs = make_plan(overrides, Path(out) if out else None, progress=status.update, on_invalid=on_invalid)
     if as_json:
         import dataclasses
 
-        typer.echo(json.dumps({"plan": str(out_dir), "runs": [dataclasses.asdict(r) for r in runs]}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    "plan": str(out_dir),
+                    "runs": [dataclasses.asdict(r) for r in runs],
+                    "invalid": [dataclasses.asdict(r) for r in invalid],
+                },
+                indent=2,
+            )
+        )
         return
+    if invalid:
+        bad = Table(title=f"{len(invalid)} invalid run(s), not planned")
+        for col in ("run", "rule", "why"):
+            bad.add_column(col, overflow="fold")
+        for r in invalid:
+            bad.add_row(r.label, r.rule, r.reason)
+        console.print(bad)
     t = Table(title=f"plan {out_dir}")
     for col in (
         "run",

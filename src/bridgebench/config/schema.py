@@ -166,6 +166,11 @@ class GPUSchema:
     gpus_per_node: int = MISSING
     nvlink_domain: int = MISSING
     peak_tflops: Dict[str, Optional[float]] = field(default_factory=dict)
+    hbm_gb: float = MISSING  # HBM capacity per GPU, GB (1e9 B)
+    hbm_bandwidth_tb_s: float = MISSING  # TB/s per GPU
+    nvlink_bandwidth_gb_s: float = MISSING  # GB/s per GPU per direction
+    network_bandwidth_gb_s: float = MISSING  # scale-out GB/s per GPU per direction
+    memory_source: str = MISSING
     peak_table_version: str = MISSING
     source: str = MISSING
 
@@ -250,6 +255,7 @@ class PathsSchema:
     tables: str = MISSING
     hf_cache: str = MISSING
     job_dir: str = MISSING
+    sweeps: str = MISSING
 
 
 @dataclass

@@ -40,6 +40,17 @@ class PlanError(BridgebenchError):
 
 
 @dataclass
+class InvalidRun:
+    """A run of a sweep that was not planned: its overrides, the rule it broke (a ``bridgebench.config.rules`` id,
+    ``megatron_bridge`` for Megatron-Bridge's own validation, ``launch`` or ``job_type``) and the message."""
+
+    label: str
+    overrides: list[str]
+    rule: str
+    reason: str
+
+
+@dataclass
 class PlannedRun:
     name: str
     overrides: list[str]
@@ -79,17 +90,34 @@ def _run_name(cfg: DictConfig, config_hash: str) -> str:
 
 
 def plan(
-    overrides: list[str], out_dir: Path | None = None, *, progress: Callable[[str], None] | None = None
+    overrides: list[str],
+    out_dir: Path | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    on_invalid: Callable[[InvalidRun], None] | None = None,
 ) -> tuple[Path, list[PlannedRun]]:
     """Validate and write a plan; returns its directory and the runs.
 
+    ``on_invalid``: called with each run that breaks a rule, fails Megatron-Bridge's validation or a launch check,
+    and planning carries on with the valid runs (``plan -m``); without it the first invalid run raises.
+
     Raises:
-        PlanError: any run failing a rule, Megatron-Bridge's validation, or a launch safety check (nothing written).
+        PlanError: a run failing a rule, Megatron-Bridge's validation, or a launch safety check -- the first one, or
+            with ``on_invalid`` every one when no run is valid (nothing written either way).
         bridgebench.config.ConfigError: bad overrides.
     """
     say = progress or (lambda msg: None)
     sweeps = expand_sweep(list(overrides))
     staged = []
+    invalid: list[InvalidRun] = []
+
+    def reject(label: str, ov: list[str], rule: str, message: str, err: BaseException | None = None) -> None:
+        if on_invalid is None:
+            raise PlanError(f"run {label!r}{message}") from err
+        reason = "; ".join(map(str, err.violations)) if isinstance(err, rules.RuleError) else message[1:].strip()
+        invalid.append(InvalidRun(label, list(ov), rule, reason))
+        on_invalid(invalid[-1])
+
     for i, ov in enumerate(sweeps, 1):
         cfg = compose(ov)
         label = " ".join(ov) or "(defaults)"
@@ -97,9 +125,11 @@ def plan(
         try:
             rules.validate(rules.Point.from_config(cfg))
         except rules.RuleError as err:
-            raise PlanError(f"run {label!r} is invalid:\n{err}") from err
+            reject(label, ov, err.violations[0].rule, f" is invalid:\n{err}", err)
+            continue
         if cfg.job.type not in ("pretrain", "optstep"):
-            raise PlanError(f"run {label!r}: job.type must be 'pretrain' or 'optstep', got {cfg.job.type!r}")
+            reject(label, ov, "job_type", f": job.type must be 'pretrain' or 'optstep', got {cfg.job.type!r}")
+            continue
         result = None
         if cfg.job.type == "pretrain":
             from bridgebench.mbridge.build import BuildError, build  # imports megatron: only for pretrain jobs
@@ -107,7 +137,8 @@ def plan(
             try:
                 result = build(cfg)
             except BuildError as err:
-                raise PlanError(f"run {label!r}: {err}") from err
+                reject(label, ov, "megatron_bridge", f": {err}", err)
+                continue
         h = config_hash(cfg)
         name = _run_name(cfg, h)
         try:
@@ -115,8 +146,12 @@ def plan(
             ex.quoted_env(OmegaConf.to_container(cfg.env_vars, resolve=True))
             [ex.check_mount(m) for m in cfg.cluster.container_mounts]
         except ex.LaunchConfigError as err:
-            raise PlanError(f"run {label!r}: {err}") from err
+            reject(label, ov, "launch", f": {err}", err)
+            continue
         staged.append((ov, cfg, result, h, name))
+    if not staged:
+        listing = "\n".join(f"  {r.label}: {r.rule}: {r.reason}" for r in invalid)
+        raise PlanError(f"every run of the plan is invalid ({len(invalid)}); nothing written:\n{listing}")
 
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "adhoc")
@@ -198,7 +233,15 @@ def plan(
             (run_dir / "run.json").write_text(json.dumps(asdict(run), indent=2))
             runs.append(run)
         (tmp / "plan.json").write_text(
-            json.dumps({"overrides": list(overrides), "created": stamp, "runs": [asdict(r) for r in runs]}, indent=2)
+            json.dumps(
+                {
+                    "overrides": list(overrides),
+                    "created": stamp,
+                    "runs": [asdict(r) for r in runs],
+                    "invalid": [asdict(r) for r in invalid],
+                },
+                indent=2,
+            )
         )
         if final.exists():
             final.rmdir()

@@ -158,8 +158,21 @@ def submit(
     from bridgebench.launch.plan import plan
 
     say = progress or (lambda msg: None)
-    ledger = ledger or Ledger()
     out_dir, runs = plan(overrides, progress=say)
+    return submit_planned(runs, repeats=repeats, ledger=ledger, progress=say)
+
+
+def submit_planned(
+    runs: list,
+    *,
+    repeats: int = 1,
+    ledger: Ledger | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Attempt]:
+    """Submit already planned runs (``bridgebench.launch.plan.PlannedRun``) ``repeats`` times each; run ids are
+    ``<config hash>-r<repeat>``. Raises SubmitError."""
+    say = progress or (lambda msg: None)
+    ledger = ledger or Ledger()
     attempts = []
     for r in runs:
         cfg = OmegaConf.load(Path(r.dir) / "config.yaml")
