@@ -85,7 +85,8 @@ def table(
     ),
     as_json: bool = typer.Option(False, "--json", help="print the rows as JSON instead of a table"),
 ) -> None:
-    """Reproduce the blog's Muon vs AdamW Table 1 and write results/table1/ (CSV, Markdown, PNG)."""
+    """Reproduce the blog's Muon vs AdamW Table 1 and write it under configs/paths' tables folder (default
+    results/tables/table1/: CSV, Markdown, PNG; BRIDGEBENCH_TABLES moves it). Tracked files are never written."""
     from rich.console import Console
     from rich.table import Table
 
@@ -162,12 +163,16 @@ def check_published_cmd(as_json: bool = typer.Option(False, "--json", help="prin
     """FLOPs/token x tokens/s/GPU vs published model TFLOP/s/GPU over every published row of a known model."""
     import dataclasses
 
-    from bridgebench.paths import REPO_ROOT
+    from bridgebench.paths import load_paths
     from bridgebench.results.published_check import check_published
 
     df, summary = check_published()
-    out = REPO_ROOT / "results" / "reference" / "flops_check.csv"
-    df.to_csv(out, index=False, float_format="%.6g")
+    # generated output goes to configs/paths' tables folder, never over the tracked results/reference/ files
+    out = load_paths().tables / "flops_check.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".csv.tmp")
+    df.to_csv(tmp, index=False, float_format="%.6g")
+    tmp.replace(out)
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(summary), indent=2))
         return

@@ -74,9 +74,11 @@ def _release_key(release: str) -> tuple[int, ...]:
 
 def measured_step_times(records: list[dict]) -> dict[tuple[str, str], tuple[float, str]]:
     """(model, adamw|muon) -> (median step time s, record id) from the user's completed pretrain records (store).
-    When several runs match, the most recent record id (highest SLURM job id) wins."""
+    When several runs match, the most recently submitted one wins (``timestamps.submitted_utc``; SLURM job ids are
+    not ordered across clusters)."""
     out: dict[tuple[str, str], tuple[float, str]] = {}
-    for r in sorted(records, key=lambda r: r["record_id"]):
+    when = lambda r: ((r.get("timestamps") or {}).get("submitted_utc") or "", r["record_id"])  # noqa: E731
+    for r in sorted(records, key=when):
         if r.get("kind") == "pretrain" and r.get("state") == "COMPLETED" and r.get("step_time_s"):
             opt = family(str(r.get("optimizer")))
             out[(r["model"], opt)] = (float(r["step_time_s"]), r["record_id"])
