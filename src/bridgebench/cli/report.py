@@ -56,11 +56,17 @@ def report(as_json: bool = typer.Option(False, "--json", help="print JSON (group
         "NS GFLOP/s",
         "flags",
     ):
-        t.add_column(col, justify="right" if col not in ("flags",) else "left", no_wrap=col != "flags")
+        if col == "flags":
+            t.add_column(col, justify="left", min_width=40)
+        else:
+            t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
         st = r["stats"]
         ci = st["ratio"]["ci95"]
-        n = f"{r['n']}" + (f" (+{r['n_contended']} contended)" if r["n_contended"] else "")
+        if r["basis"].startswith("contended"):
+            n = f"{r['n']} (all contended)"
+        else:
+            n = f"{r['n']}" + (f" (+{r['n_contended']} contended, left out)" if r["n_contended"] else "")
         flags = list(r["flags"]) + ([f"{r['n_outliers']} outlier(s)"] if r["n_outliers"] else [])
         t.add_row(
             str(r["config_hash"] or "-")[:8],
@@ -78,7 +84,7 @@ def report(as_json: bool = typer.Option(False, "--json", help="print JSON (group
             "; ".join(flags),
         )
     c = Console()
-    c.width = max(c.width, 190)
+    c.width = max(c.width, 240)
     c.print(t)
     flagged = {r.record_id: r for r in reps if r.flags and r.family == "total"}
     if flagged:
@@ -91,6 +97,6 @@ def report(as_json: bool = typer.Option(False, "--json", help="print JSON (group
         c.print(ft)
     c.print(
         f"contended = other processes used >= {CONTENDED_OTHER_SHARE:.0%} of the node's CPU during the timing window "
-        "(left out); outliers (> 3.5 robust z) are kept but flagged; each repeat is one SLURM job "
+        "(left out, unless no repeat is clean: then the row is flagged CONTENDED); outliers (> 3.5 robust z) are kept but flagged; each repeat is one SLURM job "
         "(submit --repeats N)"
     )

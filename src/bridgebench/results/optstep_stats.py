@@ -10,8 +10,10 @@ calls). :func:`aggregate` groups the records by (config hash, model, device, mat
 Repeats set aside or flagged:
 
 * **contended**: the payload saw other processes use at least :data:`CONTENDED_OTHER_SHARE` of the node's CPU
-  capacity during its timing window (``optstep.load.other_share``, :mod:`bridgebench.payloads.load`); left out of the aggregate, listed with their share. Records without a load figure
-  (older payloads) are kept but flagged ``load unknown``.
+  capacity during its timing window (``optstep.load.other_share``, :mod:`bridgebench.payloads.load`); left out of
+  the aggregate and listed with their share -- unless every repeat of the group is contended: then the aggregate is
+  over them and the group is flagged ``CONTENDED`` (``basis`` says which). Records without a load figure (older
+  payloads) are kept but flagged ``load unknown``.
 * **outlier**: a repeat whose ratio or Muon step time lies more than 3.5 robust z-scores from the group's median
   (modified z-score ``|x - median| / MAD``, MAD scaled to a normal sigma by ``scipy.stats.median_abs_deviation(...,
   scale="normal")``; threshold 3.5 from Iglewicz & Hoaglin, "How to Detect and Handle Outliers", 1993); kept (the
@@ -146,14 +148,19 @@ def aggregate(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
     for key in sorted(groups, key=lambda k: (str(k[0]), str(k[1]), str(k[2]), order.get(k[3], 99), k[3])):
         group = groups[key]
         _flag_outliers(group)
-        used = [r for r in group if not r.contended]
+        clean = [r for r in group if not r.contended]
+        used = clean or group  # every repeat contended: show them, flagged, rather than nothing
         stats_ = {m: summarize([r.values[m] for r in used]) for m in METRICS}
         flags = []
+        if not clean:
+            shares = [r.other_share for r in group if r.other_share is not None]
+            flags.append(
+                f"CONTENDED: all {len(group)} repeat(s) ran while other processes used "
+                f"{min(shares):.0%}-{max(shares):.0%} of the CPU; these figures are not trustworthy"
+            )
         ns, step = stats_["ns_time_s"]["median"], stats_["muon_step_s"]["median"]
         if ns is not None and step is not None and ns > step:
             flags.append("ns > step: the NS time alone exceeds the whole Muon step (timings disturbed)")
-        if not used:
-            flags.append("every repeat contended: no figure to trust")
         rows.append(
             {
                 "config_hash": key[0],
@@ -162,7 +169,8 @@ def aggregate(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
                 "family": key[3],
                 "matrices": group[0].values.get("matrices"),
                 "n": len(used),
-                "n_contended": len(group) - len(used),
+                "n_contended": len(group) - len(clean),
+                "basis": "uncontended repeats" if clean else "contended repeats (no clean one)",
                 "n_outliers": sum(any(f.startswith("outlier") for f in r.flags) for r in group),
                 "flags": flags,
                 "stats": stats_,
