@@ -5,7 +5,8 @@ module refuses, *before anything is built or written*:
 
 * an environment variable (``env_vars.*``, ``cluster.client_env.*``) whose **name** looks like a credential: one of its
   ``_``/``-``/``.``-separated words is in :data:`SECRET_WORDS` (``HF_TOKEN``, ``wandb_api_key``, ``MY_PASSWORD``;
-  ``TOKENIZERS_PARALLELISM`` is not: the word is ``TOKENIZERS``);
+  ``TOKENIZERS_PARALLELISM`` and HybridEP's ``NUM_OF_TOKENS_PER_CHUNK_COMBINE_API`` are not: their words are
+  ``TOKENIZERS`` and ``TOKENS``);
 * any string **value** anywhere in the config that looks like a credential: a known token prefix with the token's
   shape (:data:`TOKEN_PATTERNS`), a PEM private key or a JSON Web Token.
 
@@ -24,7 +25,6 @@ from bridgebench.config.rules import RuleError, Violation
 SECRET_WORDS = frozenset(
     {
         "TOKEN",
-        "TOKENS",
         "KEY",
         "KEYS",
         "APIKEY",
