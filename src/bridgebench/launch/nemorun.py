@@ -16,7 +16,9 @@ So a path with a space, a quote, ``;``, ``$()`` or a newline either breaks those
 What this module does about it, in one place:
 
 1. the pass-through ``nemo_run.Packager()`` is always used (the compute node runs the repository itself, mounted or
-   checked out), so no packager command runs at all -- no ``git archive``, ``tar``, ``gzip`` or ``rm``;
+   checked out) and the packaging step is marked done with its ``code`` folder made in Python, so no packaging
+   command runs at all -- no ``git archive``, ``tar``, ``gzip``, ``rm`` or ``mkdir -p``; the one shell command left
+   is nemo-run's ``sbatch --requeue --parsable <script>`` (``tunnel.run``), whose path is checked by point 2;
 2. every path nemo-run will put into a command or the script (the experiment folder, the tunnel's job folder) is
    checked by :func:`check_path` *before* nemo-run is called, and refused with a message naming the value, where it
    came from and how to move it (``BRIDGEBENCH_JOB_DIR``, ``TMPDIR``);
@@ -68,18 +70,40 @@ def _check_job(job: JobPaths) -> None:
     check_path("job folder" if local else "cluster job folder", job.tunnel_dir)
 
 
-def _passthrough(executor) -> None:
-    import nemo_run as run
+def _experiment_id(title: str) -> str:
+    # a fixed id (nemo-run's default is title_<time_ns>) makes the script's paths a function of the job alone;
+    # nemo-run derives the title back from the id's last "_"
+    return f"{title}_job"
 
-    executor.packager = run.Packager()  # point 1: no packager shell commands
+
+def _passthrough(executor, job_name: str) -> None:
+    """Point 1: the pass-through packager, and the packaging step marked done for this job, so nemo-run's
+    ``SlurmExecutor.package`` runs no shell command at all (it would run ``mkdir -p {job_dir}/code`` through
+    invoke); the ``code`` folder is made in Python by :func:`_experiment`."""
+    import nemo_run as run
+    from nemo_run.core.execution.slurm import get_packaging_job_key
+    from nemo_run.core.tunnel.client import PackagingJob
+
+    executor.packager = run.Packager()
+    key = get_packaging_job_key(_experiment_id(job_name), job_name)
+    executor.tunnel.packaging_jobs[key] = PackagingJob(symlink=False)
 
 
 def _experiment(title: str, executor, base_dir: str):
+    """A nemo-run Experiment with a fixed id whose preparation also makes each job's ``code`` folder (the job's
+    ``srun --chdir``), in Python."""
     import nemo_run as run
 
-    # a fixed id (nemo-run's default is title_<time_ns>) makes the script's paths a function of the job alone;
-    # nemo-run derives the title back from the id's last "_"
-    return run.Experiment(title, executor=executor, id=f"{title}_job", base_dir=base_dir, log_level="ERROR")
+    exp = run.Experiment(title, executor=executor, id=_experiment_id(title), base_dir=base_dir, log_level="ERROR")
+    prepare = exp._prepare
+
+    def prepare_with_code_dirs(exist_ok: bool = False) -> None:
+        prepare(exist_ok=exist_ok)
+        for job in exp.jobs:
+            (Path(job.executor.job_dir) / "code").mkdir(parents=True, exist_ok=True)
+
+    exp._prepare = prepare_with_code_dirs  # this instance only
+    return exp
 
 
 def render(executor, *, command: str, job: JobPaths) -> tuple[str, str]:
@@ -92,10 +116,10 @@ def render(executor, *, command: str, job: JobPaths) -> tuple[str, str]:
     import nemo_run as run
 
     _check_job(job)
-    _passthrough(executor)
     tmp = tempfile.mkdtemp(prefix="bridgebench-dryrun-")
     try:
         check_path("temporary folder", tmp)
+        _passthrough(executor, job.job_name)
         with contextlib.redirect_stdout(io.StringIO()):  # nemo-run prints its experiment banner
             with _experiment(job.job_name, executor, tmp) as exp:
                 exp.add(run.Script(inline=command, entrypoint="bash"), name=job.job_name)
@@ -133,7 +157,7 @@ def submit(
     check_path("nemo-run experiment folder", job.base)
     if depends_on is not None and not str(depends_on).isdigit():
         raise ex.LaunchConfigError(f"dependency {depends_on!r} is not a SLURM job id")
-    _passthrough(executor)
+    _passthrough(executor, job.job_name)
     if depends_on:
         executor.dependencies = [f"slurm_tunnel://nemo_run/{depends_on}"]  # nemo-run parses the id from a handle
         executor.dependency_type = "afterany"
