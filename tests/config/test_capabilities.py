@@ -25,7 +25,9 @@ def _ids(found) -> set[str]:
 
 def _plan(tmp_path, *args):
     env = {**os.environ, "BRIDGEBENCH_JOB_DIR": str(tmp_path / "jobs"), "BRIDGEBENCH_PLANS": str(tmp_path / "plans")}
-    return subprocess.run([*BB, "plan", *args, "--out", str(tmp_path / "plan")], capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [*BB, "plan", *args, "--out", str(tmp_path / "plan")], capture_output=True, text=True, env=env
+    )
 
 
 @pytest.mark.parametrize(
@@ -35,7 +37,11 @@ def _plan(tmp_path, *args):
         (["precision=nvfp4", "gpu=h200"], "precision_needs_gpu", ["nvfp4", "h200"]),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "gpu=h100"], "precision_needs_gpu", ["h100"]),
         (["gpu=h100", "+env_vars.USE_MNNVL=1"], "nvlink_env_matches_gpu", ["USE_MNNVL=1", "NVL72"]),
-        (["gpu=b200", "+env_vars.NVLINK_DOMAIN_SIZE=72"], "nvlink_env_matches_gpu", ["NVLINK_DOMAIN_SIZE=72", "8 GPUs"]),
+        (
+            ["gpu=b200", "+env_vars.NVLINK_DOMAIN_SIZE=72"],
+            "nvlink_env_matches_gpu",
+            ["NVLINK_DOMAIN_SIZE=72", "8 GPUs"],
+        ),
     ],
 )
 def test_plan_rejects_what_the_gpu_cannot_run_naming_the_rule(tmp_path, args, rule, needles):

@@ -26,14 +26,36 @@ TOKENS = {
 }
 
 
-@pytest.mark.parametrize("name", ["HF_TOKEN", "GITHUB_TOKEN", "wandb_api_key", "MY_PASSWORD", "db-secret", "AWS_SECRET_ACCESS_KEY",
-                                  "NGC_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS", "svc.apikey"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "GITHUB_TOKEN",
+        "wandb_api_key",
+        "MY_PASSWORD",
+        "db-secret",
+        "AWS_SECRET_ACCESS_KEY",
+        "NGC_API_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "svc.apikey",
+    ],
+)
 def test_credential_names(name):
     assert secret_name(name)
 
 
-@pytest.mark.parametrize("name", ["TOKENIZERS_PARALLELISM", "NVLINK_DOMAIN_SIZE", "CUDA_DEVICE_MAX_CONNECTIONS", "PATH",
-                                  "MONKEY_PATCH", "HF_HUB_OFFLINE", "NUM_OF_TOKENS_PER_CHUNK_COMBINE_API"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "TOKENIZERS_PARALLELISM",
+        "NVLINK_DOMAIN_SIZE",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "PATH",
+        "MONKEY_PATCH",
+        "HF_HUB_OFFLINE",
+        "NUM_OF_TOKENS_PER_CHUNK_COMBINE_API",
+    ],
+)
 def test_ordinary_names(name):
     assert not secret_name(name)
 
@@ -44,8 +66,18 @@ def test_token_values(kind, value):
     assert token_kind(f"prefix {value} suffix") is not None
 
 
-@pytest.mark.parametrize("value", ["hf_configs/Qwen__Qwen3-30B-A3B", "nvcr.io/nvidia/nemo:26.02", "sk-short", "False",
-                                   "expandable_segments:True", "Et*4|(t*4|)*14tL", "a" * 64])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "hf_configs/Qwen__Qwen3-30B-A3B",
+        "nvcr.io/nvidia/nemo:26.02",
+        "sk-short",
+        "False",
+        "expandable_segments:True",
+        "Et*4|(t*4|)*14tL",
+        "a" * 64,
+    ],
+)
 def test_ordinary_values(value):
     assert token_kind(value) is None
 
@@ -97,9 +129,19 @@ def test_plan_refuses_before_the_megatron_import_and_writes_nothing(tmp_path):
     assert out.stdout.split() == ["refused", "True", "False"], out.stdout + out.stderr[-2000:]
     assert not (tmp_path / "plan").exists() and list(tmp_path.iterdir()) == []
     cli = subprocess.run(
-        [sys.executable, "-m", "bridgebench.cli", "plan", "recipe=qwen3_30b_a3b_gb300_mxfp8",
-         f"+env_vars.NOTE={token}", "--out", str(tmp_path / "p")],
-        capture_output=True, text=True, env={**os.environ, "BRIDGEBENCH_JOB_DIR": str(tmp_path / "jobs")},
+        [
+            sys.executable,
+            "-m",
+            "bridgebench.cli",
+            "plan",
+            "recipe=qwen3_30b_a3b_gb300_mxfp8",
+            f"+env_vars.NOTE={token}",
+            "--out",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "BRIDGEBENCH_JOB_DIR": str(tmp_path / "jobs")},
     )
     assert cli.returncode == 2 and "secret_in_config" in cli.stderr and "Traceback" not in cli.stderr
     assert token not in cli.stderr + cli.stdout

@@ -66,8 +66,12 @@ def _attempt(state="RUNNING", cluster_id=None, **kw) -> Attempt:
 @needs_slurm_client
 def test_cluster_down_shows_the_ledger_unknown_then_lost(tmp_path, dead_cluster):
     cfg = compose(
-        ["cluster=local", f"cluster.client_env.SLURM_CONF={dead_cluster}", "cluster.lost_after_s=60",
-         f"cluster.identity_file={dead_cluster.parent / 'cluster-id'}"]
+        [
+            "cluster=local",
+            f"cluster.client_env.SLURM_CONF={dead_cluster}",
+            "cluster.lost_after_s=60",
+            f"cluster.identity_file={dead_cluster.parent / 'cluster-id'}",
+        ]
     )
     ledger = Ledger(tmp_path / "ledger.sqlite")
     ledger.add(_attempt(cluster_id="local-0f0e0d0c-0000-4000-8000-000000000001"))
@@ -117,8 +121,10 @@ def test_an_old_ledger_gains_the_new_columns(tmp_path):
         "excluded_nodes TEXT, collected INTEGER NOT NULL DEFAULT 0, retried INTEGER NOT NULL DEFAULT 0, "
         "PRIMARY KEY (run_id, attempt))"
     )
-    db.execute("INSERT INTO attempts VALUES ('h-r0', 0, 'n', 'optstep', '11', NULL, 'COMPLETED', NULL, '0:0', 1, 1, "
-               "NULL, NULL, 'vm', '[]', 1, 0)")
+    db.execute(
+        "INSERT INTO attempts VALUES ('h-r0', 0, 'n', 'optstep', '11', NULL, 'COMPLETED', NULL, '0:0', 1, 1, "
+        "NULL, NULL, 'vm', '[]', 1, 0)"
+    )
     db.commit()
     db.close()
     (a,) = Ledger(path).attempts()

@@ -16,12 +16,24 @@ from bridgebench.results.optstep_stats import CONTENDED_OTHER_SHARE, aggregate, 
 
 
 def record(i: int, muon: float, adamw: float, other_share: float | None, config: str = "cfg1") -> dict:
-    fam = {"matrices": 3, "params": 10, "muon_step_s": muon, "adamw_step_s": adamw, "ratio": muon / adamw,
-           "ns_time_s": muon * 0.8, "ns_flops": 1e9, "ns_flops_per_s": 1e9 / (muon * 0.8)}
+    fam = {
+        "matrices": 3,
+        "params": 10,
+        "muon_step_s": muon,
+        "adamw_step_s": adamw,
+        "ratio": muon / adamw,
+        "ns_time_s": muon * 0.8,
+        "ns_flops": 1e9,
+        "ns_flops_per_s": 1e9 / (muon * 0.8),
+    }
     load = None if other_share is None else {"other_share": other_share, "cpus": 2}
     return {
-        "record_id": f"local-x/{i}/uid{i}/optstep", "kind": "optstep", "state": "COMPLETED", "model": "m",
-        "device": "cpu", "provenance": {"config_hash": config},
+        "record_id": f"local-x/{i}/uid{i}/optstep",
+        "kind": "optstep",
+        "state": "COMPLETED",
+        "model": "m",
+        "device": "cpu",
+        "provenance": {"config_hash": config},
         "optstep": {"families": {"attention": fam}, "total": fam, "load": load},
     }
 

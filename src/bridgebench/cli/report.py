@@ -97,6 +97,6 @@ def report(as_json: bool = typer.Option(False, "--json", help="print JSON (group
         c.print(ft)
     c.print(
         f"contended = other processes used >= {CONTENDED_OTHER_SHARE:.0%} of the node's CPU during the timing window "
-        "(left out, unless no repeat is clean: then the row is flagged CONTENDED); outliers (> 3.5 robust z) are kept but flagged; each repeat is one SLURM job "
-        "(submit --repeats N)"
+        "(left out, unless no repeat is clean: then the row is flagged CONTENDED); outliers (> 3.5 robust z) are "
+        "kept but flagged; each repeat is one SLURM job (submit --repeats N)"
     )

@@ -161,7 +161,9 @@ def submit(
     if depends_on:
         executor.dependencies = [f"slurm_tunnel://nemo_run/{depends_on}"]  # nemo-run parses the id from a handle
         executor.dependency_type = "afterany"
-    job.base.mkdir(parents=True, exist_ok=True)
+    if job.base.exists():  # left by a submission that failed before it was recorded (the caller checked the ledger)
+        shutil.rmtree(job.base)
+    job.base.mkdir(parents=True)
     env_before = dict(os.environ)
     os.environ.update(dict(client_env or {}))
     try:
@@ -169,6 +171,9 @@ def submit(
             with _experiment(job.job_name, executor, str(job.base)) as exp:
                 exp.add(run.Script(inline=command, entrypoint="bash"), name=job.job_name)
                 exp.run(detach=True)
+    except BaseException:
+        shutil.rmtree(job.base, ignore_errors=True)  # nothing was submitted: leave nothing behind
+        raise
     finally:
         os.environ.clear()
         os.environ.update(env_before)

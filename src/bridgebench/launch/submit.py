@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -70,6 +71,8 @@ def submit_run(
         SubmitError: sbatch failed or returned no job id (nothing recorded).
     """
     config_hash = run_id.rsplit("-r", 1)[0]
+    if any(a.attempt == attempt for a in ledger.attempts(run_id)):
+        raise SubmitError(f"the ledger has {run_id} attempt {attempt} already; not submitting it again")
     job = build_job(cfg, run_dir, name, config_hash, run_id, attempt, exclude=exclude)
     env = {k: v for k, v in slurmcli.client_env(cfg).items() if k in cfg.cluster.client_env}
     try:
@@ -171,11 +174,16 @@ def submit(
         first = 1 + max((int(rid.rsplit("-r", 1)[1]) for rid in existing), default=-1)
         todo.append((r, OmegaConf.load(Path(r.dir) / "config.yaml"), first))
     if not todo:
+        shutil.rmtree(out_dir, ignore_errors=True)  # the plan of a submission that submits nothing is not kept
         raise SubmitError(
             "nothing submitted: every run of this plan is in the ledger already (`bridgebench status` shows "
             "them); add --again to submit new repeats"
         )
-    check_cluster_can_run([(r.name, cfg) for r, cfg, _ in todo])
+    try:
+        check_cluster_can_run([(r.name, cfg) for r, cfg, _ in todo])
+    except ClusterCannotRunError:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     attempts = []
     for r, cfg, first in todo:
         previous = None
