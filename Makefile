@@ -16,7 +16,7 @@ help:
 	@echo "make setup            create $(VENV) (Python 3.12) with the pinned environment"
 	@echo "make test             run the test suite"
 	@echo "make lint             ruff check + format check, import-linter layer contracts"
-	@echo "make table            reproduce the blog's Muon vs AdamW table into results/table1/"
+	@echo "make table            reproduce the blog's Muon vs AdamW table into results/tables/table1/"
 	@echo "make check-published  FLOPs model vs every published perf-table row"
 	@echo "make notebooks        execute analysis/*.py notebooks, render HTML into results/notebooks/"
 	@echo "make bench            benchmarks (print figures)"

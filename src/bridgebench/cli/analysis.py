@@ -88,7 +88,8 @@ def table(
         "steady", "--quality", help="window qualities of your runs to use: steady (default), short, excerpt, running"
     ),
 ) -> None:
-    """Reproduce the blog's Muon vs AdamW Table 1 and write results/table1/ (CSV, Markdown, PNG)."""
+    """Reproduce the blog's Muon vs AdamW Table 1 and write it under configs/paths' tables folder (default
+    results/tables/table1/: CSV, Markdown, PNG; BRIDGEBENCH_TABLES moves it). Tracked files are never written."""
     from rich.console import Console
     from rich.table import Table
 
@@ -180,9 +181,12 @@ def check_published_cmd(as_json: bool = typer.Option(False, "--json", help="prin
     from bridgebench.results.published_check import check_published
 
     df, summary = check_published()
-    out = load_paths().tables / "flops_check.csv"  # configs/paths: tables (never the tracked reference data)
+    # generated output goes to configs/paths' tables folder, never over the tracked results/reference/ files
+    out = load_paths().tables / "flops_check.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False, float_format="%.6g")
+    tmp = out.with_suffix(".csv.tmp")
+    df.to_csv(tmp, index=False, float_format="%.6g")
+    tmp.replace(out)
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(summary), indent=2))
         return

@@ -46,6 +46,9 @@ DeepSeek-V3 (first layer(s) dense) get layer 0 and the first MoE layer, so every
 keeps the first K routed experts of each MoE layer. MTP layers are not included. ``--families`` narrows further.
 Only ``--dtype fp32`` runs: Megatron steps FP32 main parameters, and ``newton_schulz`` rejects other dtypes.
 
+Load: ``load`` = other processes' CPU share over the whole timing window (:mod:`bridgebench.payloads.load`), so a
+timing taken under contention says so (``bridgebench report`` flags and sets it aside).
+
 Output: ``<out>/optstep.json`` (written atomically: temp file + ``os.replace``) and one stdout line
 ``BRIDGEBENCH_OPTSTEP <compact json>`` (read by ``launch/collect.py``); before it, one Megatron-LM-style iteration
 line per timed Muon step (:class:`IterationLines`: live figures for ``bridgebench status``, a series for
@@ -69,6 +72,7 @@ from typing import Any, Callable, Optional, Sequence
 import typer
 
 from bridgebench.errors import BridgebenchError
+from bridgebench.payloads.load import LoadProbe
 
 #: Families in report order (``bridgebench.model.newton_schulz.MuonMatrix.family``; ``mtp`` is never selected).
 FAMILY_ORDER = ("attention", "mlp_dense", "router", "expert", "shared_expert")
@@ -474,6 +478,7 @@ def run_optstep(
     impl = None
     present = [f for f in FAMILY_ORDER if any(s.family == f for s in specs)]
     lines = IterationLines(len(present) * repeats)
+    load = LoadProbe.start()  # other processes' CPU share over the timing window (payloads/load.py)
     for fam in present:
         fam_specs = [s for s in specs if s.family == fam]
         progress(f"optstep: {fam}: {sum(len(s.pieces) for s in fam_specs)} matrices on {dev} ...")
@@ -492,6 +497,7 @@ def run_optstep(
             f"optstep: {fam}: Muon {f['muon_step_s']:.4g} s, AdamW {f['adamw_step_s']:.4g} s, "
             f"NS {f['ns_time_s']:.4g} s ({(f['ns_flops_per_s'] or 0) / 1e9:.1f} GFLOP/s)"
         )
+    load.stop()
     total: dict[str, Any] = defaultdict(float)
     for f in fams.values():
         for key in ("matrices", "params", "muon_step_s", "adamw_step_s", "ns_time_s", "ns_flops"):
@@ -522,6 +528,7 @@ def run_optstep(
         "ns_kernel_counted": "gemm",
         "families": {f: {k: fams[f][k] for k in ("matrices", "params", *_METRICS, *_SERIES)} for f in present},
         "total": {k: total[k] for k in ("matrices", "params", *_METRICS, *_SERIES)},
+        "load": load.result(),
         "versions": _versions(),
         "config_hash": os.environ.get("BRIDGEBENCH_CONFIG_HASH") or None,
         "slurm_job_id": os.environ.get("SLURM_JOB_ID") or None,
