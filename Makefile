@@ -8,7 +8,7 @@ CACHE := .cache
 PYTHON312 ?= $(shell for p in "$$(command -v python3.12)" $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
 	[ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
 
-.PHONY: setup test lint table flops plan check-published lock bench clean help
+.PHONY: setup test lint table flops plan check-published lock bench notebooks clean help
 
 include mk/cluster.mk
 
@@ -16,8 +16,9 @@ help:
 	@echo "make setup            create $(VENV) (Python 3.12) with the pinned environment"
 	@echo "make test             run the test suite"
 	@echo "make lint             ruff check + format check, import-linter layer contracts"
-	@echo "make table            reproduce the blog's Muon vs AdamW table into results/table1/"
+	@echo "make table            reproduce the blog's Muon vs AdamW table into results/tables/table1/"
 	@echo "make check-published  FLOPs model vs every published perf-table row"
+	@echo "make notebooks        execute analysis/*.py notebooks, render HTML into results/notebooks/"
 	@echo "make bench            benchmarks (print figures)"
 	@echo "make plan             plan the Table 1 runs on the local cluster (ARGS=... for other overrides)"
 	@$(MAKE) --no-print-directory cluster-help
@@ -68,6 +69,11 @@ bench: setup
 	$(PY) benchmarks/bench_sweep.py
 	$(PY) benchmarks/validate_memory.py
 	$(PY) benchmarks/validate_time.py
+	$(PY) benchmarks/bench_compare_calibration.py
+
+# The analysis notebooks (jupytext percent .py) executed headless with nbclient, rendered to HTML with nbconvert.
+notebooks: setup
+	MPLBACKEND=Agg $(PY) analysis/render_notebooks.py --out results/notebooks
 
 # Regenerate the lock from the current environment.
 lock:

@@ -52,6 +52,7 @@ def bb(tmp_path, slurm_cluster):  # noqa: F811
         return res
 
     run.env = env
+    run.cmd = BB
     return run
 
 

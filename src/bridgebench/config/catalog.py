@@ -71,3 +71,57 @@ def precision(spelling: str) -> dict[str, Any]:
 def peak_key(spelling: str) -> str:
     """The ``gpu.peak_tflops`` key of a precision spelling (``FP8-CS`` -> ``fp8``). Raises :class:`CatalogError`."""
     return precision(spelling)["peak"]
+
+
+#: Values of ``release.published_rounding.*`` (``bridgebench.config.schema.PublishedRoundingSchema``).
+ROUNDING_RULES = {
+    "model_tflops_per_gpu": ("integer",),
+    "tokens_per_sec_per_gpu": ("integer", "whole_sequences_per_job"),
+}
+
+
+def release_sort_key(name: str) -> tuple[int, ...]:
+    """Order of NeMo container releases: numeric, component-wise (``25.11 < 26.02 < 26.02.01 < 26.04``).
+
+    Raises:
+        CatalogError: a name that is not dot-separated integers.
+    """
+    try:
+        return tuple(int(p) for p in str(name).split("."))
+    except ValueError:
+        raise CatalogError(f"release {name!r} is not a NeMo release name like 26.04 or 26.04.01") from None
+
+
+@functools.cache
+def releases() -> dict[str, dict[str, Any]]:
+    """Every ``configs/release/<name>.yaml`` by name, in release order (:func:`release_sort_key`).
+
+    Raises:
+        CatalogError: a ``published_rounding`` value that is not one of :data:`ROUNDING_RULES` (naming file and key).
+    """
+    out = {}
+    for name in sorted(options("release"), key=release_sort_key):
+        data = dict(_load("release", name))
+        rounding = {"model_tflops_per_gpu": "integer", "tokens_per_sec_per_gpu": "integer"}
+        rounding |= data.get("published_rounding") or {}
+        for key, value in rounding.items():
+            if value not in ROUNDING_RULES.get(key, ()):
+                raise CatalogError(
+                    f"configs/release/{name}.yaml: published_rounding.{key}={value!r}; "
+                    f"allowed: {list(ROUNDING_RULES.get(key, ()))}"
+                )
+        data["published_rounding"] = rounding
+        out[name] = data
+    return out
+
+
+def release(name: str) -> dict[str, Any]:
+    """The facts of one release (``configs/release/<name>.yaml``).
+
+    Raises:
+        CatalogError: an unknown release, listing the known ones.
+    """
+    known = releases()
+    if str(name) not in known:
+        raise CatalogError(f"release {name!r} does not exist; known releases: {list(known)}")
+    return known[str(name)]

@@ -21,7 +21,17 @@ from bridgebench.errors import BridgebenchError
 from bridgebench.model.layout import LAYOUT_MAX_CHARS, _parse_layout_cached, parse_layout  # noqa: F401  (re-exported)
 from bridgebench.model.optimizer import family as optimizer_family
 
-__all__ = ["RULES", "Point", "RuleError", "Violation", "check", "check_config", "parse_layout", "validate"]
+__all__ = [
+    "NON_POINT_RULES",
+    "RULES",
+    "Point",
+    "RuleError",
+    "Violation",
+    "check",
+    "check_config",
+    "parse_layout",
+    "validate",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +183,58 @@ RULES: dict[str, Rule] = {
             "TransformerConfig.__post_init__",
             "fp8_param_gather needs an FP8 precision",
         ),
+        Rule(
+            "precision_needs_gpu",
+            "Transformer Engine 2.x transformer_engine/pytorch/quantization.py (fp8.py before 2.8) "
+            "check_fp8_support / check_mxfp8_support / check_nvfp4_support; compute capabilities: CUDA C++ "
+            "Programming Guide, 'Compute Capabilities' table",
+            "the GPU's compute capability (configs/gpu) reaches the precision's minimum (configs/precision): "
+            "MXFP8 and NVFP4 need Blackwell (10.0), FP8 needs 8.9",
+        ),
+        Rule(
+            "nvlink_env_matches_gpu",
+            "Megatron-Bridge 0.6.2 recipes/moonlight/h100/moonlight_16b.py (NVLINK_DOMAIN_SIZE 8, USE_MNNVL 0) and "
+            "recipes/qwen/gb200/qwen3_moe.py (72, 1); v0.3.1 scripts/performance/perf_plugins.py",
+            "HybridEP's NVLINK_DOMAIN_SIZE is the GPU system's NVLink domain, USE_MNNVL=1 only where the domain spans "
+            "nodes (NVL72), NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN fits the domain",
+        ),
+        Rule(
+            "secret_in_config",
+            "bridgebench (README 'Secrets': jobs get credentials from the submitting environment); token formats: "
+            "GitHub ghp_/gho_/ghu_/ghs_/ghr_/github_pat_, Hugging Face hf_, OpenAI/Anthropic sk-, Slack xox?-, "
+            "AWS AKIA/ASIA key ids, Google AIza, GitLab glpat-, NVIDIA nvapi-, PEM private keys, JWTs",
+            "no environment variable whose name (TOKEN, KEY, SECRET, PASSWORD, CREDENTIAL ...) or value looks like "
+            "a credential goes into a config, plan or script",
+        ),
+        Rule(
+            "cluster_nodes",
+            "bridgebench (configs/cluster/<name>.yaml nodes, and sinfo's node count of the partition); SLURM keeps "
+            "such a job PENDING forever (reason PartitionNodeLimit / PartitionConfig)",
+            "the run's nodes fit the cluster's partition",
+        ),
+        Rule(
+            "cluster_gpus",
+            "bridgebench (configs/cluster/<name>.yaml gpu, gpus_per_node)",
+            "a GPU run goes to a cluster whose nodes carry that GPU, enough of them per node",
+        ),
+        Rule(
+            "cluster_container",
+            "bridgebench (configs/cluster/<name>.yaml pyxis); pretrain runs need the release's NeMo container",
+            "a pretrain run goes to a cluster that can start containers (pyxis/enroot)",
+        ),
     )
 }
+
+#: rules judged on a composed config or on a cluster, not on a :class:`Point` (config/secrets.py and
+#: config/cluster_fit.py); every other rule is judged by :func:`check`.
+NON_POINT_RULES = frozenset({"secret_in_config", "cluster_nodes", "cluster_gpus", "cluster_container"})
+
+#: GPU architecture by compute-capability major version (messages only).
+_ARCH = {8: "Ampere/Ada", 9: "Hopper", 10: "Blackwell", 12: "Blackwell (consumer)"}
+
+
+def _arch(cc: float) -> str:
+    return _ARCH.get(int(cc), f"sm_{int(cc * 10)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +303,14 @@ class Point:
     fp8_param_gather: bool = False
     reuse_grad_buf_for_mxfp8_param_ag: bool = False
     precision: str = "bf16"
+    # GPU x precision x system (configs/gpu, configs/precision, env_vars); None = not declared, rule skipped
+    gpu: str = ""
+    compute_capability: float | None = None
+    min_compute_capability: float | None = None
+    nvlink_domain: int | None = None
+    env_nvlink_domain_size: Any = None
+    env_use_mnnvl: Any = None
+    env_hybrid_ep_ranks_per_nvlink_domain: Any = None
 
     @classmethod
     def from_config(cls, cfg: Any) -> Point:
@@ -282,11 +350,30 @@ class Point:
             fp8_param_gather=mp.fp8_param_gather,
             reuse_grad_buf_for_mxfp8_param_ag=mp.reuse_grad_buf_for_mxfp8_param_ag,
             precision=cfg.precision.name,
+            gpu=str(cfg.gpu.name),
+            compute_capability=cfg.gpu.get("compute_capability"),
+            min_compute_capability=cfg.precision.get("min_compute_capability"),
+            nvlink_domain=cfg.gpu.get("nvlink_domain"),
+            env_nvlink_domain_size=_env(cfg, "NVLINK_DOMAIN_SIZE"),
+            env_use_mnnvl=_env(cfg, "USE_MNNVL"),
+            env_hybrid_ep_ranks_per_nvlink_domain=_env(cfg, "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"),
         )
 
     def replace(self, **changes: Any) -> Point:
         """A copy with some fields changed (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
+
+
+def _env(cfg: Any, key: str) -> Any:
+    """``env_vars[key]`` as an int when it is one (env values are strings), else as given; None when unset."""
+    env = cfg.get("env_vars") if hasattr(cfg, "get") else None
+    value = env.get(key) if env is not None else None
+    if value is None:
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return str(value)
 
 
 # ---------------------------------------------------------------------------------------------------- size types
@@ -733,6 +820,56 @@ def check(p: Point) -> list[Violation]:
                     "under mxfp8, fp8_param_gather = true needs reuse_grad_buf_for_mxfp8_param_ag = true",
                 )
             )
+    out.extend(_system_violations(p))
+    return out
+
+
+def _system_violations(p: Point) -> list[Violation]:
+    """GPU x precision x system: precision_needs_gpu and nvlink_env_matches_gpu (see :data:`RULES`)."""
+    out = []
+    cc, need = p.compute_capability, p.min_compute_capability
+    if cc is not None and need is not None and float(cc) < float(need):
+        out.append(
+            Violation(
+                "precision_needs_gpu",
+                f"precision {p.precision} needs compute capability >= {float(need):.1f} ({_arch(float(need))}); "
+                f"gpu {p.gpu or '?'} has {float(cc):.1f} ({_arch(float(cc))})",
+            )
+        )
+    domain = p.nvlink_domain
+    if domain is None:
+        return out
+    size, mnnvl, ranks = p.env_nvlink_domain_size, p.env_use_mnnvl, p.env_hybrid_ep_ranks_per_nvlink_domain
+    for name, value in (
+        ("NVLINK_DOMAIN_SIZE", size),
+        ("USE_MNNVL", mnnvl),
+        ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", ranks),
+    ):
+        if value is not None and (type(value) is not int or value < 0):
+            out.append(Violation("nvlink_env_matches_gpu", f"env {name}={value!r} is not a non-negative integer"))
+    if type(size) is int and size != domain:
+        out.append(
+            Violation(
+                "nvlink_env_matches_gpu",
+                f"env NVLINK_DOMAIN_SIZE={size} but gpu {p.gpu or '?'} has an NVLink domain of {domain} GPUs",
+            )
+        )
+    if mnnvl == 1 and domain <= p.gpus_per_node:
+        out.append(
+            Violation(
+                "nvlink_env_matches_gpu",
+                f"env USE_MNNVL=1 (multi-node NVLink) but gpu {p.gpu or '?'} has an NVLink domain of {domain} GPUs "
+                f"= one node of {p.gpus_per_node}: only NVL72-class systems span nodes",
+            )
+        )
+    if type(ranks) is int and ranks > domain:
+        out.append(
+            Violation(
+                "nvlink_env_matches_gpu",
+                f"env NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={ranks} exceeds gpu {p.gpu or '?'}'s NVLink domain "
+                f"of {domain} GPUs",
+            )
+        )
     return out
 
 

@@ -155,6 +155,7 @@ class PrecisionSchema:
     name: str = MISSING
     peak: str = MISSING
     aliases: List[str] = field(default_factory=list)
+    min_compute_capability: Optional[float] = None  # the GPU's compute_capability must reach it (precision_needs_gpu)
     mixed_precision_recipe: str = MISSING
 
 
@@ -164,6 +165,7 @@ class GPUSchema:
     display_name: str = MISSING
     published_system: str = MISSING
     gpus_per_node: int = MISSING
+    compute_capability: Optional[float] = None  # CUDA compute capability (9.0 Hopper, 10.0 / 10.3 Blackwell)
     nvlink_domain: int = MISSING
     peak_tflops: Dict[str, Optional[float]] = field(default_factory=dict)
     hbm_gb: float = MISSING  # HBM capacity per GPU, GB (1e9 B)
@@ -176,6 +178,21 @@ class GPUSchema:
 
 
 @dataclass
+class PublishedRoundingSchema:
+    """How a release's published performance table rounds each figure (``release.published_rounding``).
+
+    ``integer``: a whole number (the true value lies within +-0.5). ``whole_sequences_per_job`` (tokens/s/GPU only):
+    derived from a whole number of sequences per second for the whole job, so ``tokens/s/GPU x GPUs / seq_length`` is
+    an integer (+-0.5 sequences/s) -- true of every row of 26.04.01, 26.06.01 and 26.08 and of almost none elsewhere
+    (``bridgebench.results.compare_stats.token_rounding_consistency``; shared/reference README). Values are checked by
+    ``bridgebench.results.compare_stats.release_facts`` (plain strings here keep composed configs JSON-able).
+    """
+
+    model_tflops_per_gpu: str = "integer"
+    tokens_per_sec_per_gpu: str = "integer"
+
+
+@dataclass
 class ReleaseSchema:
     name: str = MISSING
     container_image: str = MISSING
@@ -185,6 +202,7 @@ class ReleaseSchema:
     api: str = MISSING
     published_table_source: Optional[str] = None
     note: str = ""
+    published_rounding: PublishedRoundingSchema = field(default_factory=PublishedRoundingSchema)
 
 
 @dataclass
@@ -217,6 +235,14 @@ class ClusterSchema:
     pyxis: bool = True  # compute nodes can run --container-image; False: submissions run on the host
     supports_segment: bool = True  # sbatch --segment (Slurm >= 23.02 topology/block)
     client_env: Dict[str, str] = field(default_factory=dict)  # environment for sbatch/sacct on the submit side
+    # what the cluster has (config/cluster_fit.py: submit refuses runs it cannot start)
+    nodes: Optional[int] = None  # nodes in the partition (None: not declared; sinfo is still asked)
+    gpu: Optional[str] = None  # configs/gpu name of the nodes' GPUs; None: no GPUs
+    gpus_per_node: int = 0
+    # a file on the submit side holding a UUID made with the cluster's state (local cluster: launch/cluster/up.sh);
+    # None: the cluster name alone (job ids are then told apart by SLURM's JobName and submit time)
+    identity_file: Optional[str] = None
+    lost_after_s: float = 600.0  # an unfinished job SLURM has not reported for this long is marked LOST
 
 
 @dataclass

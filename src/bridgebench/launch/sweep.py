@@ -388,7 +388,7 @@ def _submit_top(top, state: _State, say: Progress, ledger, repeats: int, timings
             continue
         run_json = Path(info["plan_dir"]) / info["run"] / "run.json"
         run = PlannedRun(**json.loads(run_json.read_text()))
-        attempts = submit_planned([run], repeats=repeats, ledger=ledger, progress=say.log)
+        attempts = submit_planned([run], repeats=repeats, again=True, ledger=ledger, progress=say.log)
         state.data["submitted"][pid] = [a.run_id for a in attempts]
         state.save()
         say.update(i, len(top))

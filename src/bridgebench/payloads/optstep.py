@@ -36,7 +36,9 @@ Each time is the median (``statistics.median``) of ``repeats`` timed calls (``ti
 ``torch.cuda.synchronize()`` before and after on CUDA) after ``warmup`` untimed ones (the first step allocates the
 optimizer state; with ``--warmup 0`` that allocation is inside the first timed step). ``total`` sums the families
 (both optimizers loop over parameters, so a step over all of them is the sum; its ``ratio`` and ``ns_flops_per_s``
-are recomputed from the sums).
+are recomputed from the sums). The timed calls themselves are kept too, in timing order: ``muon_step_times_s``,
+``adamw_step_times_s``, ``ns_times_s`` (s) per family, and in ``total`` repeat i of every family summed -- the
+per-iteration series ``bridgebench compare`` resamples.
 
 Subset (so the run fits the node): ``--layers N`` takes the first N decoder layers **of each MLP kind** (dense and
 MoE) -- for a model whose layers are all one kind (Qwen3 30B-A3B) that is exactly the first N layers; Kimi K2 /
@@ -44,8 +46,13 @@ DeepSeek-V3 (first layer(s) dense) get layer 0 and the first MoE layer, so every
 keeps the first K routed experts of each MoE layer. MTP layers are not included. ``--families`` narrows further.
 Only ``--dtype fp32`` runs: Megatron steps FP32 main parameters, and ``newton_schulz`` rejects other dtypes.
 
+Load: ``load`` = other processes' CPU share over the whole timing window (:mod:`bridgebench.payloads.load`), so a
+timing taken under contention says so (``bridgebench report`` flags and sets it aside).
+
 Output: ``<out>/optstep.json`` (written atomically: temp file + ``os.replace``) and one stdout line
-``BRIDGEBENCH_OPTSTEP <compact json>`` (read by ``launch/collect.py``); progress goes to stderr. Defaults for
+``BRIDGEBENCH_OPTSTEP <compact json>`` (read by ``launch/collect.py``); before it, one Megatron-LM-style iteration
+line per timed Muon step (:class:`IterationLines`: live figures for ``bridgebench status``, a series for
+``collect``); progress goes to stderr. Defaults for
 ``--layers``, ``--experts`` and ``--repeats`` come from the config's ``job.*`` keys when present.
 """
 
@@ -65,11 +72,14 @@ from typing import Any, Callable, Optional, Sequence
 import typer
 
 from bridgebench.errors import BridgebenchError
+from bridgebench.payloads.load import LoadProbe
 
 #: Families in report order (``bridgebench.model.newton_schulz.MuonMatrix.family``; ``mtp`` is never selected).
 FAMILY_ORDER = ("attention", "mlp_dense", "router", "expert", "shared_expert")
 MARKER = "BRIDGEBENCH_OPTSTEP "
 _METRICS = ("muon_step_s", "adamw_step_s", "ratio", "ns_time_s", "ns_flops", "ns_flops_per_s")
+#: Per-repeat times (s), in timing order, kept beside their medians (``bridgebench compare`` resamples them).
+_SERIES = ("muon_step_times_s", "adamw_step_times_s", "ns_times_s")
 
 
 class OptstepError(BridgebenchError):
@@ -246,12 +256,14 @@ def adamw_settings(optimizer: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------- timing
-def _timer(device) -> Callable[[Callable[[], Any], int, int], list[float]]:
+def _timer(device) -> Callable[..., list[float]]:
     import torch
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    def run(fn: Callable[[], Any], warmup: int, repeats: int) -> list[float]:
+    def run(
+        fn: Callable[[], Any], warmup: int, repeats: int, on_repeat: Callable[[float], None] | None = None
+    ) -> list[float]:
         for _ in range(warmup):
             fn()
         sync()
@@ -262,9 +274,41 @@ def _timer(device) -> Callable[[Callable[[], Any], int, int], list[float]]:
             fn()
             sync()
             times.append(time.perf_counter() - t0)
+            if on_repeat is not None:
+                on_repeat(times[-1])
         return times
 
     return run
+
+
+class IterationLines:
+    """Prints one Megatron-LM-style iteration line per timed Muon step on stdout, so the job's log shows live
+    figures (``bridgebench status`` / ``logs follow``) and ``collect`` gets a per-step series::
+
+        [2026-11-23 12:00:00] iteration        3/      10 | elapsed time per iteration (ms): 1234.5 |
+        number of skipped iterations:   0 | number of nan iterations:   0 |
+
+    (one physical line; the form of Megatron-LM ``core_v0.19.0`` ``training_log``, see
+    :mod:`bridgebench.logs.formats`).  Iterations count the timed Muon steps over all families (``total`` =
+    families x repeats); AdamW and Newton-Schulz timings are not printed as iterations.
+    """
+
+    def __init__(self, total: int, stream=None) -> None:
+        self.total = total
+        self.done = 0
+        self.stream = stream
+
+    def __call__(self, seconds: float) -> None:
+        from datetime import datetime
+
+        self.done += 1
+        out = self.stream or sys.stdout
+        out.write(
+            f" [{datetime.now().strftime('%Y-%m-%d %H:%M:%S')}] iteration {self.done:8d}/{self.total:8d} |"
+            f" elapsed time per iteration (ms): {seconds * 1000.0:.1f} |"
+            " number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+        )
+        out.flush()
 
 
 def _adamw(params, device, kwargs):
@@ -292,6 +336,7 @@ def time_family(
     warmup: int,
     repeats: int,
     generator,
+    on_muon_step: Callable[[float], None] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Time one family: Muon step, AdamW step (same parameters and random gradients), NS alone.
 
@@ -320,7 +365,7 @@ def time_family(
         params.append(p)
 
     muon = TensorParallelMuon(params, **muon_kwargs)
-    muon_t = timed(muon.step, warmup, repeats)
+    muon_t = timed(muon.step, warmup, repeats, on_muon_step)
     del muon
     adamw, impl = _adamw(params, device, adamw_kwargs)
     adamw_t = timed(adamw.step, warmup, repeats)
@@ -343,6 +388,9 @@ def time_family(
         "adamw_step_s": statistics.median(adamw_t),
         "ns_time_s": statistics.median(ns_t),
         "ns_flops": sum(ns_flops(m.rows, m.cols, steps, "gemm") for m in pieces),
+        "muon_step_times_s": muon_t,
+        "adamw_step_times_s": adamw_t,
+        "ns_times_s": ns_t,
     }
     return _with_ratios(figures), impl
 
@@ -429,6 +477,8 @@ def run_optstep(
     fams: dict[str, dict[str, Any]] = {}
     impl = None
     present = [f for f in FAMILY_ORDER if any(s.family == f for s in specs)]
+    lines = IterationLines(len(present) * repeats)
+    load = LoadProbe.start()  # other processes' CPU share over the timing window (payloads/load.py)
     for fam in present:
         fam_specs = [s for s in specs if s.family == fam]
         progress(f"optstep: {fam}: {sum(len(s.pieces) for s in fam_specs)} matrices on {dev} ...")
@@ -440,17 +490,21 @@ def run_optstep(
             warmup=warmup,
             repeats=repeats,
             generator=gen,
+            on_muon_step=lines,
         )
         f = fams[fam]
         progress(
             f"optstep: {fam}: Muon {f['muon_step_s']:.4g} s, AdamW {f['adamw_step_s']:.4g} s, "
             f"NS {f['ns_time_s']:.4g} s ({(f['ns_flops_per_s'] or 0) / 1e9:.1f} GFLOP/s)"
         )
+    load.stop()
     total: dict[str, Any] = defaultdict(float)
     for f in fams.values():
         for key in ("matrices", "params", "muon_step_s", "adamw_step_s", "ns_time_s", "ns_flops"):
             total[key] += f[key]
     total = _with_ratios({k: (int(v) if k in ("matrices", "params", "ns_flops") else v) for k, v in total.items()})
+    for key in _SERIES:  # repeat i of a whole step = the sum of every family's repeat i
+        total[key] = [sum(times) for times in zip(*(f[key] for f in fams.values()))]
 
     result = {
         "kind": "optstep",
@@ -472,8 +526,9 @@ def run_optstep(
         "fp32_matmul_prec": str(muon_kwargs["fp32_matmul_prec"]),
         "split_qkv": bool(muon_kwargs["split_qkv"]),
         "ns_kernel_counted": "gemm",
-        "families": {f: {k: fams[f][k] for k in ("matrices", "params", *_METRICS)} for f in present},
-        "total": {k: total[k] for k in ("matrices", "params", *_METRICS)},
+        "families": {f: {k: fams[f][k] for k in ("matrices", "params", *_METRICS, *_SERIES)} for f in present},
+        "total": {k: total[k] for k in ("matrices", "params", *_METRICS, *_SERIES)},
+        "load": load.result(),
         "versions": _versions(),
         "config_hash": os.environ.get("BRIDGEBENCH_CONFIG_HASH") or None,
         "slurm_job_id": os.environ.get("SLURM_JOB_ID") or None,

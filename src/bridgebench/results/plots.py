@@ -12,7 +12,8 @@ def table1_bars(table: pd.DataFrame, path: Path) -> Path:
     as black markers. ``table`` is :func:`bridgebench.results.table1.reproduce`'s output; writes a PNG to ``path``."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    if "inline" not in matplotlib.get_backend():  # headless, but keep a notebook's inline backend
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     models = list(dict.fromkeys(table["model"]))

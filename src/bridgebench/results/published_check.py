@@ -23,9 +23,14 @@ import pandas as pd
 from bridgebench.model.flops import model_flops_per_token
 from bridgebench.model.spec import ModelSpec
 from bridgebench.results.records import RunRecord, load_published
+from bridgebench.config.catalog import releases
 from bridgebench.config.compose import compose, model_spec
 
-ROUNDED_TOKEN_RELEASES = {"26.04.01", "26.06.01", "26.08"}
+#: Releases whose tokens/s/GPU is a whole number of sequences/s for the job (``configs/release`` published_rounding).
+ROUNDED_TOKEN_RELEASES = {
+    name for name, facts in releases().items()
+    if facts["published_rounding"]["tokens_per_sec_per_gpu"] == "whole_sequences_per_job"
+}
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,7 @@ def load_published(path: Path = PUBLISHED_CSV) -> list[RunRecord]:
         raise RecordError(f"{path}: missing column(s) {sorted(missing)}")
     models, systems = _model_names(), _system_names()
     records = []
-    for row in df.itertuples(index=False):
+    for n, row in enumerate(df.itertuples(index=False), start=1):  # n: data row, 1-based, header excluded
         if not row.tokens_per_sec_per_gpu:
             continue
         muon = "muon optimizer" in row.footnote.lower()
@@ -155,7 +155,8 @@ def load_published(path: Path = PUBLISHED_CSV) -> list[RunRecord]:
             tokens_per_sec_per_gpu=float(row.tokens_per_sec_per_gpu),
             model_tflops_per_gpu=float(row.model_tflops_per_gpu) if row.model_tflops_per_gpu else None,
             source=f"NVIDIA Megatron-Bridge {row.source}", note=row.footnote,
-            provenance={"container_image": f"nvcr.io/nvidia/nemo:{row.release}", "published": True},
+            provenance={"container_image": f"nvcr.io/nvidia/nemo:{row.release}", "published": True,
+                        "reference": f"{Path(path).name}#{n}"},
         ))
     return records
 

@@ -1,0 +1,272 @@
+"""``bridgebench compare``: release histories of NVIDIA's published numbers and your own runs, with statistics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from bridgebench.cli.app import app
+
+KEYS = typer.Argument(
+    None,
+    help="config keys, key=value (comma = alternatives): model, gpu, precision, num_gpus, optimizer, release "
+    "(26.04 or a range 26.02..26.06); with --source runs also any record field (config_hash=, name=, job.layers=)",
+)
+
+
+def _fmt_interval(value, lo, hi) -> str:
+    if value is None or value != value:
+        return "-"
+    return f"{value:,.0f} [{lo:,.1f}, {hi:,.1f}]" if hi - lo < 2 else f"{value:,.0f} [{lo:,.0f}, {hi:,.0f}]"
+
+
+@app.command()
+def compare(
+    keys: Optional[list[str]] = KEYS,
+    source: str = typer.Option(
+        "auto",
+        "--source",
+        help="published: NVIDIA's tables; runs: your results store; both: published with your runs beside it; "
+        "auto: runs when --a/--b are given, else published plus your runs of the same keys if the store has any",
+    ),
+    side_a: Optional[list[str]] = typer.Option(None, "--a", help="side A of a runs comparison: key=value ..."),
+    side_b: Optional[list[str]] = typer.Option(None, "--b", help="side B of a runs comparison: key=value ..."),
+    metric: str = typer.Option(
+        "step_time", "--metric", help="runs: step_time, tflops, tokens, or optimizer-step muon_step/adamw_step/ns_time"
+    ),
+    threshold: float = typer.Option(
+        0.01, "--threshold", help="relative change a verdict (runs) or a real change (published) must exceed"
+    ),
+    noise_cv: float = typer.Option(
+        0.01, "--noise-cv", help="assumed run-to-run CV of a published value (change-point penalty)"
+    ),
+    confidence: float = typer.Option(0.95, "--confidence", help="confidence level of the intervals"),
+    resamples: int = typer.Option(2000, "--resamples", help="bootstrap resamples (run level)"),
+    bootstrap: str = typer.Option("stationary", "--bootstrap", help="block bootstrap of iterations: stationary|moving"),
+    block_length: Optional[float] = typer.Option(
+        None, "--block-length", help="iterations per block (default: Politis-White optimal length)"
+    ),
+    min_runs: int = typer.Option(3, "--min-runs", help="fewer runs per side give 'insufficient: need N repeats'"),
+    skip: float = typer.Option(0.1, "--skip", help="leading fraction of each run's iterations dropped as warm-up"),
+    fdr_alpha: float = typer.Option(0.05, "--fdr-alpha", help="false discovery rate across many comparisons (BH)"),
+    seed: int = typer.Option(0, "--seed", help="seed of every random draw"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="output folder (default <configs/paths tables>/compare/<source>_<keys>)"
+    ),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="draw the PNG plots"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+) -> None:
+    """Compare releases and runs: published values as rounding intervals with real changes, config changes and change
+    points marked; your runs as a ratio with a bootstrap CI, a rank test and a verdict. Writes CSV, Parquet, plots and
+    provenance.json."""
+    from rich.console import Console
+
+    from bridgebench.paths import load_paths
+    from bridgebench.results import compare as cmp
+
+    console = Console(stderr=True)
+    common = cmp.parse_selection(keys or [])
+    sel_a = cmp.parse_selection(" ".join(side_a)) if side_a else None
+    sel_b = cmp.parse_selection(" ".join(side_b)) if side_b else None
+    paths = load_paths()
+    records = None
+    with console.status("comparing ...") as status:
+        if source != "published":
+            from bridgebench.results.store import ResultStore
+
+            status.update(f"reading the results store {paths.results} ...")
+            records = ResultStore(paths.results).records()
+        status.update("computing ...")
+        result = cmp.run_compare(
+            source,
+            common,
+            sel_a=sel_a,
+            sel_b=sel_b,
+            store_records=records,
+            store_root=paths.results,
+            metric=metric,
+            threshold=threshold,
+            noise_cv=noise_cv,
+            skip_fraction=skip,
+            fdr_alpha=fdr_alpha,
+            confidence=confidence,
+            n_resamples=resamples,
+            bootstrap=bootstrap,
+            block_length=block_length,
+            min_runs=min_runs,
+            seed=seed,
+            command=_command(
+                keys,
+                source,
+                side_a,
+                side_b,
+                metric,
+                threshold,
+                noise_cv,
+                confidence,
+                resamples,
+                bootstrap,
+                block_length,
+                min_runs,
+                skip,
+                fdr_alpha,
+                seed,
+            ),
+        )
+        target = out or cmp.output_dir(paths.tables, result, common, [sel_a, sel_b] if sel_a else [])
+        written = cmp.write_outputs(result, target, plots=plots, progress=status.update)
+    if as_json:
+        typer.echo(json.dumps({**result.to_json(), "files": [str(p) for p in written]}, indent=2, default=str))
+        return
+    _print(result, threshold)
+    typer.echo(f"wrote {written[0].parent}/: " + ", ".join(p.name for p in written))
+
+
+def _command(
+    keys,
+    source,
+    side_a,
+    side_b,
+    metric,
+    threshold,
+    noise_cv,
+    confidence,
+    resamples,
+    bootstrap,
+    block_length,
+    min_runs,
+    skip,
+    fdr_alpha,
+    seed,
+) -> list[str]:
+    """The command line that reproduces this comparison, every option spelled out (for provenance)."""
+    cmd = ["bridgebench", "compare", *(keys or []), "--source", source]
+    for flag, values in (("--a", side_a), ("--b", side_b)):
+        if values:
+            cmd += [flag, " ".join(values)]
+    opts = {
+        "--metric": metric,
+        "--threshold": threshold,
+        "--noise-cv": noise_cv,
+        "--confidence": confidence,
+        "--resamples": resamples,
+        "--bootstrap": bootstrap,
+        "--block-length": block_length,
+        "--min-runs": min_runs,
+        "--skip": skip,
+        "--fdr-alpha": fdr_alpha,
+        "--seed": seed,
+    }
+    for flag, value in opts.items():
+        if value is not None:
+            cmd += [flag, str(value)]
+    return cmd
+
+
+def _print(result, threshold: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    c.width = max(c.width, 240 if any(h.own for h in result.histories) else 180)
+    for h in result.histories:
+        t = Table(title=f"{h.key.label()}: {len(h.points)} release(s)", title_justify="left")
+        cols = ["release", "formula", "TFLOP/s/GPU", "tokens/s/GPU", "vs previous", "mark", "config changes", "CP"]
+        if h.own:
+            cols += ["your runs", "vs published"]
+        for col in cols:
+            t.add_column(col, no_wrap=col not in ("config changes", "vs published"))
+        own = {o.release: o for o in h.own}
+        for i, p in enumerate(h.points):
+            s = h.steps[i - 1] if i else None
+            row = [
+                p.release,
+                p.formula,
+                _fmt_interval(*(p.tflops.value, p.tflops.lo, p.tflops.hi) if p.tflops else (None, 0, 0)),
+                _fmt_interval(p.tokens.value, p.tokens.lo, p.tokens.hi),
+                f"{s.metric} {s.ratio:.4f} [{s.ratio_lo:.4f}, {s.ratio_hi:.4f}]" if s else "",
+                s.mark if s else "",
+                (
+                    ", ".join(f"{k} {a}→{b}" for k, (a, b) in s.changed_fields.items())
+                    + (" (not like-for-like)" if not s.like_for_like else "")
+                )
+                if s
+                else "",
+                "◆" if i in h.change_points.indices else "",
+            ]
+            if h.own:
+                o = own.get(p.release)
+                row += [
+                    (
+                        f"{o.value:,.1f} [{o.ci_low:,.1f}, {o.ci_high:,.1f}] n={o.n_runs}"
+                        if o and o.ci_low is not None
+                        else (f"{o.value:,.1f} n={o.n_runs}" if o else "")
+                    ),
+                    o.verdict if o else "",
+                ]
+            t.add_row(*row)
+        c.print(t)
+        cp = h.change_points
+        c.print(
+            f"  change points (ruptures PELT, noise CV {cp.params['noise_cv']:.1%}): "
+            + (", ".join(cp.releases) or "none")
+            + ("" if cp.status == "ok" else f" ({cp.status})")
+        )
+        for s in h.steps:
+            if s.metric == "tokens":
+                c.print(f"  {s.release_a}→{s.release_b} compared on tokens/s: {s.metric_reason}")
+        for x, y, r in h.own_steps:
+            c.print(f"  your runs {y} vs {x}: {_verdict_text(r)}")
+    if result.histories:
+        c.print(
+            f"marks: ▲/▼ real change (the ratio's rounding interval lies beyond 1 ± {threshold:.1%}); "
+            f"= within rounding; ~ beyond rounding but within ±{threshold:.1%}; "
+            "† not like-for-like (fields listed); ◆ change point. "
+            "Ratios: TFLOP/s where both releases count FLOPs the same, tokens/s otherwise."
+        )
+    if result.sides is not None:
+        sd = result.sides
+        c.print(f"A: {sd.a.selection.text()}  ({len(sd.a.records)} runs: {', '.join(sd.a.record_ids)})")
+        c.print(f"B: {sd.b.selection.text()}  ({len(sd.b.records)} runs: {', '.join(sd.b.record_ids)})")
+        for s in (sd.a, sd.b):
+            for why in s.skipped:
+                c.print(f"  skipped {why}")
+        t = Table(title=f"B vs A, metric {sd.metric}", title_justify="left")
+        for col in ("comparison", "A", "B", "ratio B/A", "CI", "Mann-Whitney p (runs)", "q (FDR)", "verdict"):
+            t.add_column(col, no_wrap=True)
+        for label, r in sd.comparisons:
+            t.add_row(
+                label,
+                f"{r.side_values[0]:.4g}",
+                f"{r.side_values[1]:.4g}",
+                f"{r.ratio:.4f}",
+                f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.ci_low is not None else "-",
+                f"{r.mannwhitney_runs_p:.3g}" if r.mannwhitney_runs_p is not None else "-",
+                f"{r.q_value:.3g}" if r.q_value is not None else "-",
+                r.verdict,
+            )
+        c.print(t)
+        for label, r in sd.comparisons:
+            c.print(f"  {label}: {_verdict_text(r)}")
+    for h in result.own:
+        c.print(f"your runs {'/'.join(h.key)} ({h.metric}):")
+        for x, y, r in h.steps:
+            c.print(f"  {y} vs {x}: {_verdict_text(r)}")
+
+
+def _verdict_text(r) -> str:
+    if r.verdict == "insufficient":
+        return r.reason
+    return (
+        f"{r.verdict}: ratio {r.ratio:.4f}, {r.params['confidence']:.0%} CI [{r.ci_low:.4f}, {r.ci_high:.4f}], "
+        f"threshold {r.params['threshold']:.1%}, {r.n_runs[0]} vs {r.n_runs[1]} runs"
+        + (f", Mann-Whitney p (run medians) {r.mannwhitney_runs_p:.3g}" if r.mannwhitney_runs_p is not None else "")
+        + (
+            f", FDR q {r.q_value:.3g} (alpha {r.params['fdr_alpha']:g}, {r.params['fdr_tests']} comparisons)"
+            if r.q_value is not None
+            else ""
+        )
+    )
