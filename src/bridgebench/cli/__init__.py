@@ -14,7 +14,16 @@ import sys
 import typer
 
 from bridgebench import __version__
-from bridgebench.cli import analysis, compare, listing, logs, report, runs, sweep  # noqa: F401  (register the commands)
+from bridgebench.cli import (  # noqa: F401  (register the commands)
+    analysis,
+    compare,
+    diff_config,
+    listing,
+    logs,
+    report,
+    runs,
+    sweep,
+)
 from bridgebench.cli.app import app
 from bridgebench.errors import BridgebenchError
 

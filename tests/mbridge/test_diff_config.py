@@ -1,0 +1,41 @@
+"""`bridgebench diff-config A B`: the two resolved ConfigContainers, only the fields that differ."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.megatron
+BB = [sys.executable, "-m", "bridgebench.cli"]
+
+
+def test_diff_config_lists_only_the_differing_fields_as_json():
+    a = "recipe=qwen3_30b_a3b_gb300_mxfp8 optimizer=adamw"
+    b = "recipe=qwen3_30b_a3b_gb300_mxfp8 optimizer=muon train.global_batch_size=1024"
+    res = subprocess.run([*BB, "diff-config", a, b, "--json"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads(res.stdout)
+    assert data["a"] == a.split() and data["b"] == b.split()
+    rows = {r["field"]: (r["a"], r["b"]) for r in data["fields"]}
+    assert rows["optimizer.optimizer"] == ("adam", "dist_muon")
+    assert rows["train.global_batch_size"] == (512, 1024)
+    assert rows["ddp.use_distributed_optimizer"] == (True, False)
+    # what did not change is not listed
+    assert not {"model.expert_model_parallel_size", "model.num_layers", "train.micro_batch_size"} & set(rows)
+
+
+def test_diff_config_of_a_configuration_with_itself_is_empty():
+    from bridgebench.mbridge.diff import diff_config
+
+    side = ["recipe=qwen3_30b_a3b_gb300_mxfp8"]
+    assert diff_config(side, side) == []
+    changed = diff_config(side, [*side, "train.global_batch_size=1024"])
+    assert [(d.field, d.a, d.b) for d in changed] == [("train.global_batch_size", 512, 1024)]
+
+
+def test_diff_config_bad_side_is_refused():
+    res = subprocess.run([*BB, "diff-config", "recipe=x nonsense", "recipe=y"], capture_output=True, text=True)
+    assert res.returncode == 2 and "each side is space-separated Hydra overrides" in res.stderr
