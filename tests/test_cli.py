@@ -55,7 +55,9 @@ def test_version_and_list():
         ("gpus", {"gb300", "h100"}),
         ("releases", {"26.02", "26.04"}),
     ):
-        rows = json.loads(subprocess.run([*BB, "list", kind, "--json"], capture_output=True, text=True, check=True).stdout)
+        rows = json.loads(
+            subprocess.run([*BB, "list", kind, "--json"], capture_output=True, text=True, check=True).stdout
+        )
         assert expected <= {r["name"] for r in rows}, kind
         table = subprocess.run([*BB, "list", kind], capture_output=True, text=True, check=True).stdout
         assert all(name in table for name in expected)

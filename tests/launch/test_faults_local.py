@@ -33,9 +33,7 @@ LONG = "job.repeats=100000"
 
 
 def cluster_script(cluster, name: str, *args: str) -> None:
-    res = subprocess.run(
-        [str(CLUSTER_DIR / name), *args], env=cluster.env, capture_output=True, text=True, timeout=300
-    )
+    res = subprocess.run([str(CLUSTER_DIR / name), *args], env=cluster.env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"{name} {args}: {res.stdout[-2000:]}\n{res.stderr[-2000:]}"
 
 
@@ -185,9 +183,21 @@ def test_shell_characters_and_a_secret_reach_the_job_intact(bb, tmp_path):  # no
     wrapper = [py, faults, "env_sha256", "NOTE", digest(note), py, faults, "env_sha256", "HF_TOKEN", digest(token)]
     env = {**bb.env, "HF_TOKEN": token, "BRIDGEBENCH_PLANS": str(tmp_path / f"plans; $(touch {marker})\n`x`")}
     res = subprocess.run(
-        [*bb.cmd, "submit", *SMALL, f"+env_vars.NOTE={quoted}", f"job.wrapper={json.dumps(wrapper)}", "--wait",
-         "--timeout", "300", "--json"],
-        capture_output=True, text=True, env=env, timeout=600,
+        [
+            *bb.cmd,
+            "submit",
+            *SMALL,
+            f"+env_vars.NOTE={quoted}",
+            f"job.wrapper={json.dumps(wrapper)}",
+            "--wait",
+            "--timeout",
+            "300",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     (a,) = json.loads(res.stdout)
