@@ -1,15 +1,19 @@
 """Plans: one folder per run with the composed config, the Megatron-Bridge ConfigContainer dump and the SLURM script.
 
 ``plan(overrides)`` expands the sweep (an experiment's ``hydra.sweeper.params`` and/or ``a=x,y`` overrides), then for
-every run, *before writing anything*: composes the config (schema-checked), runs the fast validity rules
-(``bridgebench/rules.py``), builds and validates the real Megatron-Bridge ``ConfigContainer`` (``recipes/build.py``)
-and renders the sbatch script with nemo-run's ``SlurmExecutor`` dry run (``launch/executor.py``). Only when every
-run passes are the folders written (into a temporary directory renamed into place), so bad input writes no plan.
+every run, *before writing anything*: composes the config (schema-checked), refuses credentials
+(``config/secrets.py``) and runs the fast validity rules (``config/rules.py``, GPU x precision x system included) --
+all before the Megatron import --, builds and validates the real Megatron-Bridge ``ConfigContainer``
+(``mbridge/build.py``) and renders the sbatch script ``submit`` will send for the run's first repeat on the chosen
+cluster (``launch/jobspec.py`` + nemo-run's dry run in ``launch/nemorun.py``). Only when every run passes are the
+folders written (into a temporary directory renamed into place; parent folders it made are removed again on
+failure), so bad input writes no plan. ``--out`` is only ever handled by Python: any name works.
 
 Each run folder holds ``config.yaml`` (the resolved bridgebench config), ``megatron_bridge.yaml`` (the
 ConfigContainer dump, built and validated with the locally installed Megatron-Bridge), ``submit.sh`` (the sbatch
 script), ``payload.sh`` (what each task runs) and ``run.json`` (summary: GPUs, nodes, parallelism, config hash,
-predicted FLOPs).
+predicted FLOPs, and the cluster rules the target cluster breaks -- ``submit`` refuses those). ``submit`` adds
+``submitted/<run id>-a<attempt>.sbatch.sh``, each script as sent.
 """
 
 from __future__ import annotations

@@ -169,7 +169,13 @@ def update(cfg: DictConfig, ledger: Ledger, *, now: float | None = None) -> Refr
             ledger.update(a.run_id, a.attempt, **fields)
         elif q:
             state = q["state"].split(" ")[0]
+            if state in FINAL_STATES and acct is not None:
+                # the controller says it ended, accounting has not caught up: keep the attempt open until sacct
+                # gives the exit code (the next refresh)
+                state = "COMPLETING"
             fields = {"state": state, "unknown_since": None}
+            if state in FAILED_STATES:
+                fields["reason"] = failure_reason(a, state, "", q["reason"])
             if state == "PENDING":
                 fields["reason"] = f"pending: {q['reason']}" if q["reason"] not in ("", "None") else None
             elif a.state in ("PENDING", LOST):
