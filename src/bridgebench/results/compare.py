@@ -198,10 +198,8 @@ def _published_labels(column: str) -> frozenset[str]:
     return frozenset(df[column].dropna())
 
 
-def _published_matches(r: RunRecord, sel: Selection, *, ignore: Sequence[str] = ()) -> bool:
+def _published_matches(r: RunRecord, sel: Selection) -> bool:
     for key, values in sel.items:
-        if key in ignore:
-            continue
         if key == "model":
             ok = any(_norm(v) in (_norm(r.model or ""), _norm(r.model_label)) for v in values)
         elif key == "gpu":
