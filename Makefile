@@ -16,7 +16,7 @@ help:
 	@echo "make setup            create $(VENV) (Python 3.12) with the pinned environment"
 	@echo "make test             run the test suite"
 	@echo "make lint             ruff check + format check, import-linter layer contracts"
-	@echo "make table            reproduce the blog's Muon vs AdamW table into results/table1/"
+	@echo "make table            reproduce the blog's Muon vs AdamW table into results/tables/table1/"
 	@echo "make check-published  FLOPs model vs every published perf-table row"
 	@echo "make notebooks        execute analysis/*.py notebooks, render HTML into results/notebooks/"
 	@echo "make bench            benchmarks (print figures)"
@@ -66,6 +66,9 @@ plan: setup
 bench: setup
 	$(PY) benchmarks/bench_rules.py
 	$(PY) benchmarks/bench_logparse.py
+	$(PY) benchmarks/bench_sweep.py
+	$(PY) benchmarks/validate_memory.py
+	$(PY) benchmarks/validate_time.py
 	$(PY) benchmarks/bench_compare_calibration.py
 
 # The analysis notebooks (jupytext percent .py) executed headless with nbclient, rendered to HTML with nbconvert.

@@ -1,4 +1,4 @@
-"""Throughput benchmark for bridgebench.logs.parser.parse_log on a large synthetic multi-rank log.
+"""Throughput benchmark for bridgebench.logs.parser.parse_log (+ to_json) on a large synthetic multi-rank log.
 
 Generates (in a temporary directory) a Megatron-Bridge-style SLURM log with 8 ranks interleaved under
 ``srun --label`` prefixes (``0: `` .. ``7: ``): per iteration a ``Step Time`` line from rank 0, the iteration line
@@ -6,10 +6,13 @@ from the last rank, and noise from every rank (warnings, NCCL INFO lines, timer 
 memory reports from all ranks after iterations 1 and 2, and an end-of-training marker.  ``--mode dense`` makes
 every rank print the iteration line too (the de-duplication worst case).  Prints MB/s (MB = 1e6 bytes) over
 ``--repeat`` parses (wall-clock best and median, and best by process CPU time, which is less sensitive to other
-load on the machine) and checks the parse result.
+load on the machine) and checks the parse result.  Beside it: ``grep -c iteration`` on the same file (the floor a
+line filter reaches), and with ``--memory`` the peak resident memory of a parse in a fresh process (bounded: the
+chunk plus the steps kept, not the file).
 
     .venv/bin/python benchmarks/bench_logparse.py                 # ~200 MB, realistic mix
     .venv/bin/python benchmarks/bench_logparse.py --mode both --size-mb 200 --repeat 3
+    .venv/bin/python benchmarks/bench_logparse.py --size-mb 2000 --repeat 1 --memory
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from bridgebench.logs.parser import parse_log, to_json  # noqa: E402
 
@@ -96,7 +101,40 @@ def generate(path: Path, size_mb: float, mode: str, seed: int = 0) -> int:
     return total
 
 
-def bench(mode: str, size_mb: float, repeat: int, keep: Path | None) -> None:
+def _grep(path: Path) -> str:
+    """``grep -c iteration FILE``: best wall time of 3 (the same file, the same machine)."""
+    grep = shutil.which("grep")
+    if grep is None:
+        return "grep not found"
+    best, out = float("inf"), ""
+    for _ in range(3):
+        t0 = time.perf_counter()
+        out = subprocess.run([grep, "-c", "iteration", str(path)], capture_output=True, text=True).stdout.strip()
+        best = min(best, time.perf_counter() - t0)
+    return f"grep -c iteration: {out} lines in {best:.2f} s = {os.path.getsize(path) / 1e6 / best:.0f} MB/s"
+
+
+def _peak_rss(path: Path) -> str:
+    """Peak RSS of parse_log + to_json in a fresh interpreter (ru_maxrss, KiB on Linux), and of the imports alone."""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    head = (
+        "import resource, sys; sys.path.insert(0, sys.argv[2]); from bridgebench.logs.parser import parse_log, to_json"
+    )
+    rss = "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss"
+
+    def run(body: str) -> list[str]:
+        cmd = [sys.executable, "-c", f"{head}; {body}", str(path), src]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
+
+    steps, kib = run(f"j = to_json(parse_log(sys.argv[1])); print(j['steps'], {rss})")
+    base = run(f"print(0, {rss})")[1]
+    return (
+        f"peak RSS {int(kib) / 1024:.0f} MiB for a {os.path.getsize(path) / 1e6:.0f} MB log with {int(steps):,} "
+        f"steps (interpreter + imports alone: {int(base) / 1024:.0f} MiB)"
+    )
+
+
+def bench(mode: str, size_mb: float, repeat: int, keep: Path | None, memory: bool = False) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_logparse_") as tmp:
         path = (keep or Path(tmp)) / f"synthetic_{mode}_{RANKS}rank.log"
         t0 = time.perf_counter()
@@ -105,34 +143,38 @@ def bench(mode: str, size_mb: float, repeat: int, keep: Path | None) -> None:
         size = os.path.getsize(path)
         times: list[float] = []
         cpu: list[float] = []
-        parsed = None
+        j = parsed = None
         for _ in range(repeat):
             t0, c0 = time.perf_counter(), time.process_time()
             parsed = parse_log(path)
+            j = to_json(parsed)
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
-        assert parsed is not None
-        j = to_json(parsed)
+        assert parsed is not None and j is not None
         ok = (
             j["steps"] == total
             and j["outcome"] == "completed"
             and j["format"] == "megatron_bridge"
+            and j["quality"] == "steady"
             and parsed.memory.get("ranks_reported") == list(range(RANKS))
             and (mode != "dense" or parsed.duplicates_dropped == 0)
         )
         mb = size / 1e6
         print(
-            f"mode={mode:9s} size={mb:8.1f} MB lines={parsed.lines:,} iterations={total:,} "
-            f"(generated in {gen_s:.1f} s)\n"
-            f"  parse: best {min(times):.2f} s = {mb / min(times):.1f} MB/s, median {statistics.median(times):.2f} s "
-            f"= {mb / statistics.median(times):.1f} MB/s over {repeat} run(s); "
-            f"CPU time best {min(cpu):.2f} s = {mb / min(cpu):.1f} MB/s (load avg {os.getloadavg()[0]:.1f})\n"
-            f"  result: steps={j['steps']} outcome={j['outcome']} format={j['format']} "
-            f"step_time_s={j['step_time_s']} tflops_per_gpu={j['tflops_per_gpu']} window_ok={j['window_ok']} "
+            f"mode={mode:9s} size={mb:8.1f} MB iterations={total:,} (generated in {gen_s:.1f} s)\n"
+            f"  parse+to_json: best {min(times):.2f} s = {mb / min(times):.1f} MB/s, median "
+            f"{statistics.median(times):.2f} s = {mb / statistics.median(times):.1f} MB/s over {repeat} run(s); "
+            f"CPU time best {min(cpu):.2f} s = {mb / min(cpu):.1f} MB/s (load avg {os.getloadavg()[0]:.1f}, "
+            f"{os.cpu_count()} CPUs)\n"
+            f"  {_grep(path)}\n"
+            f"  result: steps={j['steps']} outcome={j['outcome']} format={j['format']} quality={j['quality']} "
+            f"step_time_s={j['step_time_s']:.4f} tflops_per_gpu={j['tflops_per_gpu']:.1f} "
             f"iteration_ranks={len(parsed.iteration_ranks)} check={'OK' if ok else 'MISMATCH'}"
         )
+        if memory:
+            print(f"  {_peak_rss(path)}")
         if not ok:
-            raise SystemExit(f"unexpected parse result: {j}")
+            raise SystemExit(f"unexpected parse result: { {k: v for k, v in j.items() if k != 'series'} }")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,10 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=["realistic", "dense", "both"], default="realistic")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", type=Path, default=None, help="write the log here instead of a temp dir")
+    ap.add_argument("--memory", action="store_true", help="also measure peak RSS of a parse in a fresh process")
     args = ap.parse_args(argv)
     modes = ["realistic", "dense"] if args.mode == "both" else [args.mode]
     for mode in modes:
-        bench(mode, args.size_mb, args.repeat, args.keep)
+        bench(mode, args.size_mb, args.repeat, args.keep, args.memory)
     return 0
 
 

@@ -24,6 +24,7 @@ DBD_PORT="$((PORT_BASE + 2))"
 MYSQL_PORT="$((PORT_BASE + 3))"
 SLURM_CONF_FILE="${STATE}/etc/slurm.conf"
 MARKER_FILE="${STATE}/.bridgebench-slurm-state"
+ID_FILE="${STATE}/cluster-id"   # UUID of this state (up.sh), read by bridgebench (configs/cluster/local.yaml)
 # Every daemon is started with this variable in its environment, so down.sh can find
 # (and only find) processes belonging to this state directory even without pid files.
 MARK="BRIDGEBENCH_SLURM_MARK=${STATE}"

@@ -42,6 +42,9 @@ take_lock
 mkdir -p "${STATE}"/{etc,run,log,lib,mysql,dev,spool/slurmctld,spool/slurmd}
 chmod 700 "${STATE}/etc" "${STATE}/lib"
 [[ -e "${MARKER_FILE}" ]] || printf 'bridgebench local SLURM state (launch/cluster/up.sh); safe to delete with down.sh --purge\n' >"${MARKER_FILE}"
+# The identity of this cluster state: job ids restart at 1 after a purge, so bridgebench keys its records by this
+# UUID + the job id (configs/cluster/local.yaml identity_file). Made once per state; a purge makes a new one.
+[[ -s "${ID_FILE}" ]] || { cat /proc/sys/kernel/random/uuid >"${ID_FILE}.tmp" && mv -f "${ID_FILE}.tmp" "${ID_FILE}"; log "cluster id $(cat "${ID_FILE}")"; }
 cd "${STATE}"
 
 # ---------------------------------------------------------------- configs

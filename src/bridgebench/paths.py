@@ -29,6 +29,7 @@ class Paths:
     tables: Path
     hf_cache: Path
     job_dir: Path
+    sweeps: Path
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Paths:

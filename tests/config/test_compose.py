@@ -106,3 +106,47 @@ def test_table1_experiment_expands_to_four_runs():
     # a sweep on the command line multiplies the runs; a fixed override replaces the experiment's axis
     assert len(expand_sweep(["experiment=table1", "release=26.02,26.04"])) == 8
     assert len(expand_sweep(["experiment=table1", "optimizer=muon"])) == 2
+
+
+def test_paths_group_resolves_env_overrides_and_stays_out_of_the_config_hash(monkeypatch, tmp_path):
+    from bridgebench.config.hashing import config_hash
+    from bridgebench.paths import REPO_ROOT, load_paths
+
+    before = config_hash(compose(["recipe=qwen3_30b_a3b_gb300_mxfp8"]))
+    assert load_paths().results == REPO_ROOT / "results" / "runs"
+    monkeypatch.setenv("BRIDGEBENCH_RESULTS", str(tmp_path / "store"))
+    assert load_paths().results == tmp_path / "store"
+    cfg = compose(["recipe=qwen3_30b_a3b_gb300_mxfp8"])
+    assert cfg.paths.results == str(tmp_path / "store")
+    assert config_hash(cfg) == before  # where results go is not part of what runs
+    assert config_hash(compose(["recipe=qwen3_30b_a3b_gb300_mxfp8", "train.global_batch_size=256"])) != before
+
+
+def test_env_vars_that_follow_from_the_gpu_and_ep_are_derived():
+    from omegaconf import OmegaConf
+
+    env = OmegaConf.to_container(compose(["recipe=kimi_k2_gb300_mxfp8"]).env_vars, resolve=True)
+    assert (env["NVLINK_DOMAIN_SIZE"], env["USE_MNNVL"], env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"]) == (
+        "72",
+        "1",
+        "64",
+    )
+    env = OmegaConf.to_container(
+        compose(["recipe=qwen3_30b_a3b_gb300_mxfp8", "gpu=b200", "model.expert_model_parallel_size=4"]).env_vars,
+        resolve=True,
+    )
+    assert (env["NVLINK_DOMAIN_SIZE"], env["USE_MNNVL"], env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"]) == (
+        "8",
+        "0",
+        "4",
+    )
+
+
+def test_model_schema_is_generated_from_model_spec():
+    import dataclasses
+
+    from bridgebench.config.schema import ModelSchema
+    from bridgebench.model.spec import ModelSpec
+
+    schema = {f.name for f in dataclasses.fields(ModelSchema)}
+    assert {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"} <= schema

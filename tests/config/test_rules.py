@@ -212,6 +212,33 @@ BAD = [
         ["reuse_grad_buf_for_mxfp8_param_ag = true"],
     ),
     ("fp8_param_gather_needs_fp8", BASE.replace(precision="bf16", fp8_param_gather=True), ["precision is bf16"]),
+    # GPU x precision x system (configs/gpu compute_capability / nvlink_domain, configs/precision minimum, env_vars)
+    (
+        "precision_needs_gpu",
+        BASE.replace(precision="mxfp8", gpu="h100", compute_capability=9.0, min_compute_capability=10.0),
+        ["mxfp8", ">= 10.0 (Blackwell)", "h100 has 9.0 (Hopper)"],
+    ),
+    (
+        "precision_needs_gpu",
+        BASE.replace(precision="nvfp4", gpu="h200", compute_capability=9.0, min_compute_capability=10.0),
+        ["nvfp4", "h200"],
+    ),
+    (
+        "nvlink_env_matches_gpu",
+        BASE.replace(gpu="h100", nvlink_domain=8, env_nvlink_domain_size=72),
+        ["NVLINK_DOMAIN_SIZE=72", "h100", "8 GPUs"],
+    ),
+    (
+        "nvlink_env_matches_gpu",
+        BASE.replace(gpu="h100", nvlink_domain=8, gpus_per_node=8, env_use_mnnvl=1),
+        ["USE_MNNVL=1", "only NVL72-class systems"],
+    ),
+    (
+        "nvlink_env_matches_gpu",
+        BASE.replace(gpu="b200", nvlink_domain=8, env_hybrid_ep_ranks_per_nvlink_domain=64),
+        ["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64", "8 GPUs"],
+    ),
+    ("nvlink_env_matches_gpu", BASE.replace(nvlink_domain=72, env_use_mnnvl="yes"), ["USE_MNNVL='yes'"]),
 ]
 
 
@@ -245,8 +272,10 @@ def test_each_rule_fires_with_numbers(rule, point, needles):
 
 
 def test_every_rule_has_a_bad_point_and_a_source():
-    assert {rule for rule, _, _ in BAD} == set(rules.RULES)
-    assert all(source for source in rules.RULES.values())
+    # rules judged on a composed config or a cluster (secrets, cluster fit) have their own tests:
+    # tests/config/test_secrets.py, tests/config/test_capabilities.py
+    assert {rule for rule, _, _ in BAD} | rules.NON_POINT_RULES == set(rules.RULES)
+    assert all(r.source and r.summary and r.id == key for key, r in rules.RULES.items())
 
 
 def test_all_violations_are_reported():

@@ -3,8 +3,8 @@ failures recorded with their reason, a flaky failure retried (both attempts in t
 collecting twice adds nothing.
 
 The payload is the optimizer-step benchmark on a scaled-down Qwen3 MoE (hidden 256) so each job takes seconds on the
-2-CPU node; ``job.inject_failure`` makes the payload fail the way a real job does (an NCCL watchdog timeout on its
-first attempt, or a plain crash) to exercise the retry and failure paths.
+2-CPU node; ``job.wrapper`` runs tests/launch/faults.py in front of the payload to make it fail the way a real job
+does (an NCCL watchdog timeout on its first attempt, or a plain crash) to exercise the retry and failure paths.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +52,7 @@ def bb(tmp_path, slurm_cluster):  # noqa: F811
         return res
 
     run.env = env
+    run.cmd = BB
     return run
 
 
@@ -79,18 +81,20 @@ def test_submit_complete_collect_report(bb, capsys):
         )
 
 
+def fault(mode: str) -> str:
+    """A ``job.wrapper`` override that runs tests/launch/faults.py MODE in front of the payload (test-only faults)."""
+    faults = Path(__file__).with_name("faults.py")
+    return f"job.wrapper=['{sys.executable}','{faults}','{mode}']"
+
+
 def test_failed_job_is_recorded_with_its_reason(bb):
-    attempts = json.loads(
-        bb("submit", *SMALL, "job.inject_failure=exit", "--wait", "--timeout", "300", "--json").stdout
-    )
+    attempts = json.loads(bb("submit", *SMALL, fault("exit"), "--wait", "--timeout", "300", "--json").stdout)
     assert [a["state"] for a in attempts] == ["FAILED"]
     assert attempts[0]["reason"] and "crash" in attempts[0]["reason"]
 
 
 def test_flaky_failure_is_retried_and_both_attempts_are_in_the_ledger(bb):
-    attempts = json.loads(
-        bb("submit", *SMALL, "job.inject_failure=nccl_once", "--wait", "--timeout", "300", "--json").stdout
-    )
+    attempts = json.loads(bb("submit", *SMALL, fault("nccl_once"), "--wait", "--timeout", "300", "--json").stdout)
     assert [(a["attempt"], a["state"]) for a in attempts] == [(0, "FAILED"), (1, "COMPLETED")], attempts
     assert attempts[0]["reason"].startswith("nccl_error") and attempts[0]["retried"]
     assert attempts[0]["run_id"] == attempts[1]["run_id"]

@@ -1,4 +1,5 @@
-"""Plans: `bridgebench plan experiment=table1 cluster=local` writes four validated runs; bad input writes nothing."""
+"""Plans: `bridgebench plan experiment=table1 cluster=example_nvl72` writes four validated runs with the script for
+that cluster (pyxis, --segment); bad input writes nothing. The plan for cluster=local: test_submission_script.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def table1_plan(tmp_path_factory):
     out = tmp_path_factory.mktemp("plans") / "table1"
     env_dir = tmp_path_factory.mktemp("jobs")
     res = subprocess.run(
-        [*BB, "plan", "experiment=table1", "cluster=local", "--out", str(out), "--json"],
+        [*BB, "plan", "experiment=table1", "cluster=example_nvl72", "--out", str(out), "--json"],
         capture_output=True,
         text=True,
         env={**__import__("os").environ, "BRIDGEBENCH_JOB_DIR": str(env_dir)},
@@ -86,7 +87,7 @@ def test_kimi_muon_run_is_the_published_configuration(table1_plan):
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "train.global_batch_size=100"], "gbs_divisible"),
         (["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon", "ddp.use_distributed_optimizer=true"], "muon_dist_optimizer"),
         (["experiment=table1", "release=27.01"], "unknown release '27.01'"),
-        (["recipe=qwen3_30b_a3b_gb300_mxfp8", "+env_vars.HF_TOKEN=abc"], "HF_TOKEN is a secret"),
+        (["recipe=qwen3_30b_a3b_gb300_mxfp8", "+env_vars.HF_TOKEN=abc"], "secret_in_config: env_vars.HF_TOKEN"),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "release=26.02,26.04"], "--multirun"),
     ],
 )

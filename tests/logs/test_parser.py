@@ -60,13 +60,13 @@ def test_megatron_lm_throughput_lines_are_incomplete_run():
     assert [s.tflops_per_gpu for s in p.steps] == pytest.approx([490.0, 494.6, 500.6])
     assert p.steps[0].extra["params norm"] == pytest.approx(8660.607)
     assert p.total_iters == 100
-    assert p.outcome == "incomplete" and p.outcome_detail is None and not p.reached_final_iteration
+    assert p.outcome == "running" and p.outcome_detail is None and not p.reached_final_iteration
     ss = steady_state(p.steps, warmup=0, min_steps=3)
     assert ss.window_ok and ss.count == 3 and ss.median == pytest.approx(15.639)
     assert (ss.first_iteration, ss.last_iteration) == (5, 7)
     # the same window judged against the run's outcome is flagged, never silently used
     ss2 = steady_state(p.steps, warmup=0, min_steps=3, outcome=p.outcome)
-    assert not ss2.window_ok and "incomplete" in ss2.reason and ss2.median == pytest.approx(15.639)
+    assert not ss2.window_ok and "running" in ss2.reason and ss2.median == pytest.approx(15.639)
     tf = steady_state(p.steps, warmup=0, min_steps=3, metric="tflops_per_gpu")
     assert tf.median == pytest.approx(494.6)
 
@@ -79,10 +79,12 @@ def test_nemo2_cloudai_lines():
     assert all(s.lm_loss == pytest.approx(11.03) for s in p.steps)
     assert p.steps[-1].consumed_samples == 3712 and p.steps[0].global_batch_size == 128
     assert p.total_iters == 100  # 'iteration N/99' is 0-based
-    assert p.outcome == "incomplete"
+    assert p.outcome == "running"
     st = p.steady["step_time_s"]
-    assert st.count == 10 and st.first_iteration == 19 and st.median == pytest.approx(12.65)
-    assert not st.window_ok and "incomplete" in st.reason
+    # issue 10: warm-up is skipped by iteration number, and this excerpt starts at global step 17 > warm-up 2
+    assert st.count == 12 and st.first_iteration == 17 and st.median == pytest.approx(12.65)
+    assert st.warmup_skipped == 0 and st.quality == "running"
+    assert not st.window_ok and "running" in st.reason
 
 
 def test_nemo_launcher_step_timing_list():
@@ -122,7 +124,7 @@ def test_mtp_doc_line_extra_losses():
     assert s.lm_loss == pytest.approx(7.968678)
     assert s.extra["mtp_1 loss"] == pytest.approx(7.925096)
     assert s.extra["load_balancing_loss"] == pytest.approx(1.329517)
-    assert p.outcome == "incomplete"
+    assert p.outcome == "running"
 
 
 @pytest.mark.parametrize(
@@ -138,7 +140,11 @@ def test_step_time_only_lines(name, secs, tflops):
     (s,) = p.steps
     assert s.inferred_iteration and s.source == "step_time"
     assert s.step_time_s == pytest.approx(secs) and s.tflops_per_gpu == pytest.approx(tflops)
-    assert p.steady["step_time_s"].insufficient and to_json(p)["step_time_s"] is None
+    # issue 10: a lone Step Time line gives its figures, with quality 'short'
+    assert p.steady["step_time_s"].insufficient and p.quality == "short"
+    j = to_json(p)
+    assert j["step_time_s"] == pytest.approx(secs) and j["tflops_per_gpu"] == pytest.approx(tflops)
+    assert j["quality"] == "short" and j["window"]["count"] == 1
 
 
 def test_mbridge_out1_full_run_warmup_and_memory():
@@ -160,7 +166,9 @@ def test_mbridge_out1_full_run_warmup_and_memory():
     assert p.memory["peak_allocated_mb"] == pytest.approx(55251.01708984375)
     assert p.memory["peak_reserved_mb"] == pytest.approx(56088.0)
     j = to_json(p)
-    assert j["steps"] == 20 and j["step_time_s"] == pytest.approx(0.4514) and j["tflops_per_gpu"] is None
+    # issue 10: the headline is the window's mean step time (upstream evaluate.py averages), median kept in window
+    assert j["steps"] == 20 and j["step_time_s"] == pytest.approx(st.mean) and j["tflops_per_gpu"] is None
+    assert st.mean == pytest.approx(0.45179) and j["window"]["median_s"] == pytest.approx(0.4514)
     # with no warmup the 12.95 s first iteration drags the mean far above the median
     raw = steady_state(p.steps, warmup=0, min_steps=5)
     assert raw.mean > 1.0 > raw.median
@@ -175,7 +183,7 @@ def test_dsv3_memory_records_glued_on_one_line():
     assert p.memory["peak_reserved_mb"] == pytest.approx(182.24 * GB)  # rank 2
     assert p.memory["per_rank"][3]["max_reserved_mb"] == pytest.approx(181.59 * GB)
     assert p.ranks_seen == ["p4_v2_perf/0"]
-    assert p.outcome == "incomplete"
+    assert p.outcome == "running"
 
 
 def test_nemo2_clean_run_completed():
@@ -189,13 +197,15 @@ def test_nemo2_clean_run_completed():
     st = p.steady["step_time_s"]
     assert st.count == 10 and st.median == pytest.approx(7.578) and st.window_ok
     assert p.iteration_ranks == ["ining-demo/0 [default0]"]
-    assert to_json(p)["step_time_s"] == pytest.approx(7.578)
+    assert to_json(p)["step_time_s"] == pytest.approx(st.mean)  # issue 10: headline = window mean
 
 
 def test_nemo2_crash_with_in_job_restart():
     p = P("nemo2_resiliency_crash_injob_restart.log", warmup_steps=2, min_steps=5)
-    assert p.outcome == "crash"
-    assert p.outcome_detail == "Exception: Simulating a crash at step 17!"
+    # issue 10: crashed, restarted in the same job, then finished -> completed, with the restart counted
+    assert p.outcome == "completed" and p.recovered == ["crash"]
+    assert p.recovered_detail["crash"] == "Exception: Simulating a crash at step 17!"
+    assert "1 in-job restart" in p.outcome_detail
     assert p.signal_counts["crash"] == 8  # one traceback per rank
     assert len(p.ranks_seen) == 8
     # steps 10-15 were logged twice; the post-restart attempt supersedes the first
@@ -206,13 +216,14 @@ def test_nemo2_crash_with_in_job_restart():
     assert by_it[10].step_time_s == pytest.approx(10.26)  # re-warm after the restart
     assert p.reached_final_iteration and p.end_marker is not None
     st = p.steady["step_time_s"]
-    assert not st.window_ok and "crash" in st.reason
+    assert st.window_ok and st.quality == "steady"
     assert st.segments == 2 and st.first_iteration == 2 and st.count == 16
     # warmup applies per segment: iterations 0,1 and 10,11 are excluded
     ws = steady_state(p.steps, warmup=2, min_steps=5)
     assert ws.count == 16 and ws.window_ok
     j = to_json(p)
-    assert j["outcome"] == "crash" and j["step_time_s"] is None and j["detail"]["steady_state"]["step_time_s"]["median"]
+    assert j["outcome"] == "completed" and j["step_time_s"] == pytest.approx(st.mean)
+    assert j["detail"]["restarts"] == 1 and j["detail"]["recovered_from"] == ["crash"]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -266,8 +277,10 @@ def test_time_limit_with_step_time_lines():
     assert st.count == 4 and st.median == pytest.approx(9.09535) and not st.window_ok
     tf = p.steady["tflops_per_gpu"]
     assert tf.median == pytest.approx((613.7 + 614.6) / 2)
+    # issue 10: a failed run still reports its healthy window's figures (quality steady), never window_ok
     j = to_json(p)
-    assert j["step_time_s"] is None and j["tflops_per_gpu"] is None and not j["window_ok"]
+    assert j["step_time_s"] == pytest.approx(st.mean) and j["tflops_per_gpu"] == pytest.approx(tf.mean)
+    assert j["quality"] == "steady" and not j["window_ok"] and j["outcome"] == "time_limit"
     assert j["detail"]["steady_state"]["step_time_s"]["median"] == pytest.approx(9.09535)
 
 
@@ -299,7 +312,7 @@ def test_interleaved_ranks_pick_the_loss_rank_and_drop_duplicates():
 
 def test_resume_in_same_log_makes_segments():
     p = P("constructed_megatron_lm_resume_restart.log")
-    assert p.outcome == "incomplete"
+    assert p.outcome == "running"
     assert p.restarts == 1 and p.superseded_steps == 2
     assert [(s.iteration, s.segment) for s in p.steps] == [(5, 0), (6, 1), (7, 1)]
 
@@ -356,7 +369,7 @@ def test_classify_line(line, expected):
 
 def test_outcome_precedence_is_documented_order():
     assert OUTCOME_PRECEDENCE == ("time_limit", "node_failure", "oom", "nccl_error", "nan", "crash")
-    assert OUTCOMES[-2:] == ("completed", "incomplete")
+    assert OUTCOMES[-2:] == ("completed", "running")
     lines = [
         "Traceback (most recent call last):",
         "found NaN in local forward loss calculation",
@@ -428,7 +441,7 @@ def test_skipped_iterations_count_as_nan_unless_disabled():
     line = (LOGS / "cloudai_megatron_run_3iter_tflops.log").read_text().splitlines()[0]
     line = line.replace("number of skipped iterations:   0", "number of skipped iterations:   1")
     assert parse_log(line + "\n").outcome == "nan"
-    assert parse_log(line + "\n", skipped_is_nan=False).outcome == "incomplete"
+    assert parse_log(line + "\n", skipped_is_nan=False).outcome == "running"
 
 
 def test_nemo2_tflops_field_and_colon_job_prefix():
@@ -442,7 +455,7 @@ def test_nemo2_tflops_field_and_colon_job_prefix():
 
 def test_unknown_text():
     p = parse_log("hello\nworld\n")
-    assert (p.format, p.outcome, p.steps, p.memory) == ("unknown", "incomplete", [], {})
+    assert (p.format, p.outcome, p.steps, p.memory) == ("unknown", "running", [], {})
     assert to_json(p)["step_time_s"] is None
 
 
@@ -466,7 +479,7 @@ def test_to_json_is_strict_json_with_required_keys(name):
     s = json.dumps(j, allow_nan=False)  # NaN/inf never leak into JSON
     assert {"format", "outcome", "steps", "step_time_s", "tflops_per_gpu", "detail"} <= set(j)
     assert j["outcome"] in OUTCOMES
-    assert j["format"] in ("megatron_bridge", "megatron_lm", "nemo2", "unknown")
+    assert j["format"] in ("megatron_bridge", "megatron_lm", "nemo2", "nemo1", "unknown")
     assert isinstance(j["steps"], int) and json.loads(s)["steps"] == j["steps"]
 
 

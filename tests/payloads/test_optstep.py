@@ -199,8 +199,16 @@ def test_run_flops_and_sizes_match_the_subset(qwen_run, qwen_cfg):
 def test_run_writes_json_and_one_marker_line(qwen_run):
     result, stdout, out = qwen_run
     lines = stdout.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(MARKER)
-    assert json.loads(lines[0][len(MARKER) :]) == result
+    assert [i for i, line in enumerate(lines) if line.startswith(MARKER)] == [len(lines) - 1]
+    assert json.loads(lines[-1][len(MARKER) :]) == result
+    # issue 10: one Megatron-LM iteration line per timed Muon step before it, read by the log parser
+    from bridgebench.logs.parser import parse_log
+
+    parsed = parse_log("\n".join(lines[:-1]) + "\n", warmup_steps=0, min_steps=1)
+    n = len(result["families"]) * result["repeats"]
+    assert len(lines) == n + 1 and [s.iteration for s in parsed.steps] == list(range(1, n + 1))
+    assert parsed.format == "megatron_lm" and parsed.outcome == "completed" and parsed.total_iters == n
+    assert all(s.step_time_s > 0 for s in parsed.steps)
     assert json.loads((out / "optstep.json").read_text()) == result
     assert [p.name for p in out.iterdir()] == ["optstep.json"]  # no temp file left
     assert result["config_hash"] == "abc123" and result["slurm_job_id"] is None and result["node"]

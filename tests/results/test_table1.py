@@ -52,6 +52,20 @@ def test_ns_policy_grid_reports_honestly():
     lw = grid[(grid.kernel == "gemm") & grid.layer_wise & grid.split_qkv & (grid.statistic == "mean")].iloc[0]
     syrk = grid[(grid.kernel == "syrk") & grid.layer_wise & grid.split_qkv & (grid.statistic == "mean")].iloc[0]
     assert syrk.kimi_k2_ns_tflops < lw.kimi_k2_ns_tflops
+    # SYRK rows are labelled hypothetical: only GEMM policies are runnable
+    assert (grid.runnable == (grid.kernel == "gemm")).all()
+    assert grid[grid.kernel == "syrk"].note.str.startswith("hypothetical").all()
+
+
+def test_syrk_is_not_reachable_through_the_installed_megatron_core():
+    """The SYRK label's premise: Megatron-Core's optimizers never pass ``use_syrk`` to emerging-optimizers (so the
+    GEMM kernels run). Fails if a future megatron-core forwards it, and the label must then be revisited."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("megatron.core.optimizer")
+    sources = list(Path(spec.origin).parent.rglob("*.py"))
+    assert sources and not [f for f in sources if "syrk" in f.read_text()]
 
 
 def test_outputs_written(tmp_path, table):
@@ -110,11 +124,15 @@ def test_user_runs_replace_published_step_times():
     from bridgebench.results.table1 import measured_step_times
 
     recs = [{"record_id": "101/a0/pretrain", "kind": "pretrain", "state": "COMPLETED", "model": "qwen3_30b_a3b",
-             "optimizer": "dist_muon", "step_time_s": 10.0},
+             "optimizer": "dist_muon", "step_time_s": 10.0, "quality": "steady"},
             {"record_id": "102/a0/pretrain", "kind": "pretrain", "state": "FAILED", "model": "kimi_k2",
-             "optimizer": "adam", "step_time_s": 1.0}]
+             "optimizer": "adam", "step_time_s": 1.0, "quality": "steady"},
+            {"record_id": "103/a0/pretrain", "kind": "pretrain", "state": "COMPLETED", "model": "kimi_k2",
+             "optimizer": "adam", "step_time_s": 2.0, "quality": "short"}]
     measured = measured_step_times(recs)
+    # issue 10: only steady windows unless asked (a 'short' window of a completed run is refused by default)
     assert measured == {("qwen3_30b_a3b", "muon"): (10.0, "101/a0/pretrain")}
+    assert measured_step_times(recs, ("steady", "short"))[("kimi_k2", "adamw")] == (2.0, "103/a0/pretrain")
     t = reproduce(measured=measured).set_index(["model", "optimizer"])
     row = t.loc[("qwen3_30b_a3b", "muon")]
     assert row.step_time_s == 10.0 and "your run 101/a0/pretrain" in row.step_time_source
@@ -127,4 +145,4 @@ def test_cli_table_source_runs_without_runs_is_a_clear_error(tmp_path):
 
     res = subprocess.run([*BB, "table", "--source", "runs"], capture_output=True, text=True,
                          env={**os.environ, "BRIDGEBENCH_RESULTS": str(tmp_path / "empty")})
-    assert res.returncode == 2 and "no completed pretrain runs" in res.stderr
+    assert res.returncode == 2 and "no completed pretrain runs" in res.stderr and "steady window" in res.stderr

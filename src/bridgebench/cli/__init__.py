@@ -1,9 +1,10 @@
 """The ``bridgebench`` command (typer), the top layer. Each subcommand takes Hydra overrides as trailing arguments.
 
-Commands live in one module per job (:mod:`.analysis`, :mod:`.runs`, :mod:`.logs`); heavy imports (pandas,
-matplotlib, megatron) happen inside the commands that need them, so ``bridgebench flops`` starts fast and never
-imports torch or megatron. Errors: every deliberate error is a :class:`bridgebench.errors.BridgebenchError`, caught
-once in :func:`main`, printed as ``error: <message>`` and exit code 2.
+Commands live in one module per job (:mod:`.analysis`, :mod:`.runs`, :mod:`.report`, :mod:`.logs`,
+:mod:`.listing`); heavy imports (pandas, matplotlib, megatron) happen inside the commands that need them, so
+``bridgebench flops`` starts fast and never imports torch or megatron. Errors: every deliberate error is a
+:class:`bridgebench.errors.BridgebenchError`, caught once in :func:`main`, printed as ``error: <message>`` and exit
+code 2.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import typer
 
 from bridgebench import __version__
-from bridgebench.cli import analysis, compare, logs, runs  # noqa: F401  (register the commands)
+from bridgebench.cli import analysis, compare, listing, logs, report, runs, sweep  # noqa: F401  (register the commands)
 from bridgebench.cli.app import app
 from bridgebench.errors import BridgebenchError
 

@@ -84,8 +84,12 @@ def table(
         help="runs: your runs from the results store; published: NVIDIA's figures; auto: your runs where there are any",
     ),
     as_json: bool = typer.Option(False, "--json", help="print the rows as JSON instead of a table"),
+    quality: str = typer.Option(
+        "steady", "--quality", help="window qualities of your runs to use: steady (default), short, excerpt, running"
+    ),
 ) -> None:
-    """Reproduce the blog's Muon vs AdamW Table 1 and write results/table1/ (CSV, Markdown, PNG)."""
+    """Reproduce the blog's Muon vs AdamW Table 1 and write it under configs/paths' tables folder (default
+    results/tables/table1/: CSV, Markdown, PNG; BRIDGEBENCH_TABLES moves it). Tracked files are never written."""
     from rich.console import Console
     from rich.table import Table
 
@@ -98,12 +102,23 @@ def table(
     measured = None
     if source != "published":
         from bridgebench.launch.collect import default_store
+        from bridgebench.logs.steady import QUALITIES
 
-        measured = measured_step_times(default_store().records(kind="pretrain"))
+        wanted = tuple(q.strip() for q in quality.split(",") if q.strip())
+        if not wanted or set(wanted) - set(QUALITIES):
+            raise BridgebenchError(f"--quality must be a comma list of {', '.join(QUALITIES)}, got {quality!r}")
+        records = default_store().records(kind="pretrain")
+        measured = measured_step_times(records, wanted)
+        other = len(measured_step_times(records, QUALITIES + (None,))) - len(measured)
+        console.print(
+            f"your runs: only windows of quality {'/'.join(wanted)} are used"
+            + (f" ({other} run(s) with other window qualities skipped; see --quality)" if other > 0 else "")
+        )
         if source == "runs" and not measured:
             raise BridgebenchError(
-                "--source runs: the results store has no completed pretrain runs (submit "
-                "experiment=table1 on a GPU cluster, then `bridgebench collect`)"
+                "--source runs: the results store has no completed pretrain runs with a "
+                f"{'/'.join(wanted)} window (submit experiment=table1 on a GPU cluster, then `bridgebench collect`;"
+                " --quality widens the choice)"
             )
     with console.status("composing runs and counting FLOPs ..."):
         t = reproduce(tuple(overrides or ()), measured)
@@ -162,12 +177,16 @@ def check_published_cmd(as_json: bool = typer.Option(False, "--json", help="prin
     """FLOPs/token x tokens/s/GPU vs published model TFLOP/s/GPU over every published row of a known model."""
     import dataclasses
 
-    from bridgebench.paths import REPO_ROOT
+    from bridgebench.paths import load_paths
     from bridgebench.results.published_check import check_published
 
     df, summary = check_published()
-    out = REPO_ROOT / "results" / "reference" / "flops_check.csv"
-    df.to_csv(out, index=False, float_format="%.6g")
+    # generated output goes to configs/paths' tables folder, never over the tracked results/reference/ files
+    out = load_paths().tables / "flops_check.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".csv.tmp")
+    df.to_csv(tmp, index=False, float_format="%.6g")
+    tmp.replace(out)
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(summary), indent=2))
         return

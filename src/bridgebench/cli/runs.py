@@ -1,4 +1,4 @@
-"""Run commands: ``plan``, ``submit``, ``status``, ``cancel``, ``collect``, ``report``."""
+"""Run commands: ``plan``, ``submit``, ``status``, ``cancel``, ``collect`` (``report``: cli/report.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Optional
 import typer
 
 from bridgebench.cli.app import OVERRIDES, app
-from bridgebench.errors import BridgebenchError
 
 
 @app.command()
@@ -37,13 +36,31 @@ def plan(
     warnings.filterwarnings("ignore")  # Megatron's import-time and config warnings; errors still raise
     with console.status("loading Megatron-Bridge ..."):
         from bridgebench.launch.plan import plan as make_plan
+    invalid = []  # with -m, invalid runs are reported (rule and message) and the valid ones planned
+    on_invalid = invalid.append if multirun else None
     with console.status("planning ...") as status:
-        out_dir, runs = make_plan(overrides, Path(out) if out else None, progress=status.update)
+        out_dir, runs = make_plan(overrides, Path(out) if out else None, progress=status.update, on_invalid=on_invalid)
     if as_json:
         import dataclasses
 
-        typer.echo(json.dumps({"plan": str(out_dir), "runs": [dataclasses.asdict(r) for r in runs]}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    "plan": str(out_dir),
+                    "runs": [dataclasses.asdict(r) for r in runs],
+                    "invalid": [dataclasses.asdict(r) for r in invalid],
+                },
+                indent=2,
+            )
+        )
         return
+    if invalid:
+        bad = Table(title=f"{len(invalid)} invalid run(s), not planned")
+        for col in ("run", "rule", "why"):
+            bad.add_column(col, overflow="fold")
+        for r in invalid:
+            bad.add_row(r.label, r.rule, r.reason)
+        console.print(bad)
     t = Table(title=f"plan {out_dir}")
     for col in (
         "run",
@@ -95,6 +112,14 @@ def plan(
     skipped = sorted({s for r in runs for s in r.skipped_checks})
     if skipped:
         out_console.print("validated off-GPU; checks that need the compute node were skipped: " + "; ".join(skipped))
+    _warn_cluster(runs, out_console)
+
+
+def _warn_cluster(runs, console) -> None:
+    """The plan is a dry run for any cluster; say which runs its cluster could not start (submit refuses them)."""
+    for r in runs:
+        for problem in r.cluster_can_run:
+            console.print(f"[yellow]cluster {r.cluster} cannot run {r.name}: {problem} (submit would refuse)[/]")
 
 
 def _cluster_cfg(overrides: list[str]):
@@ -106,7 +131,10 @@ def _cluster_cfg(overrides: list[str]):
 @app.command()
 def submit(
     overrides: Optional[list[str]] = OVERRIDES,
-    repeats: int = typer.Option(1, "--repeats", min=1, help="submissions per planned run"),
+    repeats: int = typer.Option(1, "--repeats", min=1, help="submissions per planned run (run one after another)"),
+    again: bool = typer.Option(
+        False, "--again", help="submit new repeats of runs the ledger has already (default: skip them)"
+    ),
     wait: bool = typer.Option(False, "--wait", help="wait until every attempt finished (retries included)"),
     timeout: float = typer.Option(3600, "--timeout", help="seconds to wait at most"),
     multirun: bool = typer.Option(False, "-m", "--multirun", help="sweep comma-separated override values"),
@@ -125,9 +153,12 @@ def submit(
     from bridgebench.launch import submit as sub
 
     with console.status("planning and submitting ...") as status:
-        attempts = sub.submit(overrides, repeats=repeats, progress=status.update)
+        attempts = sub.submit(
+            overrides, repeats=repeats, again=again, progress=status.update, notify=lambda m: console.print(m)
+        )
         if wait:
-            attempts = sub.wait(_cluster_cfg(overrides), timeout_s=timeout, progress=status.update)
+            run_ids = sorted({a.run_id for a in attempts})
+            attempts = sub.wait(_cluster_cfg(overrides), timeout_s=timeout, run_ids=run_ids, progress=status.update)
     _print_attempts(attempts, as_json)
 
 
@@ -166,11 +197,22 @@ def status(
     overrides: Optional[list[str]] = OVERRIDES,
     as_json: bool = typer.Option(False, "--json", help="print the attempts as JSON"),
 ) -> None:
-    """Refresh the ledger from SLURM accounting (sacct), retry known-flaky failures, and show it."""
+    """Refresh the ledger from SLURM (squeue: pending reasons; sacct: final states), retry known-flaky failures,
+    and show it. When SLURM does not answer, the ledger is shown anyway (unfinished jobs UNKNOWN, LOST after
+    cluster.lost_after_s)."""
+    from rich.console import Console
+
     from bridgebench.launch import submit as sub
 
-    attempts = sub.refresh(_cluster_cfg(overrides or []))
-    _print_attempts(attempts, as_json)
+    report = sub.refresh_report(_cluster_cfg(overrides or []))
+    for note in report.notes:  # cluster unreachable, controller down ...: the ledger is shown anyway
+        Console(stderr=True).print(f"[yellow]note: {note}[/]")
+    _print_attempts(report.attempts, as_json)
+    if not as_json:  # live step figures of running jobs, from their logs (launch/live.py)
+        from bridgebench.launch.live import live_lines
+
+        for line in live_lines(report.attempts):
+            typer.echo(line)
 
 
 @app.command()
@@ -195,64 +237,3 @@ def collect(as_json: bool = typer.Option(False, "--json", help="print a JSON sum
     with Console(stderr=True).status("collecting ...") as st:
         added = do_collect(progress=st.update)
     typer.echo(json.dumps({"added": added}) if as_json else f"added {added} new record(s) to the results store")
-
-
-@app.command()
-def report(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """Measured optimizer-step benchmark results from the store: Muon vs AdamW step ratio and NS FLOP/s."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from bridgebench.launch.collect import default_store
-
-    recs = [r for r in default_store().records(kind="optstep") if r.get("optstep")]
-    if not recs:
-        raise BridgebenchError(
-            "no optimizer-step results in the store: run `bridgebench submit "
-            "experiment=optstep_local --wait` and `bridgebench collect` first"
-        )
-    rows = []
-    for r in recs:
-        for fam, v in {**r["optstep"]["families"], "total": r["optstep"]["total"]}.items():
-            rows.append(
-                {
-                    "record": r["record_id"],
-                    "model": r.get("model"),
-                    "device": r["optstep"].get("device"),
-                    "family": fam,
-                    **v,
-                }
-            )
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    t = Table(title="optimizer-step benchmark (measured)")
-    for col in (
-        "record",
-        "model",
-        "device",
-        "family",
-        "matrices",
-        "Muon step s",
-        "AdamW step s",
-        "Muon/AdamW",
-        "NS s",
-        "NS GFLOP/s",
-    ):
-        t.add_column(col, justify="right", no_wrap=True)
-    for r in rows:
-        t.add_row(
-            r["record"],
-            str(r["model"]),
-            str(r["device"]),
-            r["family"],
-            str(r.get("matrices")),
-            f"{r['muon_step_s']:.4g}",
-            f"{r['adamw_step_s']:.4g}",
-            f"{r['ratio']:.2f}",
-            f"{r['ns_time_s']:.4g}",
-            f"{r['ns_flops_per_s'] / 1e9:.2f}",
-        )
-    c = Console()
-    c.width = max(c.width, 150)
-    c.print(t)

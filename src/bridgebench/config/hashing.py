@@ -8,8 +8,13 @@ from omegaconf import DictConfig, OmegaConf
 
 
 def config_hash(cfg: DictConfig) -> str:
-    """Stable 12-hex hash of a composed config: sha256 of its resolved YAML with sorted keys, ``hydra`` node dropped."""
+    """Stable 12-hex hash of a composed config: sha256 of its resolved YAML with sorted keys.
+
+    Dropped: the ``hydra`` node, and ``paths`` (where bridgebench writes files is not part of what runs, and the
+    same run must hash the same for every user whatever their ``BRIDGEBENCH_*`` path overrides).
+    """
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain.pop("hydra", None)
+    plain.pop("paths", None)
     text = OmegaConf.to_yaml(OmegaConf.create(plain), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]

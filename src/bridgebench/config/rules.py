@@ -2,89 +2,11 @@
 
 Sweeps call :func:`check` on thousands of points, so this module is pure Python (stdlib only: no torch, megatron,
 Hydra or OmegaConf import) and does no Hydra compose: a composed config is read once into a flat :class:`Point`
-(:meth:`Point.from_config`), or a sweep builds :class:`Point` objects directly from numbers.
-
-Every rule has a short stable id (:data:`RULES` maps each id to the source that enforces it) and every message names
-the rule's numbers, e.g. ``world size 96 is not divisible by TP x PP x CP = 4 x 4 x 4 = 64``. :func:`check` returns
-all violations (empty list = valid); :func:`validate` raises :class:`RuleError` listing them.
-
-Versions: the parallelism rules follow the installed megatron-core 0.19.2 and megatron-bridge 0.6.2 (file paths below
-are relative to ``site-packages/megatron/``). The Muon rules reproduce the Megatron-Bridge v0.3.1 performance recipe
-(the NeMo 26.02 / 26.02.01 containers, megatron-core commits b0cc2706 / 55ac7082) which the published Kimi K2 runs
-used; they are enforced by that Megatron-Core (see each rule) and partly relaxed in megatron-core 0.19.2.
-
-Rules (id: what; where Megatron enforces it):
-
-* ``positive_int``: sizes are positive integers (``mtp_num_layers`` may be 0); the other rules need them.
-* ``world_size``: num_gpus divisible by TP x PP x CP (DP = num_gpus / (TP x PP x CP)).
-  core/parallel_state.py ``initialize_model_parallel`` ("world_size (..) is not divisible by .."),
-  bridge/training/config.py ``ConfigContainer.get_data_parallel_size``.
-* ``expert_grid``: num_gpus divisible by ETP x EP x PP (ETP defaults to TP), so the expert data-parallel size is an
-  integer. core/parallel_state.py ``initialize_model_parallel`` ("not divisible by
-  expert_tensor_model_pipeline_parallel size"); applies to dense models too (the expert grid is always built).
-* ``ep_needs_moe``: EP > 1 needs a MoE model. core/transformer/transformer_config.py ``__post_init__``
-  ("num_moe_experts must be non None to use expert-parallel").
-* ``experts_divisible``: EP divides num_moe_experts. core/transformer/moe/moe_layer.py ``BaseMoELayer.__init__``
-  (``assert self.config.num_moe_experts % ep_size == 0``), at model build.
-* ``gbs_divisible``: GBS divisible by MBS x DP. core/num_microbatches_calculator.py
-  ``ConstantNumMicroBatchesCalculator`` (also bridge/training/config.py ``validate`` for the eval batch).
-* ``microbatches_interleaved``: with the interleaved schedule (PP > 1 and VP set) the number of micro-batches
-  GBS / (MBS x DP) is a multiple of PP. core/pipeline_parallel/schedules.py
-  ``forward_backward_pipelining_with_interleaving`` (microbatch_group_size_per_vp_stage defaults to PP,
-  core/model_parallel_config.py; M must be >= PP and M % PP must be 0 or >= PP, i.e. 0).
-* ``layers_fit_pp_vp``: decoder layers split over PP x VP stages, without a layout. Even split: num_layers % PP == 0
-  and, with VP and PP > 1, (num_layers / PP) % VP == 0 (core/transformer/transformer_block.py
-  ``get_num_layers_to_build``; bridge/models/gpt_provider.py ``provide``). With num_layers_in_first/last_pipeline_stage
-  or account_for_embedding/loss_in_pipeline_split: the exact branches of core/transformer/transformer_config.py
-  ``__post_init__`` ("Uneven PP"), plus no stage may get a negative layer count. MTP layers are not part of the split
-  (they sit on the last stage).
-* ``pipeline_split_conflict``: layout, num_layers_in_first/last_pipeline_stage and account_for_* exclude each other as
-  in ``TransformerConfig.__post_init__``.
-* ``layout_syntax``, ``layout_stages``, ``layout_layers``: ``pipeline_model_parallel_layout`` string; grammar and
-  checks of core/transformer/pipeline_parallel_layer_layout.py (``parse_str_to_list``, ``__init__``,
-  ``validate_layer_layout``) and the VP check in ``TransformerConfig.__post_init__``: PP x VP stages (VP = stages / PP
-  when VP is unset), one ``E`` first, one ``L`` last, exactly num_layers ``t`` and mtp_num_layers ``m``, MTP after all
-  decoder layers, in the last virtual stage of its rank, all in one stage. Re-implemented here (same regexes).
-* ``heads_divisible_tp``: num_attention_heads % TP == 0. ``TransformerConfig.__post_init__``.
-* ``query_groups_divisible_tp``: num_query_groups a multiple OR a divisor of TP (Megatron-Core 0.19.2 replicates KV
-  heads when TP > num_query_groups). ``TransformerConfig.__post_init__``.
-* ``sequence_parallel_needs_tp``: sequence_parallel needs TP > 1 (Megatron-Core raises, it does not silently turn it
-  off). core/model_parallel_config.py ``ModelParallelConfig.__post_init__``.
-* ``vp_needs_pp``: a VP size (set, or implied by a layout with more stages than PP) needs PP > 1.
-  core/parallel_state.py ``initialize_model_parallel`` ("pipeline-model-parallel size should be greater than 1 with
-  interleaved schedule").
-* ``seq_divisible_cp``: with CP > 1, seq_length % (2 x CP) == 0. bridge/training/config.py ``ConfigContainer.validate``.
-* ``seq_divisible_tp_sp``: with sequence parallelism, seq_length % (TP x CP) == 0 (each CP rank's seq_length / CP
-  tokens are scattered over TP ranks). core/tensor_parallel/mappings.py ``_split_along_first_dim`` ("First dimension
-  of the tensor should be divisible by tensor parallel size"); bridge/training/config.py ``validate`` pads to the same
-  multiple (``sp_multiples``) for SFT datasets.
-* ``gpus_per_node``: bridgebench's own rule (launch/): jobs use whole nodes, so num_gpus is a multiple of
-  gpus_per_node; a single partial node is allowed when num_gpus < gpus_per_node and divides it (1, 2, 4 of 8 GPUs).
-* ``muon_dist_optimizer``: Muon needs optimizer.use_distributed_optimizer = False and ddp.use_distributed_optimizer =
-  False. Megatron-Bridge v0.3.1 src/megatron/bridge/recipes/kimi/kimi_k2.py ("Muon needs this to be False") and
-  scripts/performance/configs/kimi/kimi_llm_pretrain.py (builds on that recipe); megatron-core 55ac7082 / b0cc2706
-  core/optimizer/muon.py ``get_megatron_muon_optimizer`` ("muon with dist optimizer is not supported.") and
-  training/arguments.py ("Muon optimizer does not support distributed optimizer for now."); either flag alone is not
-  enough: bridge/training/config.py ``_validate_and_sync_distributed_optimizer_settings`` turns both on when one is on.
-  (megatron-core 0.19.2 adds a layout path that accepts ddp.use_distributed_optimizer with the layer-wise optimizer.)
-* ``muon_overlap_param_gather``: Muon needs ddp.overlap_param_gather = False (the layer-wise optimizer all-gathers
-  params itself after its step). v0.3.1 recipes/kimi/kimi_k2.py ("Muon needs this to be False"); megatron-core
-  55ac7082 / b0cc2706 training/arguments.py ("Muon optimizer does not support overlap param gather for now."). (0.19.2's
-  LayerWiseDistributedOptimizer supports overlap_param_gather.)
-* ``muon_fp8_param_gather`` / ``muon_reuse_grad_buf``: Muon under MXFP8 needs mixed_precision.fp8_param_gather = False
-  and reuse_grad_buf_for_mxfp8_param_ag = False ("require DistributedOptimizer infrastructure, incompatible with
-  Muon's LayerWiseDistributedOptimizer"): v0.3.1 scripts/performance/configs/kimi/kimi_llm_pretrain.py
-  ``set_kimi_k2_common_configs``.
-* ``reuse_grad_buf_needs_fp8_param_gather``: reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather.
-  core/distributed/distributed_data_parallel_config.py ``__post_init__``.
-* ``mxfp8_param_gather_needs_reuse_grad_buf``: under MXFP8, fp8_param_gather needs reuse_grad_buf_for_mxfp8_param_ag
-  (without Megatron-FSDP). bridge/training/config.py ``ConfigContainer.validate``.
-* ``fp8_param_gather_needs_fp8``: fp8_param_gather needs an FP8 precision (fp8_cs, mxfp8): bridge/training/
-  mixed_precision.py keeps fp8_param = fp8_param_gather, and ``TransformerConfig.__post_init__`` raises "fp8_param must
-  be used together with fp8 mode".
-
-Not checked here (not in :class:`Point`): MoE with add_bias_linear needs ETP = 1, FFN sizes divisible by TP/ETP,
-vocabulary padding, memory fit.
+(:meth:`Point.from_config`), or a sweep builds :class:`Point` objects directly from numbers. :func:`check` returns all
+violations (empty list = valid); :func:`validate` raises :class:`RuleError` listing them. Each rule is one
+:class:`Rule` in :data:`RULES` (id, upstream source, one-line summary); the longer explanation of each is in
+``docs/rules.md``. Versions: parallelism rules follow megatron-core 0.19.2 / megatron-bridge 0.6.2 (paths relative to
+``site-packages/megatron/``); the Muon rules reproduce the Megatron-Bridge v0.3.1 perf recipe (NeMo 26.02).
 """
 
 from __future__ import annotations
@@ -99,48 +21,220 @@ from bridgebench.errors import BridgebenchError
 from bridgebench.model.layout import LAYOUT_MAX_CHARS, _parse_layout_cached, parse_layout  # noqa: F401  (re-exported)
 from bridgebench.model.optimizer import family as optimizer_family
 
-__all__ = ["RULES", "Point", "RuleError", "Violation", "check", "check_config", "parse_layout", "validate"]
+__all__ = [
+    "NON_POINT_RULES",
+    "RULES",
+    "Point",
+    "RuleError",
+    "Violation",
+    "check",
+    "check_config",
+    "parse_layout",
+    "validate",
+]
 
-#: rule id -> where it comes from (details in the module docstring).
-RULES: dict[str, str] = {
-    "positive_int": "bridgebench (sizes must be positive integers)",
-    "world_size": "megatron/core/parallel_state.py initialize_model_parallel; "
-    "megatron/bridge/training/config.py ConfigContainer.get_data_parallel_size",
-    "expert_grid": "megatron/core/parallel_state.py initialize_model_parallel (expert rank generator)",
-    "ep_needs_moe": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
-    "experts_divisible": "megatron/core/transformer/moe/moe_layer.py BaseMoELayer.__init__",
-    "gbs_divisible": "megatron/core/num_microbatches_calculator.py ConstantNumMicroBatchesCalculator",
-    "microbatches_interleaved": "megatron/core/pipeline_parallel/schedules.py "
-    "forward_backward_pipelining_with_interleaving",
-    "layers_fit_pp_vp": "megatron/core/transformer/transformer_block.py get_num_layers_to_build; "
-    "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ (uneven PP)",
-    "pipeline_split_conflict": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
-    "layout_syntax": "megatron/core/transformer/pipeline_parallel_layer_layout.py parse_str_to_list",
-    "layout_stages": "megatron/core/transformer/pipeline_parallel_layer_layout.py __init__; "
-    "TransformerConfig.__post_init__ (VP vs layout)",
-    "layout_layers": "megatron/core/transformer/pipeline_parallel_layer_layout.py validate_layer_layout",
-    "heads_divisible_tp": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
-    "query_groups_divisible_tp": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
-    "sequence_parallel_needs_tp": "megatron/core/model_parallel_config.py ModelParallelConfig.__post_init__",
-    "vp_needs_pp": "megatron/core/parallel_state.py initialize_model_parallel",
-    "seq_divisible_cp": "megatron/bridge/training/config.py ConfigContainer.validate",
-    "seq_divisible_tp_sp": "megatron/core/tensor_parallel/mappings.py _split_along_first_dim",
-    "gpus_per_node": "bridgebench (whole nodes, or one partial node)",
-    "muon_dist_optimizer": "Megatron-Bridge v0.3.1 recipes/kimi/kimi_k2.py + scripts/performance/configs/kimi/"
-    "kimi_llm_pretrain.py; megatron-core 55ac7082 core/optimizer/muon.py, "
-    "training/arguments.py; bridge 0.6.2 _validate_and_sync_distributed_optimizer_settings",
-    "muon_overlap_param_gather": "Megatron-Bridge v0.3.1 recipes/kimi/kimi_k2.py; megatron-core 55ac7082 "
-    "training/arguments.py",
-    "muon_fp8_param_gather": "Megatron-Bridge v0.3.1 scripts/performance/configs/kimi/kimi_llm_pretrain.py "
-    "set_kimi_k2_common_configs",
-    "muon_reuse_grad_buf": "Megatron-Bridge v0.3.1 scripts/performance/configs/kimi/kimi_llm_pretrain.py "
-    "set_kimi_k2_common_configs",
-    "reuse_grad_buf_needs_fp8_param_gather": "megatron/core/distributed/distributed_data_parallel_config.py "
-    "__post_init__",
-    "mxfp8_param_gather_needs_reuse_grad_buf": "megatron/bridge/training/config.py ConfigContainer.validate",
-    "fp8_param_gather_needs_fp8": "megatron/bridge/training/mixed_precision.py (fp8_param = fp8_param_gather); "
-    "TransformerConfig.__post_init__",
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One validity rule: a stable ``id``, the upstream ``source`` that enforces it, a one-line ``summary``."""
+
+    id: str
+    source: str
+    summary: str
+
+
+#: every rule, by id (explanations: docs/rules.md)
+RULES: dict[str, Rule] = {
+    r.id: r
+    for r in (
+        Rule(
+            "positive_int",
+            "bridgebench (sizes must be positive integers)",
+            "sizes are positive integers (mtp_num_layers may be 0)",
+        ),
+        Rule(
+            "world_size",
+            "megatron/core/parallel_state.py initialize_model_parallel; "
+            "megatron/bridge/training/config.py ConfigContainer.get_data_parallel_size",
+            "num_gpus is divisible by TP x PP x CP",
+        ),
+        Rule(
+            "expert_grid",
+            "megatron/core/parallel_state.py initialize_model_parallel (expert rank generator)",
+            "num_gpus is divisible by ETP x EP x PP (integer expert data-parallel size)",
+        ),
+        Rule(
+            "ep_needs_moe",
+            "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
+            "EP > 1 needs a MoE model",
+        ),
+        Rule(
+            "experts_divisible",
+            "megatron/core/transformer/moe/moe_layer.py BaseMoELayer.__init__",
+            "EP divides num_moe_experts",
+        ),
+        Rule(
+            "gbs_divisible",
+            "megatron/core/num_microbatches_calculator.py ConstantNumMicroBatchesCalculator",
+            "GBS is divisible by MBS x DP",
+        ),
+        Rule(
+            "microbatches_interleaved",
+            "megatron/core/pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving",
+            "with the interleaved schedule, GBS / (MBS x DP) is a multiple of PP",
+        ),
+        Rule(
+            "layers_fit_pp_vp",
+            "megatron/core/transformer/transformer_block.py get_num_layers_to_build; "
+            "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ (uneven PP)",
+            "decoder layers split over PP x VP stages (even, or the uneven-PP branches)",
+        ),
+        Rule(
+            "pipeline_split_conflict",
+            "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
+            "layout, first/last-stage layer counts and account_for_* exclude each other",
+        ),
+        Rule(
+            "layout_syntax",
+            "megatron/core/transformer/pipeline_parallel_layer_layout.py parse_str_to_list",
+            "pipeline_model_parallel_layout follows Megatron-Core's grammar",
+        ),
+        Rule(
+            "layout_stages",
+            "megatron/core/transformer/pipeline_parallel_layer_layout.py __init__; "
+            "TransformerConfig.__post_init__ (VP vs layout)",
+            "the layout has PP x VP stages",
+        ),
+        Rule(
+            "layout_layers",
+            "megatron/core/transformer/pipeline_parallel_layer_layout.py validate_layer_layout",
+            "one E first, one L last, num_layers t, mtp_num_layers m in the last virtual stage",
+        ),
+        Rule(
+            "heads_divisible_tp",
+            "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
+            "num_attention_heads is divisible by TP",
+        ),
+        Rule(
+            "query_groups_divisible_tp",
+            "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
+            "num_query_groups is a multiple or a divisor of TP",
+        ),
+        Rule(
+            "sequence_parallel_needs_tp",
+            "megatron/core/model_parallel_config.py ModelParallelConfig.__post_init__",
+            "sequence_parallel needs TP > 1",
+        ),
+        Rule(
+            "vp_needs_pp",
+            "megatron/core/parallel_state.py initialize_model_parallel",
+            "a VP size needs PP > 1",
+        ),
+        Rule(
+            "seq_divisible_cp",
+            "megatron/bridge/training/config.py ConfigContainer.validate",
+            "with CP > 1, seq_length is divisible by 2 x CP",
+        ),
+        Rule(
+            "seq_divisible_tp_sp",
+            "megatron/core/tensor_parallel/mappings.py _split_along_first_dim",
+            "with sequence parallelism, seq_length is divisible by TP x CP",
+        ),
+        Rule(
+            "gpus_per_node",
+            "bridgebench (whole nodes, or one partial node)",
+            "jobs use whole nodes, or one partial node that divides gpus_per_node",
+        ),
+        Rule(
+            "muon_dist_optimizer",
+            "Megatron-Bridge v0.3.1 recipes/kimi/kimi_k2.py + scripts/performance/configs/kimi/"
+            "kimi_llm_pretrain.py; megatron-core 55ac7082 core/optimizer/muon.py, "
+            "training/arguments.py; bridge 0.6.2 _validate_and_sync_distributed_optimizer_settings",
+            "Muon needs optimizer.use_distributed_optimizer = ddp.use_distributed_optimizer = false",
+        ),
+        Rule(
+            "muon_overlap_param_gather",
+            "Megatron-Bridge v0.3.1 recipes/kimi/kimi_k2.py; megatron-core 55ac7082 training/arguments.py",
+            "Muon needs ddp.overlap_param_gather = false",
+        ),
+        Rule(
+            "muon_fp8_param_gather",
+            "Megatron-Bridge v0.3.1 scripts/performance/configs/kimi/kimi_llm_pretrain.py set_kimi_k2_common_configs",
+            "Muon under MXFP8 needs mixed_precision.fp8_param_gather = false",
+        ),
+        Rule(
+            "muon_reuse_grad_buf",
+            "Megatron-Bridge v0.3.1 scripts/performance/configs/kimi/kimi_llm_pretrain.py set_kimi_k2_common_configs",
+            "Muon under MXFP8 needs reuse_grad_buf_for_mxfp8_param_ag = false",
+        ),
+        Rule(
+            "reuse_grad_buf_needs_fp8_param_gather",
+            "megatron/core/distributed/distributed_data_parallel_config.py __post_init__",
+            "reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather",
+        ),
+        Rule(
+            "mxfp8_param_gather_needs_reuse_grad_buf",
+            "megatron/bridge/training/config.py ConfigContainer.validate",
+            "under MXFP8, fp8_param_gather needs reuse_grad_buf_for_mxfp8_param_ag",
+        ),
+        Rule(
+            "fp8_param_gather_needs_fp8",
+            "megatron/bridge/training/mixed_precision.py (fp8_param = fp8_param_gather); "
+            "TransformerConfig.__post_init__",
+            "fp8_param_gather needs an FP8 precision",
+        ),
+        Rule(
+            "precision_needs_gpu",
+            "Transformer Engine 2.x transformer_engine/pytorch/quantization.py (fp8.py before 2.8) "
+            "check_fp8_support / check_mxfp8_support / check_nvfp4_support; compute capabilities: CUDA C++ "
+            "Programming Guide, 'Compute Capabilities' table",
+            "the GPU's compute capability (configs/gpu) reaches the precision's minimum (configs/precision): "
+            "MXFP8 and NVFP4 need Blackwell (10.0), FP8 needs 8.9",
+        ),
+        Rule(
+            "nvlink_env_matches_gpu",
+            "Megatron-Bridge 0.6.2 recipes/moonlight/h100/moonlight_16b.py (NVLINK_DOMAIN_SIZE 8, USE_MNNVL 0) and "
+            "recipes/qwen/gb200/qwen3_moe.py (72, 1); v0.3.1 scripts/performance/perf_plugins.py",
+            "HybridEP's NVLINK_DOMAIN_SIZE is the GPU system's NVLink domain, USE_MNNVL=1 only where the domain spans "
+            "nodes (NVL72), NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN fits the domain",
+        ),
+        Rule(
+            "secret_in_config",
+            "bridgebench (README 'Secrets': jobs get credentials from the submitting environment); token formats: "
+            "GitHub ghp_/gho_/ghu_/ghs_/ghr_/github_pat_, Hugging Face hf_, OpenAI/Anthropic sk-, Slack xox?-, "
+            "AWS AKIA/ASIA key ids, Google AIza, GitLab glpat-, NVIDIA nvapi-, PEM private keys, JWTs",
+            "no environment variable whose name (TOKEN, KEY, SECRET, PASSWORD, CREDENTIAL ...) or value looks like "
+            "a credential goes into a config, plan or script",
+        ),
+        Rule(
+            "cluster_nodes",
+            "bridgebench (configs/cluster/<name>.yaml nodes, and sinfo's node count of the partition); SLURM keeps "
+            "such a job PENDING forever (reason PartitionNodeLimit / PartitionConfig)",
+            "the run's nodes fit the cluster's partition",
+        ),
+        Rule(
+            "cluster_gpus",
+            "bridgebench (configs/cluster/<name>.yaml gpu, gpus_per_node)",
+            "a GPU run goes to a cluster whose nodes carry that GPU, enough of them per node",
+        ),
+        Rule(
+            "cluster_container",
+            "bridgebench (configs/cluster/<name>.yaml pyxis); pretrain runs need the release's NeMo container",
+            "a pretrain run goes to a cluster that can start containers (pyxis/enroot)",
+        ),
+    )
 }
+
+#: rules judged on a composed config or on a cluster, not on a :class:`Point` (config/secrets.py and
+#: config/cluster_fit.py); every other rule is judged by :func:`check`.
+NON_POINT_RULES = frozenset({"secret_in_config", "cluster_nodes", "cluster_gpus", "cluster_container"})
+
+#: GPU architecture by compute-capability major version (messages only).
+_ARCH = {8: "Ampere/Ada", 9: "Hopper", 10: "Blackwell", 12: "Blackwell (consumer)"}
+
+
+def _arch(cc: float) -> str:
+    return _ARCH.get(int(cc), f"sm_{int(cc * 10)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +303,14 @@ class Point:
     fp8_param_gather: bool = False
     reuse_grad_buf_for_mxfp8_param_ag: bool = False
     precision: str = "bf16"
+    # GPU x precision x system (configs/gpu, configs/precision, env_vars); None = not declared, rule skipped
+    gpu: str = ""
+    compute_capability: float | None = None
+    min_compute_capability: float | None = None
+    nvlink_domain: int | None = None
+    env_nvlink_domain_size: Any = None
+    env_use_mnnvl: Any = None
+    env_hybrid_ep_ranks_per_nvlink_domain: Any = None
 
     @classmethod
     def from_config(cls, cfg: Any) -> Point:
@@ -248,11 +350,30 @@ class Point:
             fp8_param_gather=mp.fp8_param_gather,
             reuse_grad_buf_for_mxfp8_param_ag=mp.reuse_grad_buf_for_mxfp8_param_ag,
             precision=cfg.precision.name,
+            gpu=str(cfg.gpu.name),
+            compute_capability=cfg.gpu.get("compute_capability"),
+            min_compute_capability=cfg.precision.get("min_compute_capability"),
+            nvlink_domain=cfg.gpu.get("nvlink_domain"),
+            env_nvlink_domain_size=_env(cfg, "NVLINK_DOMAIN_SIZE"),
+            env_use_mnnvl=_env(cfg, "USE_MNNVL"),
+            env_hybrid_ep_ranks_per_nvlink_domain=_env(cfg, "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"),
         )
 
     def replace(self, **changes: Any) -> Point:
         """A copy with some fields changed (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
+
+
+def _env(cfg: Any, key: str) -> Any:
+    """``env_vars[key]`` as an int when it is one (env values are strings), else as given; None when unset."""
+    env = cfg.get("env_vars") if hasattr(cfg, "get") else None
+    value = env.get(key) if env is not None else None
+    if value is None:
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return str(value)
 
 
 # ---------------------------------------------------------------------------------------------------- size types
@@ -699,6 +820,56 @@ def check(p: Point) -> list[Violation]:
                     "under mxfp8, fp8_param_gather = true needs reuse_grad_buf_for_mxfp8_param_ag = true",
                 )
             )
+    out.extend(_system_violations(p))
+    return out
+
+
+def _system_violations(p: Point) -> list[Violation]:
+    """GPU x precision x system: precision_needs_gpu and nvlink_env_matches_gpu (see :data:`RULES`)."""
+    out = []
+    cc, need = p.compute_capability, p.min_compute_capability
+    if cc is not None and need is not None and float(cc) < float(need):
+        out.append(
+            Violation(
+                "precision_needs_gpu",
+                f"precision {p.precision} needs compute capability >= {float(need):.1f} ({_arch(float(need))}); "
+                f"gpu {p.gpu or '?'} has {float(cc):.1f} ({_arch(float(cc))})",
+            )
+        )
+    domain = p.nvlink_domain
+    if domain is None:
+        return out
+    size, mnnvl, ranks = p.env_nvlink_domain_size, p.env_use_mnnvl, p.env_hybrid_ep_ranks_per_nvlink_domain
+    for name, value in (
+        ("NVLINK_DOMAIN_SIZE", size),
+        ("USE_MNNVL", mnnvl),
+        ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", ranks),
+    ):
+        if value is not None and (type(value) is not int or value < 0):
+            out.append(Violation("nvlink_env_matches_gpu", f"env {name}={value!r} is not a non-negative integer"))
+    if type(size) is int and size != domain:
+        out.append(
+            Violation(
+                "nvlink_env_matches_gpu",
+                f"env NVLINK_DOMAIN_SIZE={size} but gpu {p.gpu or '?'} has an NVLink domain of {domain} GPUs",
+            )
+        )
+    if mnnvl == 1 and domain <= p.gpus_per_node:
+        out.append(
+            Violation(
+                "nvlink_env_matches_gpu",
+                f"env USE_MNNVL=1 (multi-node NVLink) but gpu {p.gpu or '?'} has an NVLink domain of {domain} GPUs "
+                f"= one node of {p.gpus_per_node}: only NVL72-class systems span nodes",
+            )
+        )
+    if type(ranks) is int and ranks > domain:
+        out.append(
+            Violation(
+                "nvlink_env_matches_gpu",
+                f"env NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={ranks} exceeds gpu {p.gpu or '?'}'s NVLink domain "
+                f"of {domain} GPUs",
+            )
+        )
     return out
 
 

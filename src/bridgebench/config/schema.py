@@ -155,6 +155,7 @@ class PrecisionSchema:
     name: str = MISSING
     peak: str = MISSING
     aliases: List[str] = field(default_factory=list)
+    min_compute_capability: Optional[float] = None  # the GPU's compute_capability must reach it (precision_needs_gpu)
     mixed_precision_recipe: str = MISSING
 
 
@@ -164,8 +165,14 @@ class GPUSchema:
     display_name: str = MISSING
     published_system: str = MISSING
     gpus_per_node: int = MISSING
+    compute_capability: Optional[float] = None  # CUDA compute capability (9.0 Hopper, 10.0 / 10.3 Blackwell)
     nvlink_domain: int = MISSING
     peak_tflops: Dict[str, Optional[float]] = field(default_factory=dict)
+    hbm_gb: float = MISSING  # HBM capacity per GPU, GB (1e9 B)
+    hbm_bandwidth_tb_s: float = MISSING  # TB/s per GPU
+    nvlink_bandwidth_gb_s: float = MISSING  # GB/s per GPU per direction
+    network_bandwidth_gb_s: float = MISSING  # scale-out GB/s per GPU per direction
+    memory_source: str = MISSING
     peak_table_version: str = MISSING
     source: str = MISSING
 
@@ -228,6 +235,14 @@ class ClusterSchema:
     pyxis: bool = True  # compute nodes can run --container-image; False: submissions run on the host
     supports_segment: bool = True  # sbatch --segment (Slurm >= 23.02 topology/block)
     client_env: Dict[str, str] = field(default_factory=dict)  # environment for sbatch/sacct on the submit side
+    # what the cluster has (config/cluster_fit.py: submit refuses runs it cannot start)
+    nodes: Optional[int] = None  # nodes in the partition (None: not declared; sinfo is still asked)
+    gpu: Optional[str] = None  # configs/gpu name of the nodes' GPUs; None: no GPUs
+    gpus_per_node: int = 0
+    # a file on the submit side holding a UUID made with the cluster's state (local cluster: launch/cluster/up.sh);
+    # None: the cluster name alone (job ids are then told apart by SLURM's JobName and submit time)
+    identity_file: Optional[str] = None
+    lost_after_s: float = 600.0  # an unfinished job SLURM has not reported for this long is marked LOST
 
 
 @dataclass
@@ -236,7 +251,9 @@ class JobSchema:
     layers: int = 1  # optstep: decoder layers whose matrices are timed
     experts: int = 2  # optstep: experts per MoE layer
     repeats: int = 5  # optstep: timed repeats
-    inject_failure: Optional[str] = None  # testing the retry path: "nccl_once" | "exit"
+    # argv run in front of the payload command (numactl, nsys profile ..., or a test's fault injector); each item is
+    # shell-quoted
+    wrapper: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -248,6 +265,7 @@ class PathsSchema:
     tables: str = MISSING
     hf_cache: str = MISSING
     job_dir: str = MISSING
+    sweeps: str = MISSING
 
 
 @dataclass

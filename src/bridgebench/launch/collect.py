@@ -1,23 +1,42 @@
-"""Collect: turn finished attempts' logs into records in the results store (idempotent).
+"""Collect: turn finished attempts' logs into records in the results store (idempotent, never silently lossy).
 
-Record ids are ``<SLURM job id>/a<attempt>/<kind>``, so collecting the same job twice adds nothing; the store's atomic
-per-record files make a killed collector lose nothing and two collectors give the union. Every record carries
-provenance: container image, Megatron-Bridge / Megatron-Core versions (from the entrypoint's ``BRIDGEBENCH_RUN``
-line) or torch / emerging-optimizers versions (optimizer-step payload), config hash, FLOPs formula version, peak-table
-version, SLURM job id and node list.
+Record ids are ``<cluster id>/<SLURM job id>/<attempt uuid>/<kind>``: the cluster identity (``launch/provenance.py``:
+a UUID made with the cluster's state) and bridgebench's own attempt UUID make two jobs that got the same SLURM id
+(purged or different clusters, wrapped counters) two records. Collecting the same attempt again gives the same
+record (every field comes from the ledger, the plan and the logs, not the collection time), so it adds nothing; a
+stored record with the same id but other content is never overwritten or skipped quietly: :func:`collect` stores the
+rest, leaves that attempt uncollected and raises :class:`CollectConflict` naming both.
+
+A record stands on its own, so deleting ``plans/`` or ``.state/`` orphans nothing:
+
+* ``timestamps``: submitted / started / ended, ISO 8601 UTC (ledger and ``sacct``);
+* ``provenance``: cluster id, SLURM job id, job name, node list, attempt UUID, bridgebench version, git commit and
+  dirty flag (at submission), config hash, release, FLOPs formula and peak-table versions, the container the job
+  actually started in (None when it ran on the host), the sha256 of the submitted script and of every log (each
+  also copied into the store: ``ResultStore.put_blob``), and the payload's software versions;
+* ``config``: the resolved config the job ran;
+* facts of what ran: a pretrain record takes its model, parallelism and batch from the config the entrypoint built
+  and its device from the entrypoint's ``BRIDGEBENCH_RUN`` line; an optimizer-step record takes model, device and
+  load from the payload and carries no GPU, precision or batch size (it trains nothing).
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import OmegaConf
 
+from bridgebench.errors import BridgebenchError
 from bridgebench.launch.ledger import Attempt, Ledger
 
 MARKERS = ("BRIDGEBENCH_OPTSTEP ", "BRIDGEBENCH_RUN ")
+
+
+class CollectConflict(BridgebenchError):
+    """A record id is stored already with different content; the message names both records."""
 
 
 def _marker(logs: list[Path], marker: str) -> dict[str, Any] | None:
@@ -35,44 +54,76 @@ def _marker(logs: list[Path], marker: str) -> dict[str, Any] | None:
     return found
 
 
-def records_for(a: Attempt, logs: list[Path]) -> list[dict[str, Any]]:
-    """Records of one finished attempt (one per attempt; the payload's figures when it completed)."""
-    from bridgebench.logs.parser import parse_log, to_json
+def _utc(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
 
-    cfg = OmegaConf.load(Path(a.plan_dir) / "config.yaml") if a.plan_dir else None
-    prov = {
+
+def record_id(a: Attempt) -> str:
+    """``<cluster id>/<SLURM job id>/<attempt uuid>/<kind>`` (attempts from before attempt UUIDs: run id + attempt)."""
+    uid = a.uid or f"legacy-{a.run_id}-a{a.attempt}"
+    return f"{a.cluster_id or 'cluster-unknown'}/{a.slurm_job_id}/{uid}/{a.job_type}"
+
+
+def _blobs(store, logs: list[Path]) -> list[dict[str, Any]]:
+    out = []
+    for p in logs:
+        data = p.read_bytes()
+        out.append({"name": p.name, "sha256": store.put_blob(data) if store is not None else None, "bytes": len(data)})
+    return out
+
+
+def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]]:
+    """Records of one finished attempt (one per attempt; the payload's figures when it completed). With a ``store``,
+    the logs and the submitted script are copied into it (content-addressed)."""
+
+    cfg_path = Path(a.plan_dir) / "config.yaml" if a.plan_dir else None
+    cfg = OmegaConf.load(cfg_path) if cfg_path and cfg_path.exists() else None
+    script = None
+    if a.plan_dir:
+        kept = Path(a.plan_dir) / "submitted" / f"{a.run_id}-a{a.attempt}.sbatch.sh"
+        if kept.exists() and store is not None:
+            script = store.put_blob(kept.read_bytes())
+    prov: dict[str, Any] = {
+        "cluster_id": a.cluster_id,
         "slurm_job_id": a.slurm_job_id,
+        "job_name": a.job_name,
         "node_list": a.node_list,
-        "attempt": a.attempt,
-        "run_id": a.run_id,
+        "attempt_uid": a.uid,
         "experiment_id": a.experiment_id,
-        "logs": [str(p) for p in logs],
+        "bridgebench_version": a.bridgebench_version,
+        "git_commit": a.git_commit,
+        "git_dirty": a.git_dirty,
+        "config_hash": a.run_id.split("-r")[0],
+        "container_image": a.container_image,  # what the job started in; None: it ran on the host
+        "script_sha256": a.script_sha256 or script,
+        "logs": _blobs(store, logs),
     }
     base: dict[str, Any] = {
-        "record_id": f"{a.slurm_job_id}/a{a.attempt}/{a.job_type}",
+        "record_id": record_id(a),
         "kind": a.job_type,
         "name": a.name,
+        "run_id": a.run_id,
+        "attempt": a.attempt,
         "state": a.state,
         "reason": a.reason,
         "exit_code": a.exit_code,
+        "timestamps": {
+            "submitted_utc": _utc(a.submitted_at),
+            "started_utc": _utc(a.started_at),
+            "ended_utc": _utc(a.ended_at),
+        },
+        "config": OmegaConf.to_container(cfg, resolve=True) if cfg is not None else None,
     }
     if cfg is not None:
         prov |= {
-            "config_hash": a.run_id.split("-r")[0],
-            "container_image": str(cfg.release.container_image),
             "release": str(cfg.release.name),
             "flops_formula": str(cfg.accounting.flops_formula),
             "peak_table_version": str(cfg.gpu.peak_table_version),
         }
-        base |= {
-            "model": str(cfg.model.name),
-            "optimizer": str(cfg.optimizer.optimizer),
-            "gpu": str(cfg.gpu.name),
-            "precision": str(cfg.precision.name),
-            "num_gpus": int(cfg.num_gpus),
-            "global_batch_size": int(cfg.train.global_batch_size),
-            "seq_length": int(cfg.model.seq_length),
-        }
+    # step figures, window, quality and per-iteration series (launch/figures.py: TensorBoard events, else logs)
+    from bridgebench.launch.figures import record_figures
+
+    base |= record_figures(a.job_dir, logs, cfg)
     if a.job_type == "optstep":
         payload = None
         out = Path(a.job_dir or ".") / "out" / "optstep.json"
@@ -80,25 +131,36 @@ def records_for(a: Attempt, logs: list[Path]) -> list[dict[str, Any]]:
             payload = json.loads(out.read_text())
         payload = payload or _marker(logs, MARKERS[0])
         if payload:
+            prov |= {"versions": payload.get("versions"), "node": payload.get("node")}
+            base |= {
+                "model": payload.get("model"),
+                "device": payload.get("device"),
+                "device_type": payload.get("device_type"),
+                "optstep": payload,
+            }
+            if cfg is not None:
+                base["optimizer"] = str(cfg.optimizer.optimizer)
             from bridgebench.results.optstep_series import optstep_series
 
-            prov |= {"versions": payload.get("versions"), "node": payload.get("node")}
-            base["optstep"] = payload
             series = optstep_series(payload, base.get("optimizer") or payload.get("optimizer") or "")
             if series:  # per-repeat step times of the run's optimizer (bridgebench compare --source runs)
                 base["series"] = series
+        elif cfg is not None:
+            base["model"] = str(cfg.model.name)
         return [base | {"provenance": prov}]
     run_info = _marker(logs, MARKERS[1]) or {}
     prov |= {k: run_info.get(k) for k in ("megatron_bridge", "megatron_core", "torch") if k in run_info}
-    parsed = [to_json(parse_log(p)) for p in logs if p.name.startswith("log-")] or [to_json(parse_log(p)) for p in logs]
-    best = max(parsed, key=lambda j: j.get("steps") or 0, default={})
-    base |= {
-        "outcome": best.get("outcome"),
-        "steps": best.get("steps"),
-        "step_time_s": best.get("step_time_s"),
-        "tflops_per_gpu": best.get("tflops_per_gpu"),
-        "log_format": best.get("format"),
-    }
+    if cfg is not None:
+        base |= {
+            "model": str(cfg.model.name),
+            "optimizer": str(cfg.optimizer.optimizer),
+            "precision": str(cfg.precision.name),
+            "num_gpus": int(cfg.num_gpus),
+            "global_batch_size": int(cfg.train.global_batch_size),
+            "seq_length": int(cfg.model.seq_length),
+            "gpu_planned": str(cfg.gpu.name),
+        }
+    base["device"] = run_info.get("device")  # what the entrypoint saw (torch.cuda.get_device_name), if it ran
     return [base | {"provenance": prov}]
 
 
@@ -110,17 +172,45 @@ def default_store():
     return ResultStore(load_paths().results)
 
 
+def _describe(rec: dict[str, Any]) -> str:
+    p = rec.get("provenance") or {}
+    return (
+        f"job {p.get('slurm_job_id')} of cluster {p.get('cluster_id')}, run {rec.get('run_id')} attempt "
+        f"{rec.get('attempt')} ({rec.get('name')}), submitted {(rec.get('timestamps') or {}).get('submitted_utc')}"
+    )
+
+
 def collect(ledger: Ledger | None = None, store=None, *, progress: Callable[[str], None] | None = None) -> int:
-    """Collect every finished, not yet collected attempt; returns the number of NEW records in the store."""
-    from bridgebench.launch.submit import attempt_logs
+    """Collect every finished, not yet collected attempt; returns the number of NEW records in the store.
+
+    Raises:
+        CollectConflict: a record id is stored with other content (every other record was stored; the conflicting
+            attempts stay uncollected).
+    """
+    from bridgebench.launch.tracking import attempt_logs
 
     ledger = ledger or Ledger()
     store = store or default_store()
     added = 0
+    conflicts = []
     todo = [a for a in ledger.attempts() if a.finished and not a.collected]
     for i, a in enumerate(todo, 1):
         if progress:
             progress(f"[{i}/{len(todo)}] collecting {a.name} attempt {a.attempt} (job {a.slurm_job_id})")
-        added += store.add(records_for(a, attempt_logs(a)))
+        recs = records_for(a, attempt_logs(a), store)
+        clash = [(r, old) for r in recs if (old := store.stored_differs(r)) is not None]
+        if clash:
+            conflicts += clash
+            continue
+        added += store.add(recs)
+        if store.last_conflicts:  # a concurrent writer stored another version between the check and the link
+            conflicts += [(r, store.get(r["record_id"])) for r in recs if r["record_id"] in store.last_conflicts]
+            continue
         ledger.update(a.run_id, a.attempt, collected=True)
+    if conflicts:
+        lines = [f"  {new['record_id']}: stored = {_describe(old)}; new = {_describe(new)}" for new, old in conflicts]
+        raise CollectConflict(
+            f"{len(conflicts)} record id(s) are stored already with different content; nothing was overwritten and "
+            f"these attempts stay uncollected ({added} other record(s) added):\n" + "\n".join(lines)
+        )
     return added

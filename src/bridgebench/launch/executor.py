@@ -3,7 +3,9 @@
 Every config value that reaches the shell goes through here and is either validated against a strict pattern (names,
 mounts, partitions, accounts: SLURM itself forbids spaces and commas there) or quoted with ``shlex.quote``
 (environment values: nemo-run 0.11.1 writes ``export KEY=value`` unquoted into the sbatch script). Secrets
-(``HF_TOKEN``, ``WANDB_API_KEY`` ...) are never put into an executor: they must come from the submitting environment.
+(``HF_TOKEN``, ``WANDB_API_KEY``, any credential-like name or value: :mod:`bridgebench.config.secrets`) are never put
+into an executor: they must come from the submitting environment. nemo-run itself is driven only through
+:mod:`bridgebench.launch.nemorun`, which also guards the paths nemo-run formats into shell commands.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.paths import REPO_ROOT
@@ -19,7 +21,6 @@ from bridgebench.paths import REPO_ROOT
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./@+-]+$")
 SAFE_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SECRET_ENV = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "NGC_API_KEY", "AWS_SECRET_ACCESS_KEY"}
 #: Where the repository is mounted inside the container (the compute-node entrypoint runs from there).
 CONTAINER_REPO = "/opt/bridgebench"
 
@@ -52,19 +53,21 @@ def quoted_env(env: Mapping[str, Any]) -> dict[str, str]:
     """Environment for the sbatch script with every value shell-quoted; secrets are refused.
 
     Raises:
-        LaunchConfigError: a key that is not a shell identifier, or a secret's name.
+        LaunchConfigError: a key that is not a shell identifier.
+        bridgebench.config.rules.RuleError: a credential-like name or value (rule ``secret_in_config``).
     """
+    from bridgebench.config.secrets import check_secrets
+
+    check_secrets({"env_vars": {str(k): v for k, v in env.items()}})
     out = {}
     for key, value in env.items():
         if not SAFE_ENV_KEY.match(str(key)):
             raise LaunchConfigError(f"environment variable name {key!r} is not a valid shell identifier")
-        if key in SECRET_ENV:
-            raise LaunchConfigError(f"{key} is a secret: pass it through the submitting environment, never a config")
         out[str(key)] = shlex.quote(str(value))
     return out
 
 
-def payload_command(job_type: str, config_path: str, out_dir: str, container: bool) -> str:
+def payload_command(job_type: str, config_path: str, out_dir: str, container: bool, wrapper: Sequence[str] = ()) -> str:
     """The shell command each task runs: the compute-node entrypoint (``pretrain``) or the optimizer-step payload
     (``optstep``), from the repository (mounted at :data:`CONTAINER_REPO` in containers). Paths are shell-quoted."""
     import sys
@@ -73,7 +76,8 @@ def payload_command(job_type: str, config_path: str, out_dir: str, container: bo
     python = "python" if container else sys.executable
     # in a container the checkout is mounted, not installed: its src/ goes on PYTHONPATH (src layout)
     path = f"PYTHONPATH={shlex.quote(repo + '/src')} " if container else ""
-    head = f"cd {shlex.quote(repo)} && {path}{shlex.quote(python)} -m"
+    prefix = shlex.join([str(w) for w in wrapper]) + " " if wrapper else ""  # job.wrapper: numactl, nsys ...
+    head = f"cd {shlex.quote(repo)} && {path}{prefix}{shlex.quote(python)} -m"
     if job_type == "optstep":
         return f"{head} bridgebench.payloads.optstep --config {shlex.quote(config_path)} --out {shlex.quote(out_dir)}"
     return f"{head} bridgebench.payloads.pretrain --config {shlex.quote(config_path)}"
@@ -109,6 +113,7 @@ def make_executor(
     job_dir_path: Path,
     segment: int | None = None,
     time_limit: str | None = None,
+    exclusive: bool | None = None,
 ):
     """A nemo-run ``SlurmExecutor`` for one run on ``cluster`` (the composed ``cfg.cluster`` node).
 
@@ -136,7 +141,7 @@ def make_executor(
         time=time_limit or cluster.time_limit,
         tunnel=tunnel,
         env_vars=quoted_env(env),
-        exclusive=bool(cluster.exclusive) or None,
+        exclusive=(bool(cluster.exclusive) if exclusive is None else exclusive) or None,
         segment=segment,
     )
     if cluster.mem is not None:
@@ -148,25 +153,3 @@ def make_executor(
         kwargs["container_mounts"] = mounts
         kwargs["srun_args"] = ["--mpi=pmix", "--no-container-mount-home"]
     return run.SlurmExecutor(**kwargs)
-
-
-def dry_run_script(executor, *, command: str, name: str, experiment: str, base_dir: Path) -> tuple[str, str]:
-    """The sbatch script nemo-run would submit for ``command`` and the per-task payload script it runs (nemo-run's own
-    dry run; nothing is submitted)."""
-    import nemo_run as run
-
-    check_name("run name", name)
-    check_name("experiment name", experiment)
-    import contextlib
-    import io
-
-    script = run.Script(inline=command, entrypoint="bash")
-    with contextlib.redirect_stdout(io.StringIO()):  # nemo-run prints its experiment banner
-        with run.Experiment(experiment, executor=executor, base_dir=str(base_dir), log_level="ERROR") as exp:
-            exp.add(script, name=name)
-            exp.dryrun(log=False, delete_exp_dir=False)
-    found = sorted(base_dir.glob(f"**/{name}_sbatch.sh"))
-    payload = sorted(base_dir.glob(f"**/scripts/{name}.sh"))
-    if not found or not payload:
-        raise LaunchConfigError(f"nemo-run dry run wrote no sbatch or payload script under {base_dir}")
-    return found[-1].read_text(), payload[-1].read_text()

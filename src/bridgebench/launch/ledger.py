@@ -31,6 +31,10 @@ FINAL_STATES = {
     "PREEMPTED",
 }
 
+#: bridgebench's own state for a job SLURM stopped reporting for longer than ``cluster.lost_after_s`` (its controller
+#: lost it, or the cluster state was purged); re-checked on every refresh, so a job SLURM reports again comes back.
+LOST = "LOST"
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (
     run_id TEXT NOT NULL,
@@ -54,6 +58,25 @@ CREATE TABLE IF NOT EXISTS attempts (
 )
 """
 
+#: columns added after the first release (``Ledger`` adds them to an older ledger file): bridgebench's own attempt
+#: UUID, the cluster identity and SLURM job name (a job id alone is not unique: launch/provenance.py), SLURM's start
+#: and end times, since when SLURM has not reported the job (LOST after ``cluster.lost_after_s``), the job this one
+#: waits for, the container it was started in, the sha256 of the submitted script, and the code that submitted it.
+EXTRA_COLUMNS = {
+    "uid": "TEXT",
+    "cluster_id": "TEXT",
+    "job_name": "TEXT",
+    "started_at": "REAL",
+    "ended_at": "REAL",
+    "unknown_since": "REAL",
+    "depends_on": "TEXT",
+    "container_image": "TEXT",
+    "script_sha256": "TEXT",
+    "bridgebench_version": "TEXT",
+    "git_commit": "TEXT",
+    "git_dirty": "INTEGER",
+}
+
 
 @dataclass
 class Attempt:
@@ -74,10 +97,28 @@ class Attempt:
     excluded_nodes: list[str] = field(default_factory=list)
     collected: bool = False
     retried: bool = False
+    uid: str | None = None
+    cluster_id: str | None = None
+    job_name: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    unknown_since: float | None = None
+    depends_on: str | None = None
+    container_image: str | None = None
+    script_sha256: str | None = None
+    bridgebench_version: str | None = None
+    git_commit: str | None = None
+    git_dirty: bool | None = None
 
     @property
     def finished(self) -> bool:
+        """SLURM reported a final state (COMPLETED, FAILED, ...): the attempt's logs can be collected."""
         return self.state.split(" ")[0] in FINAL_STATES
+
+    @property
+    def settled(self) -> bool:
+        """Nothing more will happen without someone acting: finished, or LOST (SLURM no longer knows the job)."""
+        return self.finished or self.state == LOST
 
 
 class Ledger:
@@ -88,6 +129,10 @@ class Ledger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._db() as db:
             db.execute(SCHEMA)
+            have = {row["name"] for row in db.execute("PRAGMA table_info(attempts)")}
+            for column, kind in EXTRA_COLUMNS.items():
+                if column not in have:
+                    db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {kind}")
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -110,6 +155,7 @@ class Ledger:
             "excluded_nodes": json.dumps(a.excluded_nodes),
             "collected": int(a.collected),
             "retried": int(a.retried),
+            "git_dirty": None if a.git_dirty is None else int(a.git_dirty),
         }
         with self._db() as db:
             db.execute(
@@ -121,8 +167,8 @@ class Ledger:
         fields["updated_at"] = time.time()
         if "excluded_nodes" in fields:
             fields["excluded_nodes"] = json.dumps(fields["excluded_nodes"])
-        for key in ("collected", "retried"):
-            if key in fields:
+        for key in ("collected", "retried", "git_dirty"):
+            if fields.get(key) is not None:
                 fields[key] = int(fields[key])
         sets = ", ".join(f"{k} = ?" for k in fields)
         with self._db() as db:
@@ -145,11 +191,20 @@ class Ledger:
                         "excluded_nodes": json.loads(r["excluded_nodes"] or "[]"),
                         "collected": bool(r["collected"]),
                         "retried": bool(r["retried"]),
+                        "git_dirty": None if r["git_dirty"] is None else bool(r["git_dirty"]),
                     }
                 )
             )
             for r in rows
         ]
+
+    def runs_of(self, config_hash: str) -> list[str]:
+        """Run ids (``<hash>-r<repeat>``) of a config hash in the ledger, by repeat index."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT DISTINCT run_id FROM attempts WHERE run_id LIKE ?", [f"{config_hash}-r%"]
+            ).fetchall()
+        return sorted((r[0] for r in rows), key=lambda rid: int(rid.rsplit("-r", 1)[1]))
 
     def next_attempt(self, run_id: str) -> int:
         with self._db() as db:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Callable
@@ -25,18 +25,34 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from bridgebench.config import rules
+from bridgebench.config.cluster_fit import cluster_violations
 from bridgebench.config.compose import compose, expand_sweep, run_facts
 from bridgebench.config.hashing import config_hash
 from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
+from bridgebench.config.secrets import check_secrets, redact_overrides
 from bridgebench.errors import BridgebenchError
 from bridgebench.launch import executor as ex
+from bridgebench.launch import nemorun
+from bridgebench.launch.jobspec import build_job, run_id_for
+from bridgebench.launch.jobspec import nodes_and_tasks as jobspec_nodes_and_tasks
 from bridgebench.model.newton_schulz import ns_load
 from bridgebench.model.optimizer import OptimizerKind
-from bridgebench.paths import REPO_ROOT, load_paths
+from bridgebench.paths import load_paths
 
 
 class PlanError(BridgebenchError):
     """A run of the plan is invalid; the message names the run and the rule. No plan was written."""
+
+
+@dataclass
+class InvalidRun:
+    """A run of a sweep that was not planned: its overrides, the rule it broke (a ``bridgebench.config.rules`` id,
+    ``megatron_bridge`` for Megatron-Bridge's own validation, ``launch`` or ``job_type``) and the message."""
+
+    label: str
+    overrides: list[str]
+    rule: str
+    reason: str
 
 
 @dataclass
@@ -58,19 +74,19 @@ class PlannedRun:
     gbs: int
     seq_length: int
     optimizer: str
-    container_image: str
+    container_image: str | None  # the image the job starts in on this cluster; None: the payload runs on the host
     model_flops_per_step: float
     newton_schulz_flops_per_step: float
     skipped_checks: list[str]
     dir: str = ""
+    cluster: str = ""
+    job_type: str = "pretrain"
+    cluster_can_run: list[str] = field(default_factory=list)  # rules the cluster breaks (submit refuses then)
 
 
 def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
-    """(nodes, tasks per node) of a run: whole nodes of ``gpu.gpus_per_node`` GPUs, or one partial node."""
-    per_node = int(cfg.gpu.gpus_per_node)
-    if cfg.num_gpus < per_node:
-        return 1, int(cfg.num_gpus)
-    return int(cfg.num_gpus) // per_node, per_node
+    """(nodes, tasks per node) of a run (:func:`bridgebench.launch.jobspec.nodes_and_tasks`)."""
+    return jobspec_nodes_and_tasks(cfg)
 
 
 def _run_name(cfg: DictConfig, config_hash: str) -> str:
@@ -79,27 +95,57 @@ def _run_name(cfg: DictConfig, config_hash: str) -> str:
 
 
 def plan(
-    overrides: list[str], out_dir: Path | None = None, *, progress: Callable[[str], None] | None = None
+    overrides: list[str],
+    out_dir: Path | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    on_invalid: Callable[[InvalidRun], None] | None = None,
 ) -> tuple[Path, list[PlannedRun]]:
     """Validate and write a plan; returns its directory and the runs.
 
+    ``on_invalid``: called with each run that breaks a rule, fails Megatron-Bridge's validation or a launch check,
+    and planning carries on with the valid runs (``plan -m``); without it the first invalid run raises.
+
     Raises:
-        PlanError: any run failing a rule, Megatron-Bridge's validation, or a launch safety check (nothing written).
+        PlanError: a run failing a rule, Megatron-Bridge's validation, or a launch safety check -- the first one, or
+            with ``on_invalid`` every one when no run is valid (nothing written either way).
         bridgebench.config.ConfigError: bad overrides.
     """
     say = progress or (lambda msg: None)
     sweeps = expand_sweep(list(overrides))
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "adhoc")
+    final = Path(out_dir) if out_dir else load_paths().plans / f"{experiment}-{stamp}"  # configs/paths: plans
+    final = final.absolute()
+    if final.exists() and (not final.is_dir() or any(final.iterdir())):
+        raise PlanError(f"plan directory {final} exists and is not an empty directory")
+    try:
+        nemorun.check_path("job folder", load_paths().job_dir)  # before the build: nemo-run cannot quote it
+    except ex.LaunchConfigError as err:
+        raise PlanError(str(err)) from err
     staged = []
+    invalid: list[InvalidRun] = []
+
+    def reject(label: str, ov: list[str], rule: str, message: str, err: BaseException | None = None) -> None:
+        if on_invalid is None:
+            raise PlanError(f"run {label!r}{message}") from err
+        reason = "; ".join(map(str, err.violations)) if isinstance(err, rules.RuleError) else message[1:].strip()
+        invalid.append(InvalidRun(label, list(ov), rule, reason))
+        on_invalid(invalid[-1])
+
     for i, ov in enumerate(sweeps, 1):
         cfg = compose(ov)
-        label = " ".join(ov) or "(defaults)"
+        label = redact_overrides(ov) or "(defaults)"  # messages never echo a credential
         say(f"[{i}/{len(sweeps)}] checking {label}")
         try:
+            check_secrets(cfg)  # before anything is built or written (rule secret_in_config)
             rules.validate(rules.Point.from_config(cfg))
         except rules.RuleError as err:
-            raise PlanError(f"run {label!r} is invalid:\n{err}") from err
+            reject(label, ov, err.violations[0].rule, f" is invalid:\n{err}", err)
+            continue
         if cfg.job.type not in ("pretrain", "optstep"):
-            raise PlanError(f"run {label!r}: job.type must be 'pretrain' or 'optstep', got {cfg.job.type!r}")
+            reject(label, ov, "job_type", f": job.type must be 'pretrain' or 'optstep', got {cfg.job.type!r}")
+            continue
         result = None
         if cfg.job.type == "pretrain":
             from bridgebench.mbridge.build import BuildError, build  # imports megatron: only for pretrain jobs
@@ -107,61 +153,40 @@ def plan(
             try:
                 result = build(cfg)
             except BuildError as err:
-                raise PlanError(f"run {label!r}: {err}") from err
+                reject(label, ov, "megatron_bridge", f": {err}", err)
+                continue
         h = config_hash(cfg)
         name = _run_name(cfg, h)
         try:
             ex.check_name("run name", name)
-            ex.quoted_env(OmegaConf.to_container(cfg.env_vars, resolve=True))
             [ex.check_mount(m) for m in cfg.cluster.container_mounts]
+            # the script `submit` sends for repeat 0, attempt 0 (launch/jobspec.py: one source for both)
+            job = build_job(cfg, final / name, name, h, run_id_for(h, 0), 0)
+            script, payload = nemorun.render(job.executor, command=job.command, job=job.paths)
         except ex.LaunchConfigError as err:
-            raise PlanError(f"run {label!r}: {err}") from err
-        staged.append((ov, cfg, result, h, name))
+            reject(label, ov, "launch", f": {err}", err)
+            continue
+        staged.append((ov, cfg, result, h, name, job, script, payload))
+    if not staged:
+        listing = "\n".join(f"  {r.label}: {r.rule}: {r.reason}" for r in invalid)
+        raise PlanError(f"every run of the plan is invalid ({len(invalid)}); nothing written:\n{listing}")
 
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "adhoc")
-    plans_dir = load_paths().plans  # configs/paths: plans
-    final = Path(out_dir) if out_dir else plans_dir / f"{experiment}-{stamp}"
-    if final.exists() and any(final.iterdir()):
-        raise PlanError(f"plan directory {final} exists and is not empty")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".plan-", dir=final.parent))
+    created = _make_dirs(final.parent)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=".plan-", dir=final.parent))
+    except OSError as err:
+        _remove_dirs(created)
+        raise PlanError(f"cannot write the plan under {final.parent}: {err}") from err
     runs: list[PlannedRun] = []
     try:
-        for ov, cfg, result, h, name in staged:
+        for ov, cfg, result, h, name, job, script, payload in staged:
             say(f"writing {name}")
             run_dir = tmp / name
             run_dir.mkdir()
             (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
             if result is not None:
                 result.container.to_yaml(str(run_dir / "megatron_bridge.yaml"))
-            nodes, per_node = nodes_and_tasks(cfg)
-            container = bool(cfg.cluster.container)
-            cfg_on_node = (
-                f"{ex.CONTAINER_REPO}/{(final / name / 'config.yaml').relative_to(REPO_ROOT)}"
-                if container and final.resolve().is_relative_to(REPO_ROOT)
-                else str(final.resolve() / name / "config.yaml")
-            )
-            env = {**OmegaConf.to_container(cfg.env_vars, resolve=True), "BRIDGEBENCH_CONFIG_HASH": h}
-            executor = ex.make_executor(
-                cfg.cluster,
-                nodes=nodes,
-                tasks_per_node=per_node,
-                gpus_per_node=int(cfg.gpu.gpus_per_node),
-                container_image=str(cfg.release.container_image),
-                env=env,
-                job_dir_path=ex.job_dir(cfg.cluster) / name,
-                segment=ex.segment_for(nodes, int(cfg.gpu.gpus_per_node)),
-            )
-            command = ex.payload_command(str(cfg.job.type), cfg_on_node, "optstep-out", container)
-            script, payload = ex.dry_run_script(
-                executor,
-                command=command,
-                name=name.replace(".", "_"),
-                experiment=experiment,
-                base_dir=run_dir / ".nemo_run",
-            )
-            shutil.rmtree(run_dir / ".nemo_run", ignore_errors=True)
+            nodes, per_node = job.spec.nodes, job.spec.tasks_per_node
             (run_dir / "submit.sh").write_text(script)
             (run_dir / "payload.sh").write_text(payload)
             facts = run_facts(cfg)
@@ -187,21 +212,56 @@ def plan(
                 gbs=cfg.train.global_batch_size,
                 seq_length=m.seq_length,
                 optimizer=str(cfg.optimizer.optimizer),
-                container_image=str(cfg.release.container_image),
+                container_image=job.spec.container_image,
                 model_flops_per_step=flops,
                 newton_schulz_flops_per_step=ns,
                 skipped_checks=result.skipped_checks if result else [],
                 dir=str(final / name),
+                cluster=str(cfg.cluster.name),
+                job_type=str(cfg.job.type),
+                cluster_can_run=[str(v) for v in cluster_violations(cfg.cluster, job.spec.needs(cfg))],
             )
             (run_dir / "run.json").write_text(json.dumps(asdict(run), indent=2))
             runs.append(run)
         (tmp / "plan.json").write_text(
-            json.dumps({"overrides": list(overrides), "created": stamp, "runs": [asdict(r) for r in runs]}, indent=2)
+            json.dumps(
+                {
+                    "overrides": list(overrides),
+                    "created": stamp,
+                    "runs": [asdict(r) for r in runs],
+                    "invalid": [asdict(r) for r in invalid],
+                },
+                indent=2,
+            )
         )
         if final.exists():
             final.rmdir()
         tmp.rename(final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_dirs(created)
         raise
     return final, runs
+
+
+def _make_dirs(path: Path) -> list[Path]:
+    """``mkdir -p path`` that returns the folders it created (deepest last), so a failed plan can remove them."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        _remove_dirs(list(reversed(missing)))
+        raise PlanError(f"cannot create the plan folder {path}: {err}") from err
+    return list(reversed(missing))
+
+
+def _remove_dirs(created: list[Path]) -> None:
+    for d in reversed(created):
+        try:
+            d.rmdir()
+        except OSError:
+            break

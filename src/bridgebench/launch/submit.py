@@ -1,31 +1,38 @@
 """Submit planned runs through nemo-run's ``SlurmExecutor``, track them in the ledger, refresh, cancel, retry, collect.
 
-Flow: ``submit`` plans (``launch/plan.py``: every rule and Megatron-Bridge validation first), then submits each run
-with ``nemo_run.Experiment(...).run(detach=True)`` and records an attempt in the ledger. ``refresh`` asks SLURM
-accounting (``sacct``, as nemo-run itself does) for every unfinished attempt; a FAILED / NODE_FAIL attempt whose log
-shows a known-flaky failure (NCCL error or watchdog timeout, CUDA illegal memory access, node failure) is resubmitted
-with the failed nodes excluded, up to ``cluster.max_retries``, as a new attempt of the same run. ``collect`` parses the
-logs of finished attempts into records and adds them to the results store (idempotent).
+Flow: ``submit`` plans (``launch/plan.py``: every rule and Megatron-Bridge validation first), checks that the target
+cluster can run every job at all (``config/cluster_fit.py``: nodes, GPUs, containers -- before anything reaches
+SLURM), skips runs the ledger already has unless ``again`` (then adds new repeats), and submits each run through
+``launch/nemorun.py`` -- the same job description and script the plan rendered (``launch/jobspec.py``). Repeats of a
+run are chained (``--dependency=afterany``) so they run one after the other; jobs are ``--exclusive`` where the
+cluster says so. Each attempt is recorded in the ledger with its own UUID, the cluster identity, the SLURM job name,
+the submitted script's sha256 and the code version. ``refresh`` updates states (``launch/tracking.py``: degrades
+to UNKNOWN / LOST instead of failing or trusting a stale RUNNING); a FAILED / NODE_FAIL attempt whose log shows a
+known-flaky failure (NCCL error or watchdog timeout, CUDA illegal memory access, node failure) is resubmitted with the
+failed nodes excluded, up to ``cluster.max_retries``, as a new attempt of the same run. ``collect`` parses the logs of
+finished attempts into records and adds them to the results store (idempotent).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
+import hashlib
 import json
-import os
-import shlex
-import subprocess
+import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from bridgebench.config.cluster_fit import cluster_violations
 from bridgebench.errors import BridgebenchError
 from bridgebench.launch import executor as ex
+from bridgebench.launch import nemorun, slurmcli, tracking
+from bridgebench.launch.jobspec import build_job, job_spec, run_id_for
 from bridgebench.launch.ledger import Attempt, Ledger
-from bridgebench.paths import REPO_ROOT
+from bridgebench.launch.provenance import cluster_identity, code_version
+from bridgebench.launch.tracking import attempt_logs  # noqa: F401  (re-exported: collect uses it)
 
 FLAKY_OUTCOMES = {"nccl_error", "node_failure"}
 FLAKY_TEXT = ("illegal memory access",)
@@ -35,30 +42,13 @@ class SubmitError(BridgebenchError, RuntimeError):
     """Submission or a SLURM command failed; the message says which and why."""
 
 
-def _client_env(cfg: DictConfig) -> dict[str, str]:
-    env = dict(os.environ)
-    for key, value in OmegaConf.to_container(cfg.cluster.client_env, resolve=True).items():
-        path = Path(value)
-        env[key] = str(path if path.is_absolute() or "/" not in value else REPO_ROOT / path)
-    return env
+class ClusterCannotRunError(SubmitError):
+    """The target cluster can never start a planned job (nodes, GPUs, containers); nothing was submitted."""
 
 
 def _slurm(cmd: list[str], cfg: DictConfig) -> str:
-    """Run a SLURM client command on the submit side (local tunnel) and return stdout. Raises SubmitError."""
-    if cfg.cluster.tunnel.type != "local":
-        import nemo_run as run
-
-        tunnel = run.SSHTunnel(
-            host=cfg.cluster.tunnel.host, user=cfg.cluster.tunnel.user, job_dir=str(cfg.cluster.tunnel.job_dir)
-        )
-        res = tunnel.run(shlex.join(cmd), hide=True, warn=True)
-        if res.return_code:
-            raise SubmitError(f"{cmd[0]} failed on {cfg.cluster.tunnel.host}: {res.stderr.strip()}")
-        return res.stdout
-    res = subprocess.run(cmd, capture_output=True, text=True, env=_client_env(cfg))
-    if res.returncode:
-        raise SubmitError(f"{' '.join(cmd)} failed: {res.stderr.strip()}")
-    return res.stdout
+    """Run a SLURM client command on the submit side and return stdout (:func:`bridgebench.launch.slurmcli.run`)."""
+    return slurmcli.run(cmd, cfg)
 
 
 def submit_run(
@@ -70,61 +60,33 @@ def submit_run(
     *,
     attempt: int = 0,
     exclude: list[str] | None = None,
+    depends_on: str | None = None,
 ) -> Attempt:
-    """Submit one planned run (``run_dir`` holds its ``config.yaml``) and record the attempt. Raises SubmitError."""
-    import nemo_run as run
+    """Submit one planned run (``run_dir`` holds its ``config.yaml``) and record the attempt.
 
-    optstep = cfg.job.type == "optstep"
-    from bridgebench.launch.plan import nodes_and_tasks
+    The script is rendered by :func:`bridgebench.launch.jobspec.build_job`, as the plan's ``submit.sh`` was; the
+    script as submitted is kept under ``run_dir/submitted/`` and its sha256 in the ledger.
 
-    nodes, per_node = (1, 1) if optstep else nodes_and_tasks(cfg)
-    job_name = f"{name}-a{attempt}"
-    base = ex.job_dir(cfg.cluster) / run_id / f"a{attempt}"
-    base.mkdir(parents=True, exist_ok=True)
-    out_dir = base / "out"
-    container = bool(cfg.cluster.pyxis and cfg.cluster.container)
-    env = {
-        **OmegaConf.to_container(cfg.env_vars, resolve=True),
-        "BRIDGEBENCH_CONFIG_HASH": run_id.split("-r")[0],
-        "BRIDGEBENCH_ATTEMPT": str(attempt),
-    }
-    segment = ex.segment_for(nodes, int(cfg.gpu.gpus_per_node)) if cfg.cluster.supports_segment else None
-    executor = ex.make_executor(
-        cfg.cluster,
-        nodes=nodes,
-        tasks_per_node=per_node,
-        gpus_per_node=None if optstep else cfg.gpu.gpus_per_node,
-        container_image=str(cfg.release.container_image) if container else None,
-        env=env,
-        job_dir_path=base / "experiments",
-        segment=segment,
-    )
-    executor.packager = run.Packager()  # the code is the repository itself (mounted on clusters), not an archive
-    if exclude:
-        executor.additional_parameters = {"exclude": ",".join(ex.check_name("node", n) for n in exclude)}
-    command = ex.payload_command(str(cfg.job.type), str(run_dir / "config.yaml"), str(out_dir), container)
-    script = run.Script(inline=command, entrypoint="bash")
-    env_before = dict(os.environ)
-    os.environ.update({k: v for k, v in _client_env(cfg).items() if k in cfg.cluster.client_env})
+    Raises:
+        SubmitError: sbatch failed or returned no job id (nothing recorded).
+    """
+    config_hash = run_id.rsplit("-r", 1)[0]
+    if any(a.attempt == attempt for a in ledger.attempts(run_id)):
+        raise SubmitError(f"the ledger has {run_id} attempt {attempt} already; not submitting it again")
+    job = build_job(cfg, run_dir, name, config_hash, run_id, attempt, exclude=exclude)
+    env = {k: v for k, v in slurmcli.client_env(cfg).items() if k in cfg.cluster.client_env}
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            with run.Experiment(
-                ex.check_name("run name", job_name), executor=executor, base_dir=str(base), log_level="ERROR"
-            ) as exp:
-                exp.add(script, name=job_name)
-                exp.run(detach=True)
-        handle = exp.jobs[0].handle if exp.jobs else ""
-        job_id = str(handle).rstrip("/").split("/")[-1] if handle else None
-        if not job_id or not job_id.isdigit():
-            raise SubmitError(f"nemo-run returned no SLURM job id for {job_name} (handle {handle!r})")
-        experiment_id = exp._id
-    except SubmitError:
+        job_id, script, experiment_id = nemorun.submit(
+            job.executor, command=job.command, job=job.paths, depends_on=depends_on, client_env=env
+        )
+    except ex.LaunchConfigError:
         raise
     except Exception as err:  # nemo-run raises plain exceptions for sbatch failures
-        raise SubmitError(f"submitting {job_name} failed: {err}") from err
-    finally:
-        os.environ.clear()
-        os.environ.update(env_before)
+        raise SubmitError(f"submitting {job.paths.job_name} failed: {err}") from err
+    if script:
+        kept = Path(run_dir) / "submitted" / f"{run_id}-a{attempt}.sbatch.sh"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(script)
     now = time.time()
     a = Attempt(
         run_id=run_id,
@@ -137,106 +99,164 @@ def submit_run(
         slurm_job_id=job_id,
         experiment_id=experiment_id,
         plan_dir=str(run_dir),
-        job_dir=str(base),
+        job_dir=str(job.paths.base),
         excluded_nodes=list(exclude or []),
+        uid=uuid.uuid4().hex,
+        cluster_id=cluster_identity(cfg.cluster),
+        job_name=job.paths.job_name,
+        depends_on=depends_on,
+        container_image=job.spec.container_image,
+        script_sha256=hashlib.sha256(script.encode()).hexdigest() if script else None,
+        **code_version(),
     )
     ledger.add(a)
     return a
+
+
+def _live_nodes(cfg: DictConfig) -> int | None:
+    """Nodes SLURM reports for the cluster's partition (``sinfo``), or None when it cannot be asked."""
+    try:
+        out = _slurm(["sinfo", "-h", "-p", str(cfg.cluster.partition), "-o", "%D"], cfg)
+    except slurmcli.SlurmError:
+        return None
+    counts = [int(x) for x in out.split() if x.isdigit()]
+    return sum(counts) if counts else None
+
+
+def check_cluster_can_run(cfgs: list[tuple[str, DictConfig]]) -> None:
+    """Raise :class:`ClusterCannotRunError` (naming each run and rule) if the target cluster can never start a job.
+
+    ``cfgs`` = (run name, composed config) pairs; the cluster's declared facts and ``sinfo``'s node count are used.
+    """
+    problems = []
+    live: dict[str, int | None] = {}
+    for name, cfg in cfgs:
+        key = str(cfg.cluster.name)
+        if key not in live:
+            live[key] = _live_nodes(cfg)
+        found = cluster_violations(cfg.cluster, job_spec(cfg).needs(cfg), live_nodes=live[key])
+        problems += [f"  {name}: {v}" for v in found]
+    if problems:
+        raise ClusterCannotRunError("the cluster cannot run this plan; nothing was submitted:\n" + "\n".join(problems))
 
 
 def submit(
     overrides: list[str],
     *,
     repeats: int = 1,
+    again: bool = False,
     ledger: Ledger | None = None,
     progress: Callable[[str], None] | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> list[Attempt]:
-    """Plan ``overrides`` (all checks first; bad input submits nothing), then submit every run ``repeats`` times."""
+    """Plan ``overrides`` (all checks first; bad input submits nothing), check the cluster can run every job, then
+    submit every run ``repeats`` times, each repeat after the previous one (SLURM dependency chain).
+
+    A run whose config hash has runs in the ledger already is skipped (``notify`` says so) unless ``again``; with
+    ``again`` its new repeats continue the numbering (``<hash>-r2`` after r0, r1).
+
+    Raises:
+        SubmitError: every run exists already (use ``again``), the cluster cannot run a job, or sbatch failed.
+    """
     from bridgebench.launch.plan import plan
 
     say = progress or (lambda msg: None)
-    ledger = ledger or Ledger()
     out_dir, runs = plan(overrides, progress=say)
-    attempts = []
+    return submit_planned(
+        runs, repeats=repeats, again=again, ledger=ledger, progress=say, notify=notify, plan_dir=out_dir
+    )
+
+
+def submit_planned(
+    runs: list,
+    *,
+    repeats: int = 1,
+    again: bool = False,
+    ledger: Ledger | None = None,
+    progress: Callable[[str], None] | None = None,
+    notify: Callable[[str], None] | None = None,
+    plan_dir: Path | None = None,
+) -> list[Attempt]:
+    """Submit already planned runs (``bridgebench.launch.plan.PlannedRun``) as :func:`submit` does: skip runs in
+    the ledger unless ``again``, check the cluster can run every job, repeats in a dependency chain. ``plan_dir`` is
+    removed when nothing is submitted. Raises :class:`SubmitError`."""
+    say = progress or (lambda msg: None)
+    tell = notify or (lambda msg: None)
+    ledger = ledger or Ledger()
+    out_dir = plan_dir
+    todo = []
     for r in runs:
-        cfg = OmegaConf.load(Path(r.dir) / "config.yaml")
-        for rep in range(repeats):
-            run_id = f"{r.config_hash}-r{rep}"
+        existing = ledger.runs_of(r.config_hash)
+        if existing and not again:
+            states = ", ".join(f"{a.run_id} {a.state}" for rid in existing for a in ledger.attempts(rid)[-1:])
+            tell(f"skipped {r.name}: the ledger has {len(existing)} run(s) of this config ({states}); add --again")
+            continue
+        first = 1 + max((int(rid.rsplit("-r", 1)[1]) for rid in existing), default=-1)
+        todo.append((r, OmegaConf.load(Path(r.dir) / "config.yaml"), first))
+    if not todo:
+        if out_dir is not None:
+            shutil.rmtree(out_dir, ignore_errors=True)  # the plan of a submission that submits nothing is not kept
+        raise SubmitError(
+            "nothing submitted: every run of this plan is in the ledger already (`bridgebench status` shows "
+            "them); add --again to submit new repeats"
+        )
+    try:
+        check_cluster_can_run([(r.name, cfg) for r, cfg, _ in todo])
+    except ClusterCannotRunError:
+        if out_dir is not None:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    attempts = []
+    for r, cfg, first in todo:
+        previous = None
+        for rep in range(first, first + repeats):
+            run_id = run_id_for(r.config_hash, rep)
             say(f"submitting {r.name} (repeat {rep})")
-            attempts.append(submit_run(cfg, Path(r.dir), r.name, run_id, ledger, attempt=ledger.next_attempt(run_id)))
+            a = submit_run(cfg, Path(r.dir), r.name, run_id, ledger, attempt=0, depends_on=previous)
+            previous = a.slurm_job_id
+            attempts.append(a)
     return attempts
 
 
-def _sacct(job_ids: list[str], cfg: DictConfig) -> dict[str, dict[str, str]]:
-    if not job_ids:
-        return {}
-    out = _slurm(
-        ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "--format=JobID,State,ExitCode,NodeList,Reason"], cfg
-    )
-    states = {}
-    for line in out.splitlines():
-        parts = line.split("|")
-        if len(parts) >= 4 and parts[0] in job_ids:
-            states[parts[0]] = {
-                "state": parts[1],
-                "exit_code": parts[2],
-                "node_list": parts[3],
-                "reason": parts[4] if len(parts) > 4 else "",
-            }
-    return states
-
-
-def attempt_logs(a: Attempt) -> list[Path]:
-    """Log files of an attempt (nemo-run's sbatch and srun outputs for its SLURM job id)."""
-    if not a.job_dir or not a.slurm_job_id:
-        return []
-    return sorted(p for p in Path(a.job_dir).rglob(f"*{a.slurm_job_id}*.out"))
-
-
 def refresh(cfg: DictConfig, ledger: Ledger | None = None) -> list[Attempt]:
-    """Update unfinished attempts from ``sacct``; classify failures from their logs; retry known-flaky failures
-    (excluding the failed nodes) up to ``cluster.max_retries``. Returns all attempts."""
-    from bridgebench.logs.parser import parse_log
+    """Update attempts from SLURM (:func:`bridgebench.launch.tracking.update`), then retry known-flaky failures
+    (excluding the failed nodes) up to ``cluster.max_retries``. Returns all attempts as ``status`` shows them."""
+    return refresh_report(cfg, ledger).attempts
 
+
+def refresh_report(cfg: DictConfig, ledger: Ledger | None = None) -> tracking.Refresh:
+    """:func:`refresh` plus the notes for the user (cluster unreachable, jobs UNKNOWN or LOST)."""
     ledger = ledger or Ledger()
-    pending = [a for a in ledger.attempts() if not a.finished]
-    states = _sacct([a.slurm_job_id for a in pending if a.slurm_job_id], cfg)
-    for a in pending:
-        s = states.get(a.slurm_job_id)
-        if not s:
+    report = tracking.update(cfg, ledger)
+    retried = False
+    for a in ledger.attempts():
+        if a.state not in ("FAILED", "NODE_FAIL") or a.retried or not tracking.belongs(a, cfg):
             continue
-        state = s["state"].split(" ")[0]
-        fields = {"state": state, "exit_code": s["exit_code"], "node_list": s["node_list"]}
-        if state in ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED"):
-            outcome, detail = (
-                state.lower(),
-                f"exit code {s['exit_code']}" + (f", {s['reason']}" if s["reason"] and s["reason"] != "None" else ""),
+        flaky = a.reason and (
+            a.reason.split(":")[0] in FLAKY_OUTCOMES
+            or a.state == "NODE_FAIL"
+            or any(t in a.reason.lower() for t in FLAKY_TEXT)
+        )
+        if flaky and a.attempt < int(cfg.cluster.max_retries):
+            run_cfg = OmegaConf.load(Path(a.plan_dir) / "config.yaml")
+            nodes = [n for n in _expand_nodes(a.node_list or "", cfg) if n and n != "None"]
+            exclude = (
+                sorted(set(a.excluded_nodes) | set(nodes))
+                if a.state == "NODE_FAIL" or len(_all_nodes(cfg)) > len(nodes)
+                else list(a.excluded_nodes)
             )
-            for log in attempt_logs(a):
-                parsed = parse_log(log)
-                if parsed.outcome not in ("completed", "incomplete"):
-                    outcome, detail = parsed.outcome, (parsed.outcome_detail or "")[:300]
-                    break
-            fields["reason"] = f"{outcome}: {detail}".strip(": ")
-        ledger.update(a.run_id, a.attempt, **fields)
-        a.state, a.reason = state, fields.get("reason")
-        if state in ("FAILED", "NODE_FAIL") and not a.retried:
-            flaky = a.reason and (
-                a.reason.split(":")[0] in FLAKY_OUTCOMES
-                or state == "NODE_FAIL"
-                or any(t in a.reason.lower() for t in FLAKY_TEXT)
-            )
-            if flaky and a.attempt < int(cfg.cluster.max_retries):
-                run_cfg = OmegaConf.load(Path(a.plan_dir) / "config.yaml")
-                nodes = [n for n in _expand_nodes(s["node_list"], cfg) if n and n != "None"]
-                exclude = (
-                    sorted(set(a.excluded_nodes) | set(nodes))
-                    if state == "NODE_FAIL" or len(_all_nodes(cfg)) > len(nodes)
-                    else list(a.excluded_nodes)
-                )
-                submit_run(run_cfg, Path(a.plan_dir), a.name, a.run_id, ledger, attempt=a.attempt + 1, exclude=exclude)
-                ledger.update(a.run_id, a.attempt, retried=True)
-    return ledger.attempts()
+            submit_run(run_cfg, Path(a.plan_dir), a.name, a.run_id, ledger, attempt=a.attempt + 1, exclude=exclude)
+            ledger.update(a.run_id, a.attempt, retried=True)
+            retried = True
+    if retried:
+        report = tracking.Refresh(
+            [
+                next((b for b in report.attempts if (b.run_id, b.attempt) == (x.run_id, x.attempt)), x)
+                for x in ledger.attempts()
+            ],
+            report.notes,
+        )
+    return report
 
 
 def _expand_nodes(node_list: str, cfg: DictConfig) -> list[str]:
@@ -250,9 +270,13 @@ def _all_nodes(cfg: DictConfig) -> list[str]:
 
 
 def cancel(cfg: DictConfig, run_ids: list[str] | None = None, ledger: Ledger | None = None) -> list[Attempt]:
-    """``scancel`` the unfinished attempts (of ``run_ids``, or all) and mark them CANCELLED in the ledger."""
+    """``scancel`` the unsettled attempts (of ``run_ids``, or all) and mark them CANCELLED in the ledger."""
     ledger = ledger or Ledger()
-    targets = [a for a in ledger.attempts() if not a.finished and (not run_ids or a.run_id in run_ids)]
+    targets = [
+        a
+        for a in ledger.attempts()
+        if not a.settled and tracking.belongs(a, cfg) and (not run_ids or a.run_id in run_ids)
+    ]
     ids = [a.slurm_job_id for a in targets if a.slurm_job_id]
     if ids:
         _slurm(["scancel", *ids], cfg)
@@ -267,14 +291,16 @@ def wait(
     *,
     timeout_s: float = 600,
     poll_s: float = 2.0,
+    run_ids: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[Attempt]:
-    """Refresh until every attempt is finished (retries included) or ``timeout_s`` passes. Returns all attempts."""
+    """Refresh until every attempt (of ``run_ids``, retries included) is settled (finished or LOST) or
+    ``timeout_s`` passes. Returns those attempts."""
     ledger = ledger or Ledger()
     deadline = time.monotonic() + timeout_s
     while True:
-        attempts = refresh(cfg, ledger)
-        open_ = [a for a in attempts if not a.finished]
+        attempts = [a for a in refresh(cfg, ledger) if not run_ids or a.run_id in run_ids]
+        open_ = [a for a in attempts if not a.settled]
         if progress:
             progress(f"{len(attempts) - len(open_)}/{len(attempts)} attempts finished")
         if not open_ or time.monotonic() > deadline:

@@ -1,237 +1,111 @@
-"""Parse LLM pretraining logs into steps, steady-state statistics and an outcome class.
+"""Stream a pretraining log into steps, a window of figures with its quality, and an outcome class.
 
-One streaming pass over a log (line by line, precompiled regexes behind cheap substring gates) yields a
-:class:`ParsedLog`: the de-duplicated per-iteration :class:`Step` records of one rank's view, GPU memory reports,
-every failure signal seen, and a single ``outcome`` picked by a fixed precedence (see :data:`OUTCOME_PRECEDENCE`).
+One pass over the log in large binary chunks (bounded memory: :data:`CHUNK_BYTES` plus the steps kept).  A
+multi-pattern scan (``ahocorasick_rs``, SIMD-accelerated Aho-Corasick) finds the few candidate lines -- record heads,
+Step Time lines, failure and end-of-training strings (:data:`bridgebench.logs.formats.RECORD_PATTERNS`,
+:data:`bridgebench.logs.signals.SIGNAL_PATTERNS`); only those are decoded and parsed, the rest of the log is never
+touched by Python code.  Standard Megatron iteration lines take a fast path that reads the timed fields at once and
+keeps the rest of the line to be parsed when :attr:`ParsedLog.steps` is first read.  Records split over several
+physical lines (cloudai's fixture, terminal wrapping) and Python tracebacks switch to a line-by-line mode until
+they close.
 
-Formats and the code that prints each line
-==========================================
+The line forms and their sources are in :mod:`bridgebench.logs.formats`; outcome classes and precedence in
+:mod:`bridgebench.logs.signals`; windows, warm-up and quality in :mod:`bridgebench.logs.steady`.
 
-Megatron-LM (``format='megatron_lm'``)
-    Iteration line, printed by ``print_rank_last`` (the last rank = last pipeline stage, the only one holding the
-    loss) in ``training_log`` of ``megatron/training/training.py`` (Megatron-LM ``core_v0.19.0``, line ~2844)::
-
-        [2026-01-16 07:32:24] iteration        5/     100 | consumed samples:        10240 |
-        elapsed time per iteration (ms): 15800.0 | throughput per GPU (TFLOP/s/GPU): 490.0 |
-        learning rate: 4.134000E-07 | global batch size:  2048 | lm loss: 1.344240E+01 | ... | loss scale: 1.0 |
-        grad norm: 2.870 | num zeros: ... | params norm: ... | number of skipped iterations:   0 |
-        number of nan iterations:   0 |
-
-    (one physical line).  Units: ``elapsed time per iteration`` is milliseconds *averaged over the log interval*
-    (``elapsed_time / total_iterations``); ``throughput per GPU`` is model TFLOP/s per GPU (only with
-    ``--log-throughput``).  A loss is printed only when its interval average is ``>= 0.0``, so a NaN loss is *not*
-    printed -- it shows up as ``number of nan iterations > 0`` instead.  Memory reports come from ``report_memory``
-    in ``megatron/training/utils/common_utils.py`` (``core_v0.19.0``)::
-
-        [Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max allocated: ... | reserved: ... | ...
-
-    with MB = 1024*1024 bytes.  End marker: ``print_datetime('after training is done')`` in ``pretrain()``.
-
-Megatron-Bridge (``format='megatron_bridge'``)
-    Same iteration line, built by ``training_log`` in ``src/megatron/bridge/training/utils/train_utils.py``
-    (Megatron-Bridge ``v0.6.0``, lines 1176-1222, ``print_rank_last``).  Since v0.2.0 the same function first prints,
-    with ``print_rank_0`` (rank 0, i.e. possibly a *different* rank than the iteration line)::
-
-        Step Time : 9.09s GPU utilization: 663.5MODEL_TFLOP/s/GPU
-
-    (``v0.6.0`` line 1135; ``TFLOP/s/GPU`` without ``MODEL_`` before commit 23fc54521, e.g. in the reduced-precision
-    tutorial).  Step Time is the same interval-averaged seconds per iteration, GPU utilization the interval-average
-    model TFLOP/s per GPU.  Memory reports since v0.2.0 are ``report_memory`` (``v0.6.0`` line 1245) output::
-
-        [Rank 0] (after 2 iterations) memory (GB) | mem-allocated-gigabytes: 63.4 | ... | mem-alloc-retires: 0 | ...
-
-    where GB = 1e9 bytes (``memory_stats[...] / 1.0e9``); v0.1.x printed the Megatron-LM ``memory (MB)`` form
-    (``v0.1.0rc1`` line 551).  Bridge-only markers used to tell it from Megatron-LM: the Step Time line, a
-    ``memory (GB)`` report, and ``Setting rerun_state_machine.current_iteration to N...`` (``v0.6.0``
-    ``src/megatron/bridge/training/train.py`` line 192, printed at every start of ``train()``, also used to cut
-    restart segments).  A Bridge log without any of those is indistinguishable from Megatron-LM and is reported as
-    ``megatron_lm``.  End marker: ``barrier_and_log("after training is done")`` in
-    ``src/megatron/bridge/training/pretrain.py``.
-
-NeMo 2 / Lightning (``format='nemo2'``)
-    ``Training epoch 0, iteration 17/99 | lr: ... | global_step: 17 | reduced_train_loss: 11.03 |
-    train_step_timing in s: 12.64 | consumed_samples: 2304`` (optionally ``TFLOPS_per_GPU: 456.7``), from NeMo's
-    Lightning progress printer.  ``global_step`` (0-based) is used as the iteration; ``iteration i/M`` counts
-    batches within the epoch (``M`` = last 0-based index).  ``train_step_timing in s`` is seconds per step.  End
-    marker: Lightning's ``\\`Trainer.fit\\` stopped: \\`max_steps=N\\` reached.``  The NeMo(-Launcher)
-    ``perf_metrics_utils`` summary ``train_step_timing in s: [11.85, 6.98, ...]`` is also read (one step per list
-    entry, iterations numbered 1..N and flagged ``inferred_iteration``).
-
-Log plumbing
-    Rank prefixes are stripped (and used as the rank label): NeMo-Run ``name/0 `` / ``name/0: ``, srun ``--label``
-    ``0: ``, mpirun ``--tag-output`` ``[1,0]<stdout>:``, torchrun ``[default3]:`` and ``[rank3]:``.  Records split
-    over several physical lines (fragments ending in ``|``) are re-joined per rank label (an unprefixed fragment
-    continues the single open record, as in cloudai's Megatron-Bridge fixture).  The step view is that of
-    one rank: the rank label with the most iteration records carrying a loss (ties: the highest numeric label, i.e.
-    the last pipeline stage).  Within it an iteration number equal to the previous one is a duplicate (dropped); a
-    smaller one starts a new *segment* (a restart / resume), and the newer attempt's records supersede the older
-    attempt's for the same iterations.
-
-Outcome
-=======
-See :data:`OUTCOME_PRECEDENCE` and :func:`parse_log`.
-
-Sources of the failure strings
-==============================
-SLURM slurmstepd (``*** JOB 123 ON node1 CANCELLED AT ... DUE TO TIME LIMIT ***`` / ``... DUE TO NODE FAILURE ***``);
-Megatron-Bridge ``scripts/performance/setup_experiment.py`` (``check_slurm_timeout``: ``DUE TO TIME LIMIT``;
-``is_flaky_failure``: ``torch.distributed.DistBackendError``, ``ncclRemoteError``, ``Watchdog caught collective
-operation timeout``, ``Segmentation fault``, ``found NaN in``, ``illegal memory access``;
-``check_training_finished``: ``after training is done``, ``exiting program at iteration``); Megatron-LM
-``pretrain_gpt.py`` / Bridge ``src/megatron/bridge/training/losses.py`` (``found NaN in local forward loss
-calculation``), ``megatron/core/rerun_state_machine.py`` (``RuntimeError: Rank r, node n, device d, iteration i:
-Unexpected result nan (message='...')``); PyTorch's ``torch.OutOfMemoryError: CUDA out of memory``.
+Step view: one rank's records -- the rank label with the most records carrying a loss (ties: the highest numeric
+label, i.e. the last pipeline stage).  Within it an iteration equal to the previous one is a duplicate (dropped); a
+smaller one starts a new *segment* (a restart / resume; so does a Megatron-Bridge ``train()`` start line), and the
+newer attempt's records supersede the older attempt's for the same iterations.
 """
 
 from __future__ import annotations
 
+import gzip
 import io
 import math
 import os
 import re
-import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterable, TextIO
+from typing import Any, BinaryIO, Callable, TextIO
 
-import numpy as np
+import ahocorasick_rs
+
+from bridgebench.errors import BridgebenchError
+from bridgebench.logs import formats as F
+from bridgebench.logs.signals import (
+    EXC_LINE_RE,
+    OUTCOME_PRECEDENCE,
+    OUTCOMES,
+    SIGNAL_PATTERNS,
+    classify_line,
+    decide_outcome,
+    end_marker,
+)
+from bridgebench.logs.steady import (
+    QUALITIES,
+    SteadyState,
+    bad_reason,
+    log_interval,
+    segment_starts,
+    steady_state,
+    window_summary,
+)
 
 __all__ = [
+    "CHUNK_BYTES",
+    "FORMATS",
+    "LogReadError",
     "OUTCOMES",
     "OUTCOME_PRECEDENCE",
     "ParsedLog",
+    "QUALITIES",
     "SteadyState",
     "Step",
+    "bad_reason",
     "classify_line",
     "parse_log",
+    "parsed_from_steps",
     "steady_state",
     "to_json",
 ]
 
-#: Failure classes, most decisive first.  When a log shows several, the first one in this tuple wins:
-#: a scheduler verdict (time limit, node failure) explains everything after it; an OOM on one rank makes the
-#: other ranks hit NCCL watchdog timeouts; NCCL errors and NaN checks surface as Python tracebacks
-#: (``RuntimeError``), so those beat the generic ``crash``.  A failure signal beats completion: a run that crashed
-#: and was restarted in-job to the end is ``crash`` (``ParsedLog.reached_final_iteration`` still says it got there).
-OUTCOME_PRECEDENCE: tuple[str, ...] = ("time_limit", "node_failure", "oom", "nccl_error", "nan", "crash")
-
-#: Every outcome :func:`parse_log` can return: the failure classes, then ``completed`` (final iteration
-#: ``N/N`` reached or an end-of-training marker, with no failure signal) and ``incomplete`` (neither).
-OUTCOMES: tuple[str, ...] = OUTCOME_PRECEDENCE + ("completed", "incomplete")
-
-# --------------------------------------------------------------------------------------------------------------
-# Regexes (all precompiled; every one sits behind a substring gate in the hot loop)
-# --------------------------------------------------------------------------------------------------------------
-
-# Rank prefixes, in the order they nest: NeMo-Run 'job/0 ' or 'job/0: ', srun --label '0: ' (right-aligned),
-# mpirun --tag-output '[1,0]<stdout>:', torchrun --tee '[default3]:', torch.distributed '[rank3]:'.
-_PREFIX_RE = re.compile(
-    r"(?:[\w.\-]{1,64}/\d+:? )?"
-    r"(?: *\d+: )?"
-    r"(?:\[\d+,\d+\]<std(?:out|err)>: ?)?"
-    r"(?:\[default\d+\]:)?"
-    r"(?:\[rank\d+\]: ?)?"
-)
-_MEG_HEAD_RE = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
-_NEMO_HEAD_RE = re.compile(r"Training epoch (\d+), iteration (\d+)/(\d+)")
-_STEP_TIME_RE = re.compile(
-    r"Step Time\s*:\s*([0-9.]+|nan|inf)\s*s\s+GPU utilization\s*:\s*([0-9.]+|nan|inf)\s*(?:MODEL_)?TFLOP/s/GPU"
-)
-_MEM_HEAD_RE = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \((MB|GB)\)")
-_NEMO_LIST_RE = re.compile(r"train_step_timing in s: \[([^\]]*)\]")
-_MAX_STEPS_RE = re.compile(r"max_steps(?:=|'\s*\(|\s+was set to\s+)(\d+)")
-_NCCL_CODE_RE = re.compile(
-    r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError)"
-)
-_ABORTED_RE = re.compile(r"\bAborted\b")
-_EXC_LINE_RE = re.compile(r"^\s*((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Failure))(?::|\s*$)")
-
-
-# Megatron iteration-line keys -> (Step attribute, converter).  Listed with and without the single leading space
-# the trainer prints (" lm loss: ..."), so the hot path needs no strip().  Converters accept surrounding blanks.
-def _ms_to_s(v: str) -> float:
-    return float(v) / 1000.0
-
-
-_MEG_KEYS: dict[str, tuple[str, Any]] = {}
-for _k, _spec in {
-    "elapsed time per iteration (ms)": ("step_time_s", _ms_to_s),
-    "throughput per GPU (TFLOP/s/GPU)": ("tflops_per_gpu", float),
-    "lm loss": ("lm_loss", float),
-    "grad norm": ("grad_norm", float),
-    "learning rate": ("learning_rate", float),
-    "loss scale": ("loss_scale", float),
-    "consumed samples": ("consumed_samples", int),
-    "global batch size": ("global_batch_size", int),
-    "number of skipped iterations": ("skipped", int),
-    "number of nan iterations": ("nan_iterations", int),
-}.items():
-    _MEG_KEYS[_k] = _MEG_KEYS[" " + _k] = _spec
-del _k, _spec
-_NEMO_KEYS = {
-    "reduced_train_loss": ("lm_loss", float),
-    "train_step_timing in s": ("step_time_s", float),
-    "TFLOPS_per_GPU": ("tflops_per_gpu", float),
-    "lr": ("learning_rate", float),
-    "global_batch_size": ("global_batch_size", int),
-    "consumed_samples": ("consumed_samples", int),
-    "grad_norm": ("grad_norm", float),
-}
-# Memory keys (both report_memory flavours) -> normalized name.  Values become MB (= 2**20 bytes).
-_MEM_KEYS = {
-    "allocated": "allocated_mb",
-    "max allocated": "max_allocated_mb",
-    "reserved": "reserved_mb",
-    "max reserved": "max_reserved_mb",
-    "mem-allocated-gigabytes": "allocated_mb",
-    "mem-active-gigabytes": "active_mb",
-    "mem-inactive-gigabytes": "inactive_mb",
-    "mem-reserved-gigabytes": "reserved_mb",
-    "mem-max-allocated-gigabytes": "max_allocated_mb",
-    "mem-max-active-gigabytes": "max_active_mb",
-    "mem-max-inactive-gigabytes": "max_inactive_mb",
-    "mem-max-reserved-gigabytes": "max_reserved_mb",
-    "mem-alloc-retires": "alloc_retries",  # sic: Megatron-Bridge's MEMORY_KEYS spelling
-    "mem-allocated-count": "allocated_count",
-}
-_GB_TO_MB = 1.0e9 / (1024.0 * 1024.0)  # Bridge GB = 1e9 bytes; Megatron MB = 2**20 bytes
-
-# Substring gates: a line reaches classify_line / the end-marker checks only if it contains one of these.  Each
-# class's patterns contain a gate: 'rror' covers every *Error / error (OutOfMemoryError, RuntimeError, CUDA error,
-# NCCL error, ncclRemoteError, DistBackendError, ChildFailedError, Fatal Python error, srun: error ...).  The same
-# list is spelled out as one chained `in` expression in parse_log (cheaper than a loop); keep the two in sync.
-_SIGNAL_GATES = (
-    "rror",
-    "Traceback",
-    "DUE TO",
-    "NODE_FAIL",
-    "Watchdog",
-    "ProcessGroupNCCL",
-    "found ",
-    "Seg",
-    "SIG",
-    "Abort",
-    "training is done",
-    "Trainer.fit",
-    "exiting program",
-    "max_steps",
-)
+#: Bytes read per chunk; memory is this plus the current line's carry-over plus the steps kept.
+CHUNK_BYTES = 8 << 20
+#: A "line" longer than this with no newline (binary junk, a progress bar rewriting itself) is cut here.
+MAX_LINE_BYTES = 1 << 20
+#: Formats :func:`parse_log` reports (``tensorboard`` for event files, see :mod:`bridgebench.logs.events`).
+FORMATS: tuple[str, ...] = ("megatron_bridge", "megatron_lm", "nemo2", "nemo1", "unknown")
 _DETAIL_MAX = 500
+_TRACEBACK_LOOKAHEAD = 400  # lines searched after the first 'Traceback' for the exception line that closes it
+_MAX_FRAGMENTS = 16
+_MAX_PENDING_LINES = 2000  # lines scanned one by one for the rest of a split record before giving up on it
+
+_KINDS: list[str] = [k for _, k in F.RECORD_PATTERNS] + ["line"] * len(SIGNAL_PATTERNS)
+_RECORD, _STEP_TIME = _KINDS.index("record"), _KINDS.index("step_time")
+_SCANNER = ahocorasick_rs.BytesAhoCorasick(
+    [p for p, _ in F.RECORD_PATTERNS] + list(SIGNAL_PATTERNS), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST
+)
+
+
+class LogReadError(BridgebenchError):
+    """A log that cannot be read as text: empty, binary, or unreadable (the message says which)."""
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Data classes
+# Steps
 # --------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
 class Step:
-    """One logged training step (for Megatron with ``log_interval > 1``: one log interval).
+    """One logged training step (with ``log_interval > 1``: one log interval, its figures interval averages).
 
-    Units: ``step_time_s`` seconds per iteration (Megatron: ``elapsed time per iteration (ms)`` / 1000, else the
-    Bridge ``Step Time`` seconds; NeMo: ``train_step_timing in s``); ``tflops_per_gpu`` model TFLOP/s per GPU
-    (Megatron ``throughput per GPU (TFLOP/s/GPU)``, else Bridge ``GPU utilization ... MODEL_TFLOP/s/GPU``; NeMo
-    ``TFLOPS_per_GPU``); losses are the interval averages the trainer prints.  ``None`` = not in the log.
+    Units: ``step_time_s`` seconds per iteration (Megatron ``elapsed time per iteration (ms)`` / 1000 or ``(s)``,
+    Bridge ``Step Time``, NeMo ``train_step_timing in s``); ``tflops_per_gpu`` model TFLOP/s per GPU (Megatron
+    ``throughput per GPU (TFLOP/s/GPU)``, Bridge ``GPU utilization ... TFLOP/s/GPU``, Megatron-DeepSpeed ``TFLOPs``,
+    NeMo ``TFLOPS_per_GPU``); ``tokens_per_s_per_gpu`` tokens/s per GPU (Megatron-DeepSpeed ``tokens per gpu per
+    second (tgs)``); losses are the interval averages the trainer prints.  ``None`` = not in the log.  ``offset`` is
+    the byte offset of the record's line in the log.
     """
 
     iteration: int
@@ -246,128 +120,49 @@ class Step:
     global_batch_size: int | None = None
     learning_rate: float | None = None
     loss_scale: float | None = None
+    tokens_per_s_per_gpu: float | None = None
     extra: dict[str, float] = field(default_factory=dict)  # other numeric fields, e.g. 'load_balancing_loss'
     rank: str | None = None  # rank-prefix label of the line, None when unprefixed
-    segment: int = 0  # 0 = first attempt; +1 at every restart/resume (iteration went backwards)
-    line_no: int = 0  # 1-based physical line where the record started
-    source: str = "megatron"  # 'megatron' | 'nemo2' | 'step_time' | 'nemo_list'
+    segment: int = 0  # 0 = first attempt; +1 at every restart/resume
+    offset: int = 0
+    source: str = "megatron"  # megatron | step_time | nemo2 | nemo_fragment | nemo_list | nemo1 | tensorboard
     inferred_iteration: bool = False  # iteration is an ordinal, not printed by the trainer
+    _tail: bytes | None = field(default=None, repr=False, compare=False)  # unparsed rest of a fast-path record
+
+    def complete(self) -> Step:
+        """Parse the fields a fast-path record left for later (idempotent); returns self."""
+        tail = self._tail
+        if tail is not None:
+            self._tail = None
+            _fill_megatron(self, tail.decode("utf-8", "replace"))
+        return self
 
     @property
     def is_bad(self) -> bool:
-        """NaN/inf loss or grad norm, or a trainer-reported skipped/NaN iteration."""
-        return _bad_reason(self, True) is not None
+        """NaN/inf loss or grad norm, or a trainer-reported NaN iteration or (bf16) skipped iteration."""
+        return bad_reason(self.complete(), True) is not None
 
 
-_STEP_SLOTS: tuple[str, ...] = Step.__slots__
+_STEP_SLOTS = tuple(Step.__slots__)
 
 
-@dataclass(slots=True)
-class SteadyState:
-    """Steady-state summary of one metric over a window of steps (see :func:`steady_state`).
-
-    ``median``/``mean``/``stdev``/``q1``/``q3``/``iqr``/``min``/``max`` are in the metric's unit (``step_time_s``:
-    seconds, ``tflops_per_gpu``: TFLOP/s/GPU), computed with :mod:`statistics` over ``count`` steps, iterations
-    ``first_iteration``..``last_iteration``.  ``window_ok`` is False -- with ``reason`` -- when the numbers must not
-    be read as a clean steady state: too few steps (``insufficient``), NaN/skipped steps inside the window, or a
-    run outcome other than ``completed``.  ``stdev`` is the sample standard deviation (ddof=1); ``q1``/``q3`` are
-    linearly interpolated quartiles (= ``statistics.quantiles(method='inclusive')``); one step gives 0 spread.
-    """
-
-    metric: str
-    count: int
-    median: float | None
-    mean: float | None
-    stdev: float | None
-    q1: float | None
-    q3: float | None
-    iqr: float | None
-    min: float | None
-    max: float | None
-    first_iteration: int | None
-    last_iteration: int | None
-    warmup: int
-    min_steps: int
-    insufficient: bool
-    window_ok: bool
-    reason: str
-    segments: int = 0  # number of distinct restart segments the window draws from
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
+def _clone(step: Step, rank: str | None, offset: int) -> Step:
+    new = object.__new__(Step)
+    for name in _STEP_SLOTS:
+        setattr(new, name, getattr(step, name))
+    new.extra = dict(step.extra)
+    new.rank = rank
+    new.offset = offset
+    return new
 
 
-@dataclass
-class ParsedLog:
-    """Everything :func:`parse_log` extracts from one log.
-
-    ``steps``: de-duplicated steps of one rank's view, ordered by iteration.  ``total_iters``: Megatron
-    ``--train-iters`` (the ``M`` of ``iteration N/M``) or NeMo ``max_steps`` (else batches per epoch).
-    ``memory``: GPU memory in MB (2**20 bytes, Megatron's unit; Bridge GB = 1e9 bytes are converted) from all
-    ``[Rank r] (after N iterations) memory`` reports -- ``peak_allocated_mb`` / ``peak_reserved_mb`` (largest
-    ``max allocated`` / ``max reserved`` of any rank and report), ``allocated_mb`` / ``reserved_mb`` (largest current
-    value in any rank's latest report), ``alloc_retries``, ``source_unit`` ('MB' or 'GB' as printed),
-    ``ranks_reported``, ``reports`` and ``per_rank``; empty when the log has no memory report.
-    ``signals``: first line per failure class seen (the outcome is the first class in
-    :data:`OUTCOME_PRECEDENCE` present here); ``signal_counts``: lines per class.  ``ranks_seen``: rank-prefix
-    labels on the lines the parser consumed.  ``steady``: :class:`SteadyState` per metric
-    ('step_time_s', 'tflops_per_gpu') computed with the outcome, ``warmup_steps`` and ``min_steps``.
-    """
-
-    path: str | None
-    format: str
-    outcome: str
-    outcome_detail: str | None
-    steps: list[Step]
-    total_iters: int | None
-    memory: dict[str, Any]
-    ranks_seen: list[str]
-    signals: dict[str, str] = field(default_factory=dict)
-    signal_counts: dict[str, int] = field(default_factory=dict)
-    end_marker: str | None = None
-    reached_final_iteration: bool = False
-    restarts: int = 0
-    duplicates_dropped: int = 0
-    superseded_steps: int = 0
-    iteration_ranks: list[str] = field(default_factory=list)  # rank labels that printed iteration records
-    orphan_step_time_lines: int = 0
-    lines: int = 0
-    chars: int = 0  # characters read (= bytes for ASCII logs)
-    warmup_steps: int = 0
-    min_steps: int = 0
-    steady: dict[str, SteadyState] = field(default_factory=dict)
-
-    @property
-    def last_iteration(self) -> int | None:
-        return self.steps[-1].iteration if self.steps else None
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Line-level helpers
-# --------------------------------------------------------------------------------------------------------------
-
-
-def _split_prefix(line: str) -> tuple[str | None, str]:
-    """(rank label or None, content without the rank prefixes).
-
-    The label is the prefix text, trimmed; torch.distributed's ``[rankN]:`` is dropped from it when a launcher
-    prefix precedes it (``3: [rank3]:`` -> ``3``, ``job/0 [default3]:[rank3]:`` -> ``job/0 [default3]``), so a
-    rank's traceback lines and its ordinary lines share one label.
-    """
-    end = _PREFIX_RE.match(line).end()
-    if not end:
-        return None, line
-    label = line[:end]
-    i = label.find("[rank")
-    if i > 0:
-        label = label[:i]
-    return label.strip().rstrip(":").rstrip() or None, line[end:]
-
-
-def _num(s: str) -> float | None:
+def _num(s: str | bytes) -> float | None:
     try:
         return float(s)
     except ValueError:
+        t = s.strip().lower() if isinstance(s, str) else s.strip().lower().decode("ascii", "replace")
+        if t.startswith("nan"):  # tqdm renders NaN as 'nan.0'
+            return math.nan
         return None
 
 
@@ -379,186 +174,501 @@ def _int(s: str) -> int | None:
         return int(v) if v is not None and math.isfinite(v) else None
 
 
-def classify_line(content: str) -> str | None:
-    """Failure class of one log line (prefix already stripped), or None.  Checked in OUTCOME_PRECEDENCE order.
-
-    * ``time_limit``: SLURM slurmstepd ``*** JOB n ON host CANCELLED AT t DUE TO TIME LIMIT ***``.
-    * ``node_failure``: ``DUE TO NODE FAILURE`` (slurmstepd) or the ``NODE_FAIL`` job state.
-    * ``oom``: ``CUDA out of memory`` / ``OutOfMemoryError`` (PyTorch caching allocator) / ``CUDA error: out of
-      memory``.
-    * ``nccl_error``: ``NCCL error`` (c10d), NCCL result codes (``ncclRemoteError`` ...), ``DistBackendError``,
-      ``Watchdog caught collective operation timeout``, ``Some NCCL operations have failed or timed out``,
-      ``ProcessGroupNCCL`` lines about a timeout / stuck watchdog.
-    * ``nan``: Megatron's ``found NaN in ...`` / ``found Inf in ...`` rerun-state-machine checks (also when wrapped
-      in the ``RuntimeError: ... Unexpected result nan`` they raise).
-    * ``crash``: a Python ``Traceback``, ``RuntimeError:``, ``CUDA error:`` (e.g. ``an illegal memory access was
-      encountered``), ``Segmentation fault``/``Segfault``/``SIGSEGV``, ``Aborted``/``SIGABRT``/``core dumped``,
-      ``Fatal Python error``, torchrun's ``ChildFailedError``, ``uncorrectable ECC error``.
-    """
-    s = content
-    if "DUE TO" in s:
-        if "DUE TO TIME LIMIT" in s:
-            return "time_limit"
-        if "DUE TO NODE FAIL" in s:
-            return "node_failure"
-    if "NODE_FAIL" in s:
-        return "node_failure"
-    if "CUDA out of memory" in s or "OutOfMemoryError" in s or "CUDA error: out of memory" in s:
-        return "oom"
-    if "NCCL" in s or "nccl" in s or "Watchdog" in s or "DistBackendError" in s:
-        if (
-            "NCCL error" in s
-            or "Watchdog caught collective operation timeout" in s
-            or "DistBackendError" in s
-            or "Some NCCL operations have failed or timed out" in s
-            or _NCCL_CODE_RE.search(s)
-            or ("ProcessGroupNCCL" in s and ("imeout" in s or "timed out" in s or "got stuck" in s))
-        ):
-            return "nccl_error"
-    if "found NaN in" in s or "found Inf in" in s:
-        return "nan"
-    if (
-        "Traceback (most recent call last)" in s
-        or "RuntimeError:" in s
-        or "CUDA error:" in s
-        or "illegal memory access" in s
-        or "Segmentation fault" in s
-        or "Segfault" in s
-        or "SIGSEGV" in s
-        or "SIGABRT" in s
-        or "SIGBUS" in s
-        or "core dumped" in s
-        or "Fatal Python error" in s
-        or "ChildFailedError" in s
-        or "uncorrectable ECC error" in s
-        or ("Aborted" in s and _ABORTED_RE.search(s))
-    ):
-        return "crash"
-    return None
+def _convert(conv, val: str):
+    if conv is int:
+        return _int(val)
+    if conv is float:
+        return _num(val)
+    try:
+        return conv(val)
+    except ValueError:
+        return None
 
 
-def _bad_reason(step: Step, skipped_is_nan: bool) -> str | None:
-    if step.lm_loss is not None and not math.isfinite(step.lm_loss):
-        return f"lm loss {step.lm_loss}"
-    if step.grad_norm is not None and not math.isfinite(step.grad_norm):
-        return f"grad norm {step.grad_norm}"
-    if step.nan_iterations:
-        return f"number of nan iterations: {step.nan_iterations}"
-    if skipped_is_nan and step.skipped:
-        return f"number of skipped iterations: {step.skipped}"
-    return None
-
-
-def _parse_megatron_record(text: str, head: re.Match, rank: str | None, line_no: int) -> Step:
-    """Fields of one Megatron(-Bridge) iteration record (possibly re-joined from fragments)."""
-    step = Step(int(head.group(1)))
-    step.total_iters = int(head.group(2))
-    step.rank = rank
-    step.line_no = line_no
-    keys = _MEG_KEYS
-    for part in text[head.end() :].split("|"):
+def _fill_megatron(step: Step, text: str) -> None:
+    """Fields of a Megatron(-Bridge / -DeepSpeed) iteration record after its head (``key: value |`` pairs; the 2019
+    form without colons too).  Text after the last ``|`` is never a complete field (glued output, a cut line)."""
+    keys = F.MEG_KEYS
+    parts = text.split("|")
+    for part in parts[:-1]:
         key, sep, val = part.partition(":")
-        if not sep:
-            continue
-        spec = keys.get(key)
-        if spec is None:
-            key = key.strip()
-            spec = keys.get(key)
-            if spec is None:  # another loss or metric, e.g. 'load_balancing_loss', 'mtp_1 loss', 'params norm'
-                try:
-                    step.extra[key] = float(val)
-                except ValueError:
-                    pass
+        if not sep:  # 2019 form 'learning rate 2.020E-06', 'lm loss 9.44E+00'
+            key, _, val = part.strip().rpartition(" ")
+            if not key:
                 continue
+        key = key.strip()
+        spec = keys.get(key)
+        if spec is None:  # another loss or metric, e.g. 'load_balancing_loss', 'mtp_1 loss', 'params norm'
+            v = _num(val)
+            if v is not None and sep:
+                step.extra[key] = v
+            elif v is not None and key.endswith("loss"):
+                step.extra[key] = v
+            continue
         attr, conv = spec
-        try:
-            setattr(step, attr, conv(val))
-        except ValueError:
-            if conv is int:  # e.g. '12.0'
-                setattr(step, attr, _int(val))
-        if attr == "nan_iterations":
-            break  # the last field; anything after it is unrelated text glued onto the line
+        value = _convert(conv, val)
+        if value is not None:
+            setattr(step, attr, value)
+
+
+def _megatron_record(text: str, head: re.Match, rank: str | None, offset: int) -> Step:
+    step = Step(int(head.group(1)), total_iters=int(head.group(2)), rank=rank, offset=offset)
+    _fill_megatron(step, text[head.end() :])
     return step
 
 
-def _clone_step(step: Step, rank: str | None, line_no: int) -> Step:
-    """Copy of ``step`` for an identical record line printed by another rank (cheaper than re-parsing)."""
-    new = object.__new__(Step)
-    for name in _STEP_SLOTS:
-        setattr(new, name, getattr(step, name))
-    new.extra = dict(step.extra)
-    new.rank = rank
-    new.line_no = line_no
-    return new
-
-
-def _parse_nemo_record(text: str, head: re.Match, rank: str | None, line_no: int) -> Step:
+def _nemo_record(text: str, head: re.Match, rank: str | None, offset: int) -> Step:
     """Fields of one NeMo 2 / Lightning ``Training epoch E, iteration i/M | ...`` line."""
-    step = Step(iteration=int(head.group(2)), rank=rank, line_no=line_no, source="nemo2")
+    step = Step(iteration=int(head.group(2)), rank=rank, offset=offset, source="nemo2")
     step.total_iters = int(head.group(3)) + 1  # M is the last 0-based batch index of the epoch
-    got_step = False
-    for part in text[head.end() :].split("|"):
-        key, sep, val = part.partition(":")
-        if not sep:
-            continue
-        key = key.strip()
-        val = val.strip()
-        if key == "global_step":
-            gs = _int(val)
-            if gs is not None:
-                step.iteration = gs
-                got_step = True
-        elif key in _NEMO_KEYS:
-            attr, conv = _NEMO_KEYS[key]
-            setattr(step, attr, _num(val) if conv is float else _int(val))
-        else:
-            v = _num(val)
-            if v is not None:
-                step.extra[key] = v
-    if not got_step:
+    if not _fill_nemo(step, text[head.end() :], "|", ":"):
         step.extra["epoch"] = float(head.group(1))
     return step
 
 
+def _fill_nemo(step: Step, text: str, sep: str, kv: str) -> bool:
+    """NeMo ``key: value`` (ProgressPrinter) or ``key=value`` (progress bar) pairs; True if ``global_step`` set the
+    iteration."""
+    got_step = False
+    for part in text.split(sep):
+        key, s, val = part.partition(kv)
+        if not s:
+            continue
+        key = key.strip()
+        if key == "global_step":
+            gs = _int(val.strip())
+            if gs is not None:
+                step.iteration = gs
+                got_step = True
+        elif key in F.NEMO_KEYS:
+            attr, conv = F.NEMO_KEYS[key]
+            setattr(step, attr, _convert(conv, val.strip()))
+        else:
+            v = _num(val)
+            if v is not None:
+                step.extra[key] = v
+    return got_step
+
+
+def _progress_bar(segment: str, rank: str | None, offset: int) -> Step | None:
+    """One refresh of a NeMo 1 / Lightning tqdm bar: iteration = bar count N of ``N/M``."""
+    m = F.PROGRESS_BAR_RE.search(segment)
+    if m is None:
+        return None
+    n, total = int(m.group(1)), int(m.group(2))
+    step = Step(iteration=n, total_iters=total, rank=rank, offset=offset, source="nemo1")
+    pairs = m.group(3).split(",")
+    _fill_nemo(step, ",".join(p for p in pairs if "=" in p), ",", "=")
+    step.iteration = n  # global_step lags the bar by one within an epoch; the bar count is what was done
+    step.extra.pop("v_num", None)
+    return step
+
+
 # --------------------------------------------------------------------------------------------------------------
-# The streaming parser
+# Result
 # --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ParsedLog:
+    """Everything :func:`parse_log` extracts from one log.
+
+    ``steps``: de-duplicated steps of one rank's view, ordered by iteration (fields of fast-path records are parsed
+    on first access).  ``total_iters``: Megatron ``--train-iters`` (the ``M`` of ``iteration N/M``), NeMo
+    ``max_steps`` or the bar total.  ``memory``: GPU memory in MB (2**20 bytes; Bridge GB = 1e9 bytes converted) from
+    every ``memory`` report -- ``peak_allocated_mb`` / ``peak_reserved_mb`` (largest ``max allocated`` / ``max
+    reserved`` of any rank and report), ``allocated_mb`` / ``reserved_mb`` (largest current value in any rank's
+    latest report), ``alloc_retries``, ``source_unit``, ``ranks_reported``, ``reports``, ``per_rank``; empty when the
+    log has none.  ``signals``: first line per failure class seen; ``signal_counts``: lines per class;
+    ``recovered``: failure classes the run recovered from by an in-job restart (outcome then ``completed``).
+    ``steady``: :class:`SteadyState` per metric ('step_time_s', 'tflops_per_gpu', 'tokens_per_s_per_gpu').
+    ``starts``: segment -> iteration it started from, where the log says (Bridge start lines).
+    """
+
+    path: str | None
+    format: str
+    outcome: str
+    outcome_detail: str | None
+    _steps: list[Step]
+    total_iters: int | None
+    memory: dict[str, Any]
+    ranks_seen: list[str]
+    signals: dict[str, str] = field(default_factory=dict)
+    signal_counts: dict[str, int] = field(default_factory=dict)
+    end_marker: str | None = None
+    reached_final_iteration: bool = False
+    restarts: int = 0
+    duplicates_dropped: int = 0
+    superseded_steps: int = 0
+    iteration_ranks: list[str] = field(default_factory=list)
+    orphan_step_time_lines: int = 0
+    bytes: int = 0
+    warmup_steps: int = 0
+    min_steps: int = 0
+    recovered: list[str] = field(default_factory=list)
+    recovered_detail: dict[str, str] = field(default_factory=dict)  # class -> its first line (crash: the exception)
+    starts: dict[int, int] = field(default_factory=dict)
+    steady: dict[str, SteadyState] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> list[Step]:
+        for s in self._steps:
+            if s._tail is not None:
+                s.complete()
+        return self._steps
+
+    @property
+    def step_count(self) -> int:
+        return len(self._steps)
+
+    @property
+    def last_iteration(self) -> int | None:
+        return self._steps[-1].iteration if self._steps else None
+
+    @property
+    def quality(self) -> str | None:
+        st = self.steady.get("step_time_s")
+        return st.quality if st else None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The streaming state
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _label_of(prefix: str) -> str | None:
+    """Rank label of a prefix: the prefix trimmed; torch.distributed's ``[rankN]:`` dropped when a launcher prefix
+    precedes it (``3: [rank3]:`` -> ``3``), so a rank's traceback and ordinary lines share one label."""
+    if not prefix:
+        return None
+    i = prefix.find("[rank")
+    if i > 0:
+        prefix = prefix[:i]
+    return prefix.strip().rstrip(":").rstrip() or None
+
+
+def split_prefix(line: str) -> tuple[str | None, str]:
+    """(rank label or None, content without the rank prefixes)."""
+    end = F.PREFIX_RE.match(line).end()
+    if not end:
+        return None, line
+    return _label_of(line[:end]), line[end:]
 
 
 class _State:
-    """Mutable accumulator for one parse (kept out of ParsedLog so the hot loop touches plain attributes)."""
+    """Mutable accumulator of one parse."""
 
     def __init__(self, skipped_is_nan: bool) -> None:
         self.skipped_is_nan = skipped_is_nan
         self.records: dict[str | None, list[Step]] = {}
-        self.pending: dict[str | None, tuple[list[str], int]] = {}  # split iteration records, per rank label
-        self.pending_st: tuple[float | None, float | None] | None = None  # Bridge Step Time awaiting its record
-        self.pending_st_line = 0
+        # label -> (fragments, offset, wrapped, the Step Time line waiting for this record)
+        self.pending: dict[str | None, tuple[list[str], int, bool, Any]] = {}
+        self.pending_age = 0
+        self.pending_st: tuple[float | None, float | None, int] | None = None  # Step Time awaiting its record
         self.last_record: Step | None = None
         self.last_record_has_st = False
         self.orphan_st: list[tuple[float | None, float | None, int]] = []
+        self.fragments: list[Step] = []  # NeMo 2 lines without a header
         self.nemo_list: list[float] | None = None
-        self.nemo_list_line = 0
+        self.nemo_list_offset = 0
         self.signals: dict[str, str] = {}
         self.signal_counts: dict[str, int] = {}
+        self.signal_last: dict[str, int] = {}
         self.crash_exception: str | None = None
+        self.tb_lines = 0
         self.end_marker: str | None = None
+        self.end_offset: int | None = None
         self.max_steps: int | None = None
         self.ranks: set[str] = set()
         self.bridge_marker = False
         self.memory: dict[int, dict[str, Any]] = {}
         self.memory_units: set[str] = set()
         self.memory_reports = 0
-        self.restart_markers: list[int] = []  # line numbers of Bridge train() starts
+        self.restart_markers: list[tuple[int, int]] = []  # (offset, start iteration) of Bridge train() starts
+        self._labels: dict[bytes, str | None] = {b"": None}
+        self._last_content: bytes | None = None
+        self._last_step: Step | None = None
+        self._recent: list[tuple[bytes, str | None]] = []  # (prefix bytes, label), most recent first
 
-    # -- signals -------------------------------------------------------------------------------------------
-    def signal(self, cls: str, detail: str) -> None:
+    # -- scanning ------------------------------------------------------------------------------------------
+    def scan(self, buf: bytes, end: int, base: int) -> None:
+        """Handle the complete lines of ``buf[:end]`` (``base`` = byte offset of ``buf`` in the log)."""
+        pos = 0
+        if self.pending or self.tb_lines:
+            pos = self._line_mode(buf, 0, end, base)
+        hay = buf if end == len(buf) else memoryview(buf)[:end]
+        rfind, find = buf.rfind, buf.find
+        record_fast, step_time_fast = self._record_fast, self._step_time_fast
+        for idx, s, e in _SCANNER.find_matches_as_indexes(hay):
+            if s < pos:
+                continue
+            ls = rfind(b"\n", 0, s) + 1
+            le = find(b"\n", s, end)
+            if le < 0:
+                le = end
+            if idx == _RECORD:
+                done = record_fast(buf, ls, s, le, base)
+            elif idx == _STEP_TIME:
+                done = step_time_fast(buf, ls, s, e, le, base)
+            else:
+                done = False
+            if not done:
+                self.line(buf[ls:le].decode("utf-8", "replace"), base + ls)
+            pos = le + 1
+            if self.pending or self.tb_lines:
+                pos = self._line_mode(buf, pos, end, base)
+
+    def _line_mode(self, buf: bytes, pos: int, end: int, base: int) -> int:
+        """Line by line from ``pos`` while a split record or a traceback is open; returns where it stopped."""
+        while pos < end and (self.pending or self.tb_lines):
+            le = buf.find(b"\n", pos, end)
+            if le < 0:
+                le = end
+            self.line(buf[pos:le].decode("utf-8", "replace"), base + pos)
+            pos = le + 1
+            if self.pending:
+                self.pending_age += 1
+                if self.pending_age > _MAX_PENDING_LINES:  # a fragment nobody continues: take it as it is
+                    self.close_all()
+        return pos
+
+    def _label(self, prefix: bytes) -> str | None:
+        label = self._labels.get(prefix, 0)
+        if label == 0:
+            label = self._labels[prefix] = _label_of(prefix.decode("utf-8", "replace"))
+        if label is not None:
+            self.ranks.add(label)
+        return label
+
+    # -- fast paths (bytes) ------------------------------------------------------------------------------
+    def _prefix_label(self, buf: bytes, ls: int, limit: int) -> tuple[int, str | None]:
+        """(end of the rank prefix, its label) of the line starting at ``ls``.  The few prefixes seen last are
+        reused when the line starts with one of them and no further prefix follows; else the prefix regex runs."""
+        for prefix, label in self._recent:
+            n = ls + len(prefix)
+            if buf.startswith(prefix, ls) and buf[n : n + 1] not in (b"[", b" ") and n <= limit:
+                return n, label
+        pe = F.PREFIX_RE_B.match(buf, ls, limit).end()
+        label = self._label(buf[ls:pe])
+        if pe > ls:
+            self._recent = [(buf[ls:pe], label)] + self._recent[:7]
+        return pe, label
+
+    def _record_fast(self, buf: bytes, ls: int, s: int, le: int, base: int) -> bool:
+        """A standard Megatron iteration line whose 'iteration ' starts at ``s``: timed fields now, rest later."""
+        pe, label = self._prefix_label(buf, ls, s)
+        content = buf[pe:le]
+        if content == self._last_content:  # the same record printed by another rank
+            self.add_record(_clone(self._last_step, label, base + ls), None)
+            return True
+        if self.pending:
+            return False
+        tail_end = le
+        while tail_end > s and buf[tail_end - 1] in b" \t\r":
+            tail_end -= 1
+        if not buf.endswith(F.ZERO_COUNTS_B, s, tail_end):
+            return False
+        lim = tail_end - len(F.ZERO_COUNTS_B)
+        if buf.find(b"nan", s, lim) >= 0 or buf.find(b"inf", s, lim) >= 0:
+            return False
+        try:
+            j = buf.find(b"/", s + 10, s + 40)
+            bar = buf.find(b"|", j, j + 40)
+            it, total = int(buf[s + 10 : j]), int(buf[j + 1 : bar])
+            i = buf.find(F.ELAPSED_MS_B, bar, lim)
+            if i < 0:
+                return False
+            k = buf.find(b"|", i, lim)
+            st = float(buf[i + 32 : k]) / 1000.0
+            tf = loss = None
+            i = buf.find(F.THROUGHPUT_B, k, lim)
+            if i >= 0:
+                k = buf.find(b"|", i, lim)
+                tf = float(buf[i + 33 : k])
+            i = buf.find(F.LM_LOSS_B, k, lim)
+            if i >= 0:
+                loss = float(buf[i + 9 : buf.find(b"|", i, lim)])
+        except ValueError:
+            return False
+        step = Step(it, st, tf, loss, None, None, None, total, rank=label, offset=base + ls, _tail=buf[bar + 1 : le])
+        self.add_record(step, None)
+        self._last_content, self._last_step = content, step
+        return True
+
+    def _step_time_fast(self, buf: bytes, ls: int, s: int, e: int, le: int, base: int) -> bool:
+        """``Step Time : 9.09s GPU utilization: 663.5MODEL_TFLOP/s/GPU`` with 'Step Time' at ``s``..``e``."""
+        j = buf.find(b"s GPU utilization:", e, le)
+        k = buf.find(b"TFLOP/s/GPU", j, le)
+        if j < 0 or k < 0:
+            return False
+        try:
+            secs = float(buf[e:j].lstrip(b" :"))
+            tf = float(buf[j + 18 : k].rstrip(b"MODEL_ "))
+        except ValueError:
+            return False
+        self._prefix_label(buf, ls, s)
+        self.step_time(secs, tf, base + ls)
+        return True
+
+    # -- the general line handler (text) ----------------------------------------------------------------
+    def line(self, line: str, off: int) -> None:
+        if self.pending and self._continue_record(line):
+            return
+        label, content = split_prefix(line)
+        if self.tb_lines:
+            self.tb_lines -= 1
+            if EXC_LINE_RE.match(content):
+                self.crash_exception = content.strip()[:_DETAIL_MAX]
+                self.tb_lines = 0
+        if self._record_line(label, content, off):
+            return
+        cls = classify_line(content)
+        if cls is not None:
+            if label:
+                self.ranks.add(label)
+            self.signal(cls, content, off)
+            if cls == "crash" and self.crash_exception is None and "Traceback" in content:
+                self.tb_lines = _TRACEBACK_LOOKAHEAD
+            return
+        if end_marker(content) and self.end_marker is None:
+            self.end_marker = content.strip()[:_DETAIL_MAX]
+            self.end_offset = off
+        if "max_steps" in content:
+            m = F.MAX_STEPS_RE.search(content)
+            if m:
+                self.max_steps = int(m.group(1))
+
+    def _record_line(self, label: str | None, content: str, off: int) -> bool:
+        """Records, memory reports, Step Time, NeMo lines, Bridge start lines; True if the line was one."""
+        if "iteration" in content:
+            if "|" in content:
+                if "Training epoch" in content:
+                    head = F.NEMO_HEAD_RE.search(content)
+                    if head is not None:
+                        self._rank(label)
+                        self.add_record(_nemo_record(content, head, label, off), content)
+                        return True
+                elif "memory (" in content:
+                    self._rank(label)
+                    self.memory_line(content)
+                    return True
+                else:
+                    head = F.MEG_HEAD_RE.search(content)
+                    if head is not None:
+                        self._rank(label)
+                        self._megatron_line(label, content, head, off)
+                        return True
+            if "current_iteration to" in content and "Setting rerun_state_machine" in content:
+                self.bridge_marker = True  # Bridge train() start: printed once per (re)start
+                m = F.BRIDGE_START_RE.search(content)
+                self.restart_markers.append((off, int(m.group(1)) if m else 0))
+                return True
+        if "Step Time" in content:
+            m = F.STEP_TIME_RE.search(content)
+            if m:
+                self._rank(label)
+                self.step_time(_num(m.group(1)), _num(m.group(2)), off)
+                return True
+        if "train_step_timing in s" in content or "global_step=" in content:
+            m = F.NEMO_LIST_RE.search(content)
+            if m:
+                self.nemo_list = [v for v in (_num(x) for x in m.group(1).split(",")) if v is not None]
+                self.nemo_list_offset = off
+                return True
+            if "=" in content and ("global_step=" in content or "train_step_timing in s=" in content):
+                got = False
+                for seg in content.split("\r"):  # tqdm refreshes share a physical line
+                    step = _progress_bar(seg, label, off) if "=" in seg else None
+                    if step is not None:
+                        self._rank(label)
+                        self.add_record(step, seg)
+                        got = True
+                return got
+            if "train_step_timing in s:" in content:  # a NeMo 2 line fragment without its header
+                step = Step(iteration=0, rank=label, offset=off, source="nemo_fragment", inferred_iteration=True)
+                _fill_nemo(step, content, "|", ":")
+                if step.step_time_s is not None:
+                    self._rank(label)
+                    self.fragments.append(step)
+                    return True
+        return False
+
+    def _rank(self, label: str | None) -> None:
+        if label:
+            self.ranks.add(label)
+
+    def _megatron_line(self, label: str | None, content: str, head: re.Match, off: int) -> None:
+        if label in self.pending:  # a new record closes an unfinished one
+            self._close(label)
+        complete = F.NAN_FIELD_B.decode() in content
+        if not complete:
+            stripped = content.rstrip()
+            if stripped.endswith("|") and "elapsed time per iteration" in content:
+                complete = True  # 2019/2020 forms end with the last field they have
+            else:
+                # fragment ending in '|' (printed in pieces) or a line cut / wrapped mid-field: wait for the rest
+                wrapped = not stripped.endswith("|")
+                frag = content.rstrip("\r") if wrapped else content.strip()
+                self.pending[label] = ([frag], off, wrapped, self.pending_st)
+                self.pending_st = None  # it belongs to this record
+                self.pending_age = 0
+                return
+        self.add_record(_megatron_record(content, head, label, off), content)
+
+    def _continue_record(self, line: str) -> bool:
+        """Append ``line`` to the open split record of its rank if it continues it; True if consumed."""
+        if not line.strip():
+            return True  # blank lines between fragments do not close a record
+        label, content = split_prefix(line)
+        if label is None and len(self.pending) == 1:
+            label = next(iter(self.pending))  # an unprefixed fragment continues the single open record
+        if label not in self.pending:
+            return False
+        frags, start, wrapped, st = self.pending[label]
+        c = content.strip()
+        if (
+            "|" in c
+            and (wrapped or ":" in c)
+            and F.MEG_HEAD_RE.search(c) is None
+            and "[Rank " not in c
+            and "memory (" not in c
+            and "Step Time" not in c
+            and not c.startswith("time (ms)")
+        ):
+            frags.append(content.rstrip("\r") if wrapped else " " + c)
+            joined = "".join(frags)
+            if (F.NAN_FIELD_B.decode() in c and joined.rstrip().endswith("|")) or len(frags) > _MAX_FRAGMENTS:
+                self._close(label)
+            else:
+                self.pending[label] = (frags, start, wrapped and not c.endswith("|"), st)
+            return True
+        self._close(label)
+        return False
+
+    def _close(self, label: str | None) -> None:
+        frags, start, wrapped, st = self.pending.pop(label)
+        text = "".join(frags)
+        head = F.MEG_HEAD_RE.search(text)
+        if head is not None:
+            later, self.pending_st = self.pending_st, st
+            self.add_record(_megatron_record(text, head, label, start), text)
+            if later is not None:
+                if self.pending_st is not None:
+                    self.orphan_st.append(self.pending_st)
+                self.pending_st = later
+
+    def close_all(self) -> None:
+        for label in list(self.pending):
+            self._close(label)
+
+    # -- events ----------------------------------------------------------------------------------------------
+    def signal(self, cls: str, detail: str, off: int) -> None:
         self.signal_counts[cls] = self.signal_counts.get(cls, 0) + 1
+        self.signal_last[cls] = off
         if cls not in self.signals:
             self.signals[cls] = detail.strip()[:_DETAIL_MAX]
 
-    # -- records -------------------------------------------------------------------------------------------
-    def add_record(self, step: Step, raw: str) -> None:
+    def add_record(self, step: Step, raw: str | None) -> None:
         st = self.pending_st
         if st is not None and step.source == "megatron":
             if step.step_time_s is None:
@@ -570,17 +680,15 @@ class _State:
         else:
             self.last_record_has_st = False
         self.last_record = step
-        self.records.setdefault(step.rank, []).append(step)
-        reason = _bad_reason(step, self.skipped_is_nan)
-        if reason is not None:
-            self.signal("nan", raw)
+        recs = self.records.get(step.rank)
+        if recs is None:
+            recs = self.records[step.rank] = []
+        recs.append(step)
+        if raw is not None and bad_reason(step, self.skipped_is_nan) is not None:
+            self.signal("nan", raw, step.offset)
 
-    def step_time_line(self, content: str, line_no: int) -> None:
-        m = _STEP_TIME_RE.search(content)
-        if not m:
-            return
+    def step_time(self, secs: float | None, tf: float | None, off: int) -> None:
         self.bridge_marker = True
-        secs, tf = _num(m.group(1)), _num(m.group(2))
         last = self.last_record
         # print_rank_0 (Step Time) and print_rank_last (iteration line) are different processes, so the Step Time
         # line can land after its iteration line: attach it there when the times agree to the printed precision.
@@ -597,39 +705,31 @@ class _State:
             self.last_record_has_st = True
             return
         if self.pending_st is not None:
-            self.orphan_st.append((*self.pending_st, line_no))
-        self.pending_st = (secs, tf)
-        self.pending_st_line = line_no
+            self.orphan_st.append(self.pending_st)
+        self.pending_st = (secs, tf, off)
 
-    def finish_megatron(self, label: str | None, text: str, line_no: int) -> None:
-        head = _MEG_HEAD_RE.search(text)
-        if head is None:
-            return
-        self.add_record(_parse_megatron_record(text, head, label, line_no), text)
-
-    # -- memory --------------------------------------------------------------------------------------------
     def memory_line(self, content: str) -> None:
-        heads = list(_MEM_HEAD_RE.finditer(content))
+        heads = list(F.MEM_HEAD_RE.finditer(content))
         for i, h in enumerate(heads):
             body = content[h.end() : heads[i + 1].start() if i + 1 < len(heads) else len(content)]
-            rank, after, unit = int(h.group(1)), int(h.group(2)), h.group(3)
+            rank, unit = int(h.group(1) or 0), h.group(3)
             self.memory_units.add(unit)
             if unit == "GB":
                 self.bridge_marker = True
             self.memory_reports += 1
             entry = self.memory.setdefault(rank, {})
-            entry["after_iteration"] = max(after, entry.get("after_iteration", 0))
+            entry["after_iteration"] = max(int(h.group(2)), entry.get("after_iteration", 0))
             entry["source_unit"] = unit
             for part in body.split("|"):
                 key, sep, val = part.partition(":")
-                name = _MEM_KEYS.get(key.strip()) if sep else None
+                name = F.MEM_KEYS.get(key.strip()) if sep else None
                 if name is None:
                     continue
                 v = _num(val.strip())
                 if v is None:
                     continue
                 if name.endswith("_mb") and unit == "GB":
-                    v *= _GB_TO_MB
+                    v *= F.GB_TO_MB
                 # peaks keep their maximum over reports; current values keep the latest report
                 if name.startswith("max_") or name == "alloc_retries":
                     entry[name] = max(v, entry.get(name, v))
@@ -637,181 +737,111 @@ class _State:
                     entry[name] = v
 
 
-def _open_source(path_or_text: str | os.PathLike | TextIO) -> tuple[str | None, TextIO, bool]:
-    """(path or None, text stream, whether we own the stream)."""
-    if isinstance(path_or_text, os.PathLike):
-        p = os.fspath(path_or_text)
-        return p, open(p, encoding="utf-8", errors="replace"), True
-    if isinstance(path_or_text, str):
-        if "\n" not in path_or_text and len(path_or_text) < 4096 and os.path.isfile(path_or_text):
-            return path_or_text, open(path_or_text, encoding="utf-8", errors="replace"), True
-        return None, io.StringIO(path_or_text), True
-    return getattr(path_or_text, "name", None), path_or_text, False
+# --------------------------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _open_source(src: str | os.PathLike | TextIO | BinaryIO) -> tuple[str | None, Any, bool, int | None]:
+    """(path or None, binary-or-text reader, whether we own it, size in bytes if known)."""
+    if isinstance(src, str) and ("\n" in src or len(src) >= 4096 or not os.path.isfile(src)):
+        data = src.encode("utf-8", "surrogateescape")
+        return None, io.BytesIO(data), True, len(data)
+    if isinstance(src, (str, os.PathLike)):
+        path = os.fspath(src)
+        try:
+            f = open(path, "rb")
+        except OSError as err:
+            raise LogReadError(f"{path}: cannot be read ({err.strerror or err})") from err
+        magic = f.read(2)
+        f.seek(0)
+        if magic == b"\x1f\x8b":
+            f.close()
+            return path, gzip.open(path, "rb"), True, None
+        return path, f, True, os.fstat(f.fileno()).st_size
+    return getattr(src, "name", None), src, False, None
+
+
+def _read(reader, n: int) -> bytes:
+    data = reader.read(n)
+    if isinstance(data, str):
+        return data.encode("utf-8", "surrogateescape")
+    return data
 
 
 def parse_log(
-    path_or_text: str | os.PathLike | TextIO,
+    path_or_text: str | os.PathLike | TextIO | BinaryIO,
     *,
     warmup_steps: int = 10,
     min_steps: int = 5,
     skipped_is_nan: bool = True,
+    progress: Callable[[int, int | None], None] | None = None,
 ) -> ParsedLog:
     """Parse one pretraining log in a single streaming pass.
 
-    ``path_or_text``: a :class:`~pathlib.Path`, a path string (an existing file, no newline), the log text itself,
-    or an open text stream.  ``warmup_steps`` / ``min_steps`` configure the steady-state window stored in
-    ``ParsedLog.steady`` (see :func:`steady_state`).  ``skipped_is_nan``: count ``number of skipped iterations > 0``
-    as a ``nan`` signal (True by default; with fp16 dynamic loss scaling early skipped iterations are normal --
-    pass False there).
+    ``path_or_text``: a :class:`~pathlib.Path` or path string (plain or gzip-compressed, detected by its magic
+    bytes), the log text itself (a string with a newline), or an open text or binary stream.  ``warmup_steps`` /
+    ``min_steps`` configure the windows in ``ParsedLog.steady`` (:func:`steady_state`: warm-up by iteration number).
+    ``skipped_is_nan``: count ``number of skipped iterations > 0`` at loss scale 1 as a ``nan`` signal.
+    ``progress(bytes_done, total_bytes_or_None)`` is called after every chunk.
 
-    Outcome: the first class of :data:`OUTCOME_PRECEDENCE` with a signal anywhere in the log (``outcome_detail`` =
-    its first matching line; for ``crash`` the exception line after the first traceback when there is one);
-    otherwise ``completed`` if the last iteration reached ``total_iters`` or an end-of-training marker was printed
-    (``after training is done``, ``exiting program at iteration``, ``exiting program after N minutes``, Lightning's
-    ``Trainer.fit stopped``), else ``incomplete``.  NaN signals also come from the records: a non-finite loss or grad
-    norm, ``number of nan iterations > 0`` or (``skipped_is_nan``) ``number of skipped iterations > 0``.
+    Outcome: see :func:`bridgebench.logs.signals.decide_outcome` -- the most decisive failure class seen, unless
+    the run completed after an in-job restart that followed every failure; otherwise ``completed`` when the final
+    iteration or an end-of-training marker was reached, else ``running``.
+
+    Raises:
+        LogReadError: the file cannot be opened, is empty, or is binary (a NUL byte in its first 64 KiB).
     """
-    path, stream, own = _open_source(path_or_text)
+    path, reader, own, size = _open_source(path_or_text)
+    name = path or "log text"
     S = _State(skipped_is_nan)
-    pending = S.pending
-    ranks = S.ranks
-    split_prefix = _split_prefix
-    n = 0
-    nchars = 0
-    tb_open = False  # inside the first Python traceback, looking for its closing exception line
-    last_content: str | None = None  # last single-line Megatron record parsed, and its Step
-    last_step: Step | None = None
+    done = 0
+    carry = b""
+    first = True
     try:
-        for line in stream:
-            n += 1
-            nchars += len(line)
-            # ---- continuation of a record split over physical lines (rare; only while one is open) ----------
-            if pending:
-                if not line.strip():
-                    continue
-                label, content = split_prefix(line)
-                if label is None and label not in pending and len(pending) == 1:
-                    label = next(iter(pending))  # unprefixed fragment of the one open record
-                if label in pending:
-                    frags, start = pending[label]
-                    c = content.strip()
-                    if "|" in c and ":" in c and _MEG_HEAD_RE.search(c) is None and "[Rank " not in c:
-                        frags.append(c)
-                        if "number of nan iterations" in c or len(frags) > 16:
-                            del pending[label]
-                            S.finish_megatron(label, " ".join(frags), start)
+        while True:
+            try:
+                data = _read(reader, CHUNK_BYTES)
+            except (OSError, EOFError, gzip.BadGzipFile) as err:
+                raise LogReadError(f"{name}: cannot be read ({err})") from err
+            if first:
+                first = False
+                if not data:
+                    raise LogReadError(f"{name}: empty log (0 bytes): nothing to parse")
+                if b"\x00" in data[:65536]:
+                    raise LogReadError(f"{name}: binary file (NUL bytes), not a text log")
+            eof = not data
+            buf = carry + data if carry else data
+            if eof:
+                cut = len(buf)
+            else:
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0:
+                    if len(buf) < MAX_LINE_BYTES:
+                        carry = buf
                         continue
-                    del pending[label]
-                    S.finish_megatron(label, " ".join(frags), start)
-            # ---- iteration records, memory reports --------------------------------------------------------
-            if "iteration" in line:
-                if "|" in line:
-                    label, content = split_prefix(line)
-                    if "Training epoch" in content:
-                        head = _NEMO_HEAD_RE.search(content)
-                        if head is not None:
-                            if label:
-                                ranks.add(label)
-                            S.add_record(_parse_nemo_record(content, head, label, n), content)
-                            continue
-                    elif "[Rank " in content and "memory (" in content:
-                        if label:
-                            ranks.add(label)
-                        S.memory_line(content)
-                        continue
-                    else:
-                        head = _MEG_HEAD_RE.search(content)
-                        if head is not None:
-                            if label:
-                                ranks.add(label)
-                            if label in pending:  # a new record closes an unfinished one
-                                frags, start = pending.pop(label)
-                                S.finish_megatron(label, " ".join(frags), start)
-                            if "number of nan iterations" in content:
-                                if content == last_content:  # the same record printed by another rank
-                                    step = _clone_step(last_step, label, n)
-                                else:
-                                    step = last_step = _parse_megatron_record(content, head, label, n)
-                                    last_content = content
-                                S.add_record(step, content)
-                            elif content.rstrip().endswith("|"):
-                                pending[label] = ([content.strip()], n)  # fragment: wait for the rest
-                            else:
-                                S.add_record(_parse_megatron_record(content, head, label, n), content)
-                            continue
-                if "current_iteration to" in line and "Setting rerun_state_machine" in line:
-                    S.bridge_marker = True  # Bridge train() start: printed once per (re)start
-                    S.restart_markers.append(n)
-                    continue
-            elif "Step Time" in line:
-                label, content = split_prefix(line)
-                if label:
-                    ranks.add(label)
-                S.step_time_line(content, n)
-                continue
-            elif "train_step_timing in s: [" in line:
-                m = _NEMO_LIST_RE.search(line)
-                if m:
-                    S.nemo_list = [v for v in (_num(x) for x in m.group(1).split(",")) if v is not None]
-                    S.nemo_list_line = n
-                    continue
-            # ---- failure signals and end-of-training markers ----------------------------------------------
-            if tb_open:
-                content = split_prefix(line)[1]
-                if _EXC_LINE_RE.match(content):
-                    # the exception line that closes the first traceback, e.g. 'Exception: ...', 'ValueError: ...'
-                    S.crash_exception = content.strip()[:_DETAIL_MAX]
-                    tb_open = False
-            if not (
-                "rror" in line
-                or "Traceback" in line
-                or "DUE TO" in line
-                or "NODE_FAIL" in line
-                or "Watchdog" in line
-                or "ProcessGroupNCCL" in line
-                or "found " in line
-                or "Seg" in line
-                or "SIG" in line
-                or "Abort" in line
-                or "training is done" in line
-                or "Trainer.fit" in line
-                or "exiting program" in line
-                or "max_steps" in line
-            ):
-                continue
-            label, content = split_prefix(line)
-            cls = classify_line(content)
-            if cls is not None:
-                if label:
-                    ranks.add(label)
-                S.signal(cls, content)
-                if cls == "crash" and S.crash_exception is None and "Traceback" in content:
-                    tb_open = True
-                continue
-            if (
-                "after training is done" in content
-                or "Trainer.fit` stopped" in content
-                or ("exiting program" in content and "SIGTERM" not in content)
-            ):
-                if S.end_marker is None:
-                    S.end_marker = content.strip()[:_DETAIL_MAX]
-            if "max_steps" in content:
-                m = _MAX_STEPS_RE.search(content)
-                if m:
-                    S.max_steps = int(m.group(1))
-        for label, (frags, start) in list(pending.items()):
-            S.finish_megatron(label, " ".join(frags), start)
-        pending.clear()
+                    cut = len(buf)
+            if cut:
+                S.scan(buf, cut, done)
+            carry = buf[cut:]
+            done += cut
+            if progress is not None:
+                progress(done, size)
+            if eof:
+                break
+        S.close_all()
     finally:
         if own:
-            stream.close()
-    return _finish(S, path, n, nchars, warmup_steps, min_steps)
+            reader.close()
+    return _finish(S, path, done, warmup_steps, min_steps)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Finishing: step view, format, outcome, windows
+# --------------------------------------------------------------------------------------------------------------
 
 
 def _pick_rank(records: dict[str | None, list[Step]]) -> str | None:
-    """Rank label whose iteration records form the step view: most records with a loss, then most records, then
-    the highest numeric label (the last pipeline stage prints the loss)."""
-
     def key(label: str | None) -> tuple:
         recs = records[label]
         nums = tuple(int(x) for x in re.findall(r"\d+", label)) if label else ()
@@ -820,29 +850,36 @@ def _pick_rank(records: dict[str | None, list[Step]]) -> str | None:
     return max(records, key=key)
 
 
-def _finish(S: _State, path: str | None, n: int, nchars: int, warmup: int, min_steps: int) -> ParsedLog:
+def _finish(S: _State, path: str | None, nbytes: int, warmup: int, min_steps: int) -> ParsedLog:
     if S.pending_st is not None:
-        S.orphan_st.append((*S.pending_st, S.pending_st_line))
+        S.orphan_st.append(S.pending_st)
         S.pending_st = None
 
-    # ---- step view: one rank, de-duplicated, restarts as segments ----------------------------------------------
     steps: list[Step] = []
     restarts = dups = superseded = 0
+    starts: dict[int, int] = {}
+    last_segment_start: int | None = None
     iteration_ranks = sorted(label for label in S.records if label is not None)
     if S.records:
         recs = S.records[_pick_rank(S.records)]
         by_iter: dict[int, Step] = {}
         segment = 0
         last: int | None = None
-        markers = iter(S.restart_markers[1:])  # the first Bridge train() start is not a restart
-        next_marker = next(markers, None)
+        markers = iter(S.restart_markers)
+        marker = next(markers, None)
+        if marker is not None and recs and marker[0] < recs[0].offset:
+            starts[0] = marker[1]
+            marker = next(markers, None)
         for r in recs:
-            while next_marker is not None and r.line_no > next_marker:
+            new_segment_at = None
+            while marker is not None and r.offset > marker[0]:
                 if last is not None:
                     segment += 1
                     restarts += 1
                     last = None
-                next_marker = next(markers, None)
+                    starts[segment] = marker[1]
+                    new_segment_at = marker[0]
+                marker = next(markers, None)
             if last is not None:
                 if r.iteration == last:
                     dups += 1
@@ -850,6 +887,9 @@ def _finish(S: _State, path: str | None, n: int, nchars: int, warmup: int, min_s
                 if r.iteration < last:
                     segment += 1
                     restarts += 1
+                    new_segment_at = r.offset
+            if new_segment_at is not None:
+                last_segment_start = new_segment_at
             if r.iteration in by_iter:
                 superseded += 1
             r.segment = segment
@@ -857,22 +897,26 @@ def _finish(S: _State, path: str | None, n: int, nchars: int, warmup: int, min_s
             last = r.iteration
         steps = sorted(by_iter.values(), key=lambda s: s.iteration)
     elif S.orphan_st:
-        # Bridge Step Time lines without iteration lines: steps numbered 1..N
         steps = [
-            Step(iteration=i, step_time_s=a, tflops_per_gpu=b, line_no=ln, source="step_time", inferred_iteration=True)
-            for i, (a, b, ln) in enumerate(S.orphan_st, 1)
+            Step(iteration=i, step_time_s=a, tflops_per_gpu=b, offset=off, source="step_time", inferred_iteration=True)
+            for i, (a, b, off) in enumerate(S.orphan_st, 1)
         ]
         S.orphan_st = []
+    elif S.fragments:
+        steps = S.fragments
+        for i, s in enumerate(steps, 1):
+            s.iteration = i
     elif S.nemo_list:
         steps = [
-            Step(iteration=i, step_time_s=v, line_no=S.nemo_list_line, source="nemo_list", inferred_iteration=True)
+            Step(iteration=i, step_time_s=v, offset=S.nemo_list_offset, source="nemo_list", inferred_iteration=True)
             for i, v in enumerate(S.nemo_list, 1)
         ]
 
-    # ---- format -----------------------------------------------------------------------------------------------
     sources = {s.source for s in steps}
-    if sources & {"nemo2", "nemo_list"}:
+    if sources & {"nemo2", "nemo_list", "nemo_fragment"}:
         fmt = "nemo2"
+    elif "nemo1" in sources:
+        fmt = "nemo1"
     elif S.bridge_marker:
         fmt = "megatron_bridge"
     elif "megatron" in sources:
@@ -880,7 +924,6 @@ def _finish(S: _State, path: str | None, n: int, nchars: int, warmup: int, min_s
     else:
         fmt = "unknown"
 
-    # ---- totals / completion ----------------------------------------------------------------------------------
     total: int | None = None
     reached = False
     if steps and not steps[-1].inferred_iteration:
@@ -894,20 +937,22 @@ def _finish(S: _State, path: str | None, n: int, nchars: int, warmup: int, min_s
     elif S.max_steps:
         total = S.max_steps
 
-    # ---- outcome ----------------------------------------------------------------------------------------------
-    outcome, detail = "incomplete", None
-    for cls in OUTCOME_PRECEDENCE:
-        if cls in S.signals:
-            outcome, detail = cls, S.signals[cls]
-            if cls == "crash" and S.crash_exception:
-                detail = S.crash_exception
-            break
-    else:
-        if reached or S.end_marker:
-            outcome = "completed"
-            detail = S.end_marker or (f"iteration {steps[-1].iteration}/{total}" if steps else None)
+    outcome, recovered = decide_outcome(
+        S.signals, S.signal_last, reached_end=reached or S.end_marker is not None, last_segment_start=last_segment_start
+    )
+    detail: str | None = None
+    if outcome in S.signals:
+        detail = S.signals[outcome]
+        if outcome == "crash" and S.crash_exception:
+            detail = S.crash_exception
+    elif outcome == "completed":
+        detail = S.end_marker or (f"iteration {steps[-1].iteration}/{total}" if steps else None)
+        if recovered:
+            detail = f"{detail} (after {restarts} in-job restart(s) following {', '.join(recovered)})"
+    recovered_detail = {
+        c: (S.crash_exception if c == "crash" and S.crash_exception else S.signals[c]) for c in recovered
+    }
 
-    # ---- memory -----------------------------------------------------------------------------------------------
     memory: dict[str, Any] = {}
     if S.memory:
 
@@ -928,12 +973,12 @@ def _finish(S: _State, path: str | None, n: int, nchars: int, warmup: int, min_s
             "per_rank": {r: dict(e) for r, e in sorted(S.memory.items())},
         }
 
-    parsed = ParsedLog(
+    return parsed_from_steps(
+        steps,
         path=path,
         format=fmt,
         outcome=outcome,
         outcome_detail=detail,
-        steps=steps,
         total_iters=total,
         memory=memory,
         ranks_seen=sorted(S.ranks),
@@ -946,113 +991,44 @@ def _finish(S: _State, path: str | None, n: int, nchars: int, warmup: int, min_s
         superseded_steps=superseded,
         iteration_ranks=iteration_ranks,
         orphan_step_time_lines=len(S.orphan_st),
-        lines=n,
-        chars=nchars,
+        bytes=nbytes,
         warmup_steps=warmup,
         min_steps=min_steps,
+        recovered=recovered,
+        recovered_detail=recovered_detail,
+        starts=starts,
+        skipped_is_nan=S.skipped_is_nan,
     )
-    for metric in ("step_time_s", "tflops_per_gpu"):
+
+
+def parsed_from_steps(
+    steps: list[Step], *, warmup_steps: int, min_steps: int, skipped_is_nan: bool = True, **fields: Any
+) -> ParsedLog:
+    """A :class:`ParsedLog` for ``steps`` (ordered by iteration) with its windows computed.  ``fields`` are the
+    other :class:`ParsedLog` fields (``path``, ``format``, ``outcome`` ... ; defaults: empty / None)."""
+    fields.setdefault("path", None)
+    fields.setdefault("format", "unknown")
+    fields.setdefault("outcome", "running")
+    fields.setdefault("outcome_detail", None)
+    fields.setdefault("total_iters", None)
+    fields.setdefault("memory", {})
+    fields.setdefault("ranks_seen", [])
+    parsed = ParsedLog(_steps=steps, warmup_steps=warmup_steps, min_steps=min_steps, **fields)
+    interval = log_interval(steps)
+    base = segment_starts(steps, parsed.starts, interval)
+    for metric in ("step_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu"):
         parsed.steady[metric] = steady_state(
             steps,
-            warmup=warmup,
+            warmup=warmup_steps,
             min_steps=min_steps,
             metric=metric,
-            outcome=outcome,
-            skipped_is_nan=S.skipped_is_nan,
+            outcome=parsed.outcome if parsed.outcome in OUTCOMES else None,
+            skipped_is_nan=skipped_is_nan,
+            starts=parsed.starts,
+            _base=base,
+            _interval=interval,
         )
     return parsed
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Steady state
-# --------------------------------------------------------------------------------------------------------------
-
-
-def steady_state(
-    steps: Iterable[Step],
-    *,
-    warmup: int,
-    min_steps: int,
-    metric: str = "step_time_s",
-    outcome: str | None = None,
-    skipped_is_nan: bool = True,
-) -> SteadyState:
-    """Steady-state statistics of ``metric`` ('step_time_s' or 'tflops_per_gpu', or any numeric Step attribute).
-
-    Window: every step except the first ``warmup`` logged steps *of each segment* (a restart re-warms: compiles,
-    allocator, NCCL communicators), and except steps where ``metric`` is missing.  ``warmup`` counts logged records,
-    which equals iterations with ``log_interval=1``.  Statistics (``statistics.median``/``fmean``, numpy
-    ``std(ddof=1)``/``percentile(25, 75)``) are computed over whatever is in the window, but ``window_ok`` is False
-    -- never silently -- when:
-
-    * fewer than ``min_steps`` steps remain (``insufficient=True``; medians are None when the window is empty);
-    * the window contains a bad step (NaN/inf loss or grad norm, NaN or -- with ``skipped_is_nan`` -- skipped
-      iterations reported by the trainer);
-    * ``outcome`` is given and is not ``completed`` (a failed or still-running/cut-off run).
-
-    ``reason`` lists every problem ('ok' when none).
-    """
-    steps = list(steps)
-    seen: dict[int, int] = {}
-    window: list[Step] = []
-    for s in steps:
-        k = seen.get(s.segment, 0)
-        seen[s.segment] = k + 1
-        if k < warmup:
-            continue
-        if getattr(s, metric) is None:
-            continue
-        window.append(s)
-    values = [float(getattr(s, metric)) for s in window]
-    finite = [v for v in values if math.isfinite(v)]
-    count = len(values)
-    problems: list[str] = []
-    insufficient = count < min_steps
-    if insufficient:
-        problems.append(f"insufficient: {count} steps after warmup={warmup}, need min_steps={min_steps}")
-    bad = [s for s in window if _bad_reason(s, skipped_is_nan) is not None]
-    if bad:
-        problems.append(f"{len(bad)} NaN/skipped steps in window (first at iteration {bad[0].iteration})")
-    if len(finite) != count:
-        problems.append(f"{count - len(finite)} non-finite {metric} values in window")
-    if outcome is not None and outcome != "completed":
-        problems.append(f"run outcome is {outcome!r}, not 'completed'")
-    segs = len({s.segment for s in window})
-
-    med = mean = sd = q1 = q3 = iqr = lo = hi = None
-    if finite:
-        med = statistics.median(finite)
-        mean = statistics.fmean(finite)
-        lo, hi = min(finite), max(finite)
-        if len(finite) >= 2:
-            # numpy for the spread: statistics.stdev is exact (Fraction-based) and ~10 ms per 10k steps;
-            # np.percentile's default 'linear' method is statistics.quantiles(method='inclusive').
-            arr = np.asarray(finite, dtype=float)
-            sd = float(np.std(arr, ddof=1))
-            q1, q3 = (float(q) for q in np.percentile(arr, (25.0, 75.0)))
-            iqr = q3 - q1
-        else:
-            sd, q1, q3, iqr = 0.0, finite[0], finite[0], 0.0
-    return SteadyState(
-        metric=metric,
-        count=count,
-        median=med,
-        mean=mean,
-        stdev=sd,
-        q1=q1,
-        q3=q3,
-        iqr=iqr,
-        min=lo,
-        max=hi,
-        first_iteration=window[0].iteration if window else None,
-        last_iteration=window[-1].iteration if window else None,
-        warmup=warmup,
-        min_steps=min_steps,
-        insufficient=insufficient,
-        window_ok=not problems,
-        reason="; ".join(problems) if problems else "ok",
-        segments=segs,
-    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -1060,76 +1036,85 @@ def steady_state(
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _finite_or_none(v: float | None) -> float | None:
+def _fin(v: float | None) -> float | None:
     return v if v is None or math.isfinite(v) else None
 
 
-def to_json(parsed: ParsedLog) -> dict[str, Any]:
-    """JSON-ready summary.
+def to_json(parsed: ParsedLog, *, series: bool = True) -> dict[str, Any]:
+    """JSON-ready summary (strict JSON: NaN/inf become null).
 
-    Top level: ``format``, ``outcome``, ``outcome_detail``, ``steps`` (number of iterations parsed),
-    ``step_time_s`` (s/iteration) and ``tflops_per_gpu`` (model TFLOP/s/GPU) -- the steady-state medians, ``null``
-    when absent *or when the window is not OK* -- and ``window_ok`` / ``window_reason`` for the step-time window.
-    ``detail``: everything else, including both :class:`SteadyState` objects (whose medians are present even when
-    the window is flagged), memory, signals, totals and rank information.
+    Top level: ``format``, ``outcome``, ``outcome_detail``, ``steps`` (iterations parsed); the headline figures
+    ``step_time_s`` (s/iteration), ``tflops_per_gpu`` (model TFLOP/s/GPU) and ``tokens_per_s_per_gpu`` -- means over
+    each metric's window, present whenever the log has a timed step, whatever the quality or outcome; ``quality``
+    (see :mod:`bridgebench.logs.steady`), ``note`` (why a figure is short or missing, in words), ``window_ok`` /
+    ``window_reason`` (the strict judgement), ``window`` (:func:`~bridgebench.logs.steady.window_summary`),
+    ``series`` (per-iteration ``iteration`` / ``step_time_s`` / ``tflops_per_gpu`` of the step view; omitted with
+    ``series=False``) and ``detail`` (everything else).
     """
     st = parsed.steady.get("step_time_s")
     tf = parsed.steady.get("tflops_per_gpu")
+    tk = parsed.steady.get("tokens_per_s_per_gpu")
+    steps = parsed._steps
+    last = steps[-1].complete() if steps else None
 
     def headline(ss: SteadyState | None) -> float | None:
-        return _finite_or_none(ss.median) if ss is not None and ss.window_ok else None
+        return _fin(ss.mean) if ss is not None and ss.count else None
 
-    last = parsed.steps[-1] if parsed.steps else None
-    return {
+    out: dict[str, Any] = {
         "path": parsed.path,
         "format": parsed.format,
         "outcome": parsed.outcome,
         "outcome_detail": parsed.outcome_detail,
-        "steps": len(parsed.steps),
+        "steps": len(steps),
         "step_time_s": headline(st),
         "tflops_per_gpu": headline(tf),
+        "tokens_per_s_per_gpu": headline(tk),
+        "quality": st.quality if st else None,
+        "note": explain(parsed),
         "window_ok": bool(st and st.window_ok),
-        "window_reason": st.reason if st else "no steps",
-        "detail": {
-            "total_iters": parsed.total_iters,
-            "first_iteration": parsed.steps[0].iteration if parsed.steps else None,
-            "last_iteration": parsed.last_iteration,
-            "reached_final_iteration": parsed.reached_final_iteration,
-            "end_marker": parsed.end_marker,
-            "last_lm_loss": _finite_or_none(last.lm_loss) if last else None,
-            "restarts": parsed.restarts,
-            "duplicates_dropped": parsed.duplicates_dropped,
-            "superseded_steps": parsed.superseded_steps,
-            "orphan_step_time_lines": parsed.orphan_step_time_lines,
-            "signals": dict(parsed.signals),
-            "signal_counts": dict(parsed.signal_counts),
-            "ranks_seen": list(parsed.ranks_seen),
-            "iteration_ranks": list(parsed.iteration_ranks),
-            "memory": {k: v for k, v in parsed.memory.items() if k != "per_rank"}
-            | ({"per_rank": {str(r): e for r, e in parsed.memory["per_rank"].items()}} if parsed.memory else {}),
-            "steady_state": {
-                k: {kk: (_finite_or_none(vv) if isinstance(vv, float) else vv) for kk, vv in v.as_dict().items()}
-                for k, v in parsed.steady.items()
-            },
-            "lines": parsed.lines,
-            "chars": parsed.chars,
-        },
+        "window_reason": st.reason if st and st.count else "no timed steps",
+        "window": window_summary(st, tf) if st is not None else None,
     }
+    if series:
+        out["series"] = {
+            "iteration": [s.iteration for s in steps],
+            "step_time_s": [_fin(s.step_time_s) for s in steps],
+            "tflops_per_gpu": [_fin(s.tflops_per_gpu) for s in steps],
+        }
+    out["detail"] = {
+        "total_iters": parsed.total_iters,
+        "first_iteration": steps[0].iteration if steps else None,
+        "last_iteration": parsed.last_iteration,
+        "reached_final_iteration": parsed.reached_final_iteration,
+        "end_marker": parsed.end_marker,
+        "last_lm_loss": _fin(last.lm_loss) if last else None,
+        "restarts": parsed.restarts,
+        "recovered_from": list(parsed.recovered),
+        "duplicates_dropped": parsed.duplicates_dropped,
+        "superseded_steps": parsed.superseded_steps,
+        "orphan_step_time_lines": parsed.orphan_step_time_lines,
+        "signals": dict(parsed.signals),
+        "signal_counts": dict(parsed.signal_counts),
+        "ranks_seen": list(parsed.ranks_seen),
+        "iteration_ranks": list(parsed.iteration_ranks),
+        "memory": {k: v for k, v in parsed.memory.items() if k != "per_rank"}
+        | ({"per_rank": {str(r): e for r, e in parsed.memory["per_rank"].items()}} if parsed.memory else {}),
+        "steady_state": {
+            k: {kk: (_fin(vv) if isinstance(vv, float) else vv) for kk, vv in v.as_dict().items()}
+            for k, v in parsed.steady.items()
+        },
+        "bytes": parsed.bytes,
+    }
+    return out
 
 
-def _main(argv: list[str] | None = None) -> int:
-    import argparse
-    import json
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("logs", nargs="+", type=Path)
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--min-steps", type=int, default=5)
-    args = ap.parse_args(argv)
-    out = [to_json(parse_log(p, warmup_steps=args.warmup, min_steps=args.min_steps)) for p in args.logs]
-    print(json.dumps(out if len(out) > 1 else out[0], indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())
+def explain(parsed: ParsedLog) -> str:
+    """One plain sentence: where the figures come from, or why there are none."""
+    st = parsed.steady.get("step_time_s")
+    if st is not None and st.count:
+        return st.note
+    if parsed._steps:
+        return f"{len(parsed._steps)} logged iterations, none with a step time"
+    if parsed.signals:
+        return f"no timed steps; failure lines seen ({', '.join(parsed.signals)})"
+    return "no timed steps: no iteration, Step Time or NeMo timing lines in this log"

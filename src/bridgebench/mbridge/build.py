@@ -128,6 +128,8 @@ def build(cfg: DictConfig, *, validate: bool = True, api_name: str | None = None
     for key, value in overlap.items():
         _set(container.comm_overlap, "comm_overlap", key, value)
 
+    # TensorBoard events inside the job directory (launch/submit.py exports BRIDGEBENCH_OUT_DIR; collect reads them)
+    container.logger.tensorboard_dir = os.path.join(os.environ.get("BRIDGEBENCH_OUT_DIR", "out"), "tensorboard")
     if hasattr(container, "env_vars"):
         container.env_vars = {
             **(getattr(container, "env_vars", None) or {}),

@@ -68,3 +68,39 @@ def parse_layout(layout: str) -> list[str]:
     if stages is None:
         raise LayoutError(error)
     return list(stages)
+
+
+#: decoder-layer slots the loss stage's output layer and cross entropy are worth when balancing a layout:
+#: Megatron-Bridge 0.6.2 ``recipes/kimi/h100/kimi_k2.py::_get_kimi_k2_pipeline_layout`` fills 64 slots with Kimi
+#: K2's 61 layers (the last stage gets 3 layers fewer, e.g. PP4 VP4: ``Et*4|(t*4|)*14tL``).
+LOSS_LAYER_SLOTS = 3
+
+
+def balanced_layout(num_layers: int, pp: int, vp: int | None = None, mtp: int = 0) -> str | None:
+    """A ``pipeline_model_parallel_layout`` for ``PP x VP`` stages when the decoder layers do not split evenly.
+
+    ``None`` when they do (Megatron-Core's even split needs no layout) or there is one stage. Otherwise the layers
+    fill ``num_layers + LOSS_LAYER_SLOTS`` slots in stage order, ``ceil(slots / stages)`` per stage, the loss stage
+    taking :data:`LOSS_LAYER_SLOTS` fewer (the rule of Megatron-Bridge's Kimi K2 layouts, which this reproduces for
+    every (PP, VP) it lists); the embedding goes first, the MTP layers and the loss last.
+
+    Raises:
+        LayoutError: non-positive sizes.
+    """
+    stages = pp * (vp or 1)
+    if num_layers < 1 or pp < 1 or (vp is not None and vp < 1) or mtp < 0:
+        raise LayoutError(f"balanced_layout needs positive sizes, got layers={num_layers} pp={pp} vp={vp} mtp={mtp}")
+    if stages == 1 or num_layers % stages == 0:
+        return None
+    per = -(-(num_layers + LOSS_LAYER_SLOTS) // stages)
+    counts, left = [], num_layers
+    for _ in range(stages - 1):
+        n = min(per, left)
+        counts.append(n)
+        left -= n
+    counts.append(left)
+    parts = []
+    for i, n in enumerate(counts):
+        body = "t" if n == 1 else (f"t*{n}" if n else "")
+        parts.append(("E" if i == 0 else "") + body + ("m" * mtp + "L" if i == stages - 1 else ""))
+    return "|".join(parts)

@@ -46,8 +46,13 @@ DeepSeek-V3 (first layer(s) dense) get layer 0 and the first MoE layer, so every
 keeps the first K routed experts of each MoE layer. MTP layers are not included. ``--families`` narrows further.
 Only ``--dtype fp32`` runs: Megatron steps FP32 main parameters, and ``newton_schulz`` rejects other dtypes.
 
+Load: ``load`` = other processes' CPU share over the whole timing window (:mod:`bridgebench.payloads.load`), so a
+timing taken under contention says so (``bridgebench report`` flags and sets it aside).
+
 Output: ``<out>/optstep.json`` (written atomically: temp file + ``os.replace``) and one stdout line
-``BRIDGEBENCH_OPTSTEP <compact json>`` (read by ``launch/collect.py``); progress goes to stderr. Defaults for
+``BRIDGEBENCH_OPTSTEP <compact json>`` (read by ``launch/collect.py``); before it, one Megatron-LM-style iteration
+line per timed Muon step (:class:`IterationLines`: live figures for ``bridgebench status``, a series for
+``collect``); progress goes to stderr. Defaults for
 ``--layers``, ``--experts`` and ``--repeats`` come from the config's ``job.*`` keys when present.
 """
 
@@ -67,6 +72,7 @@ from typing import Any, Callable, Optional, Sequence
 import typer
 
 from bridgebench.errors import BridgebenchError
+from bridgebench.payloads.load import LoadProbe
 
 #: Families in report order (``bridgebench.model.newton_schulz.MuonMatrix.family``; ``mtp`` is never selected).
 FAMILY_ORDER = ("attention", "mlp_dense", "router", "expert", "shared_expert")
@@ -250,12 +256,14 @@ def adamw_settings(optimizer: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------- timing
-def _timer(device) -> Callable[[Callable[[], Any], int, int], list[float]]:
+def _timer(device) -> Callable[..., list[float]]:
     import torch
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    def run(fn: Callable[[], Any], warmup: int, repeats: int) -> list[float]:
+    def run(
+        fn: Callable[[], Any], warmup: int, repeats: int, on_repeat: Callable[[float], None] | None = None
+    ) -> list[float]:
         for _ in range(warmup):
             fn()
         sync()
@@ -266,9 +274,41 @@ def _timer(device) -> Callable[[Callable[[], Any], int, int], list[float]]:
             fn()
             sync()
             times.append(time.perf_counter() - t0)
+            if on_repeat is not None:
+                on_repeat(times[-1])
         return times
 
     return run
+
+
+class IterationLines:
+    """Prints one Megatron-LM-style iteration line per timed Muon step on stdout, so the job's log shows live
+    figures (``bridgebench status`` / ``logs follow``) and ``collect`` gets a per-step series::
+
+        [2026-11-23 12:00:00] iteration        3/      10 | elapsed time per iteration (ms): 1234.5 |
+        number of skipped iterations:   0 | number of nan iterations:   0 |
+
+    (one physical line; the form of Megatron-LM ``core_v0.19.0`` ``training_log``, see
+    :mod:`bridgebench.logs.formats`).  Iterations count the timed Muon steps over all families (``total`` =
+    families x repeats); AdamW and Newton-Schulz timings are not printed as iterations.
+    """
+
+    def __init__(self, total: int, stream=None) -> None:
+        self.total = total
+        self.done = 0
+        self.stream = stream
+
+    def __call__(self, seconds: float) -> None:
+        from datetime import datetime
+
+        self.done += 1
+        out = self.stream or sys.stdout
+        out.write(
+            f" [{datetime.now().strftime('%Y-%m-%d %H:%M:%S')}] iteration {self.done:8d}/{self.total:8d} |"
+            f" elapsed time per iteration (ms): {seconds * 1000.0:.1f} |"
+            " number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+        )
+        out.flush()
 
 
 def _adamw(params, device, kwargs):
@@ -296,6 +336,7 @@ def time_family(
     warmup: int,
     repeats: int,
     generator,
+    on_muon_step: Callable[[float], None] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Time one family: Muon step, AdamW step (same parameters and random gradients), NS alone.
 
@@ -324,7 +365,7 @@ def time_family(
         params.append(p)
 
     muon = TensorParallelMuon(params, **muon_kwargs)
-    muon_t = timed(muon.step, warmup, repeats)
+    muon_t = timed(muon.step, warmup, repeats, on_muon_step)
     del muon
     adamw, impl = _adamw(params, device, adamw_kwargs)
     adamw_t = timed(adamw.step, warmup, repeats)
@@ -436,6 +477,8 @@ def run_optstep(
     fams: dict[str, dict[str, Any]] = {}
     impl = None
     present = [f for f in FAMILY_ORDER if any(s.family == f for s in specs)]
+    lines = IterationLines(len(present) * repeats)
+    load = LoadProbe.start()  # other processes' CPU share over the timing window (payloads/load.py)
     for fam in present:
         fam_specs = [s for s in specs if s.family == fam]
         progress(f"optstep: {fam}: {sum(len(s.pieces) for s in fam_specs)} matrices on {dev} ...")
@@ -447,12 +490,14 @@ def run_optstep(
             warmup=warmup,
             repeats=repeats,
             generator=gen,
+            on_muon_step=lines,
         )
         f = fams[fam]
         progress(
             f"optstep: {fam}: Muon {f['muon_step_s']:.4g} s, AdamW {f['adamw_step_s']:.4g} s, "
             f"NS {f['ns_time_s']:.4g} s ({(f['ns_flops_per_s'] or 0) / 1e9:.1f} GFLOP/s)"
         )
+    load.stop()
     total: dict[str, Any] = defaultdict(float)
     for f in fams.values():
         for key in ("matrices", "params", "muon_step_s", "adamw_step_s", "ns_time_s", "ns_flops"):
@@ -483,6 +528,7 @@ def run_optstep(
         "ns_kernel_counted": "gemm",
         "families": {f: {k: fams[f][k] for k in ("matrices", "params", *_METRICS, *_SERIES)} for f in present},
         "total": {k: total[k] for k in ("matrices", "params", *_METRICS, *_SERIES)},
+        "load": load.result(),
         "versions": _versions(),
         "config_hash": os.environ.get("BRIDGEBENCH_CONFIG_HASH") or None,
         "slurm_job_id": os.environ.get("SLURM_JOB_ID") or None,
@@ -507,36 +553,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="Time one optimizer step of Muon vs AdamW on a model's Muon matrices (see launch/optstep.py).",
 )
-
-
-NCCL_WATCHDOG = (
-    "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
-    "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out."
-)
-
-
-def _inject_failure(cfg) -> None:
-    """Fault injection for testing the launcher's failure and retry paths (``job.inject_failure``):
-
-    - ``exit``: raise an uncaught RuntimeError (a Python traceback, i.e. a ``crash``);
-    - ``nccl_once``: on the first attempt (``BRIDGEBENCH_ATTEMPT`` = 0) print PyTorch's NCCL watchdog timeout message
-      (format of ``ProcessGroupNCCL::WorkNCCL::checkTimeout``, torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp) and
-      exit 1, as a rank whose collective hung does; later attempts run normally.
-    Never set in a real benchmark.
-    """
-    import sys
-
-    mode = cfg.get("job", {}).get("inject_failure") if hasattr(cfg, "get") else None
-    if not mode:
-        return
-    if mode == "exit":
-        raise RuntimeError("injected failure (job.inject_failure=exit)")
-    if mode == "nccl_once":
-        if os.environ.get("BRIDGEBENCH_ATTEMPT", "0") == "0":
-            print(NCCL_WATCHDOG, file=sys.stderr, flush=True)
-            raise SystemExit(1)
-        return
-    raise OptstepError(f"job.inject_failure must be 'exit' or 'nccl_once', got {mode!r}")
 
 
 @app.command()
@@ -569,7 +585,6 @@ def main(
 
     try:
         cfg = load_config(config)
-        _inject_failure(cfg)
         fam_list = [f.strip() for f in families.split(",") if f.strip()] if families else None
         run_optstep(
             cfg,

@@ -82,6 +82,7 @@ def prepare(config_path: Path) -> Prepared:
         "torch": torch.__version__,
         "planned_container_image": str(cfg.release.container_image),
         "nvidia_pytorch_version": os.environ.get("NVIDIA_PYTORCH_VERSION"),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",  # what ran (records)
         "api": result.api,
         "skipped_checks": result.skipped_checks,
         "rank": int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))),

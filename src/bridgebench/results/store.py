@@ -8,6 +8,7 @@ Layout::
 
     <root>/a/b/ab...(64 hex).json       one record; name = sha256(record_id) hex; 2-level fan-out, 16 x 16 leaf dirs
     <root>/.tmp/<host>.<pid>.<random>-<n>.tmp   records being written (never read; stale ones removed by writers)
+    <root>/blobs/ab/ab...(64 hex)       a log or script a record refers to by sha256 (:meth:`ResultStore.put_blob`)
 
 Writing: the canonical JSON of a record is written to a fresh temp file under ``<root>/.tmp`` (same filesystem as the
 final name, so a hard link works; one temp directory rather than one per leaf so that a writer finds a dead writer's
@@ -83,6 +84,8 @@ if TYPE_CHECKING:  # pandas is only needed by frame(); keep `import bridgebench.
 log = logging.getLogger(__name__)
 
 TMP_DIR_NAME = ".tmp"
+#: content-addressed copies of logs and scripts (``<root>/blobs/<2 hex>/<sha256>``); not records
+BLOB_DIR_NAME = "blobs"
 #: A temp file of another host, or of a process we cannot prove dead, is removed once older than this.
 STALE_TEMP_AGE_S = 3600.0
 _HEX = frozenset("0123456789abcdef")
@@ -271,6 +274,50 @@ class ResultStore:
         import pandas as pd
 
         return pd.DataFrame.from_records(self.records(kind))
+
+    def stored_differs(self, record: dict) -> dict | None:
+        """The stored record with ``record``'s id when its content differs from ``record`` (a conflict a caller must
+        not drop silently), else None (not stored, or stored identically). Raises :class:`StoreError` for a bad
+        record."""
+        rid, norm, _ = _validate(record, 0)
+        stored = self.get(rid)
+        return stored if stored is not None and stored != norm else None
+
+    # ---------------------------------------------------------------- blobs
+    def blob_path(self, digest: str) -> Path:
+        """File of a content-addressed blob: ``<root>/blobs/<2 hex>/<64 hex>`` (may not exist)."""
+        if len(digest) != 64 or not set(digest) <= _HEX:
+            raise StoreError(f"not a sha256 hex digest: {digest!r}")
+        return self.root / BLOB_DIR_NAME / digest[:2] / digest
+
+    def put_blob(self, data: bytes) -> str:
+        """Store ``data`` (a log, a script) under its sha256 and return the hex digest. Same guarantees as records:
+        written to a synced temp file and hard-linked into place (atomic, idempotent, safe with concurrent
+        writers); readers of :meth:`records` never see blobs."""
+        digest = hashlib.sha256(data).hexdigest()
+        final = self.blob_path(digest)
+        if final.exists():
+            return digest
+        self._ensure_root()
+        prefix = os.path.join(self._root_s, TMP_DIR_NAME, f"{self._host}.{os.getpid()}.{uuid.uuid4().hex[:12]}-")
+        tmp = self._write_synced(data, prefix)
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                pass
+            _fsync_dir(final.parent)
+        finally:
+            _unlink(tmp)
+        return digest
+
+    def get_blob(self, digest: str) -> bytes | None:
+        """The blob with this sha256, or None."""
+        try:
+            return self.blob_path(digest).read_bytes()
+        except FileNotFoundError:
+            return None
 
     # ---------------------------------------------------------------- writing
     def add(self, records: Iterable[dict]) -> int:

@@ -59,11 +59,20 @@ def matching_published(f: RunFacts, optimizer: str, records: list[RunRecord]) ->
     p = parallelism(f)
     rel = str(f.release["name"])
     candidates = [
-        r for r in records
-        if r.model == f.model.name and r.system == f.gpu["name"] and r.precision == f.precision["name"]
-        and r.num_gpus == f.num_gpus and r.gbs == f.global_batch_size and r.mbs == f.micro_batch_size
-        and r.seq_length == f.model.seq_length and (r.tp or 1) == p.tp and (r.pp or 1) == p.pp
-        and (r.ep or 1) == p.ep and r.optimizer == optimizer and _release_key(r.release) >= _release_key(rel)
+        r
+        for r in records
+        if r.model == f.model.name
+        and r.system == f.gpu["name"]
+        and r.precision == f.precision["name"]
+        and r.num_gpus == f.num_gpus
+        and r.gbs == f.global_batch_size
+        and r.mbs == f.micro_batch_size
+        and r.seq_length == f.model.seq_length
+        and (r.tp or 1) == p.tp
+        and (r.pp or 1) == p.pp
+        and (r.ep or 1) == p.ep
+        and r.optimizer == optimizer
+        and _release_key(r.release) >= _release_key(rel)
     ]
     return min(candidates, key=lambda r: _release_key(r.release), default=None)
 
@@ -72,12 +81,22 @@ def _release_key(release: str) -> tuple[int, ...]:
     return tuple(int(x) for x in release.split("."))
 
 
-def measured_step_times(records: list[dict]) -> dict[tuple[str, str], tuple[float, str]]:
-    """(model, adamw|muon) -> (median step time s, record id) from the user's completed pretrain records (store).
-    When several runs match, the most recent record id (highest SLURM job id) wins."""
+def measured_step_times(
+    records: list[dict], qualities: tuple[str, ...] = ("steady",)
+) -> dict[tuple[str, str], tuple[float, str]]:
+    """(model, adamw|muon) -> (step time s, record id) from the user's completed pretrain records (store) whose
+    window quality is in ``qualities`` (default: only ``steady`` windows; records without a quality are never
+    used). When several runs match, the most recently submitted one wins (``timestamps.submitted_utc``; SLURM job
+    ids are not ordered across clusters)."""
     out: dict[tuple[str, str], tuple[float, str]] = {}
-    for r in sorted(records, key=lambda r: r["record_id"]):
-        if r.get("kind") == "pretrain" and r.get("state") == "COMPLETED" and r.get("step_time_s"):
+    when = lambda r: ((r.get("timestamps") or {}).get("submitted_utc") or "", r["record_id"])  # noqa: E731
+    for r in sorted(records, key=when):
+        if (
+            r.get("kind") == "pretrain"
+            and r.get("state") == "COMPLETED"
+            and r.get("step_time_s")
+            and r.get("quality") in qualities
+        ):
             opt = family(str(r.get("optimizer")))
             out[(r["model"], opt)] = (float(r["step_time_s"]), r["record_id"])
     return out
@@ -122,30 +141,53 @@ def reproduce(overrides: tuple[str, ...] = (), measured: dict | None = None) -> 
             policy_text = _policy_text(policy)
         total = model_tf + ns_tf
         prec = f.precision["peak"]
-        rows.append({
-            "model": f.model.name, "optimizer": run.optimizer, "num_gpus": f.num_gpus,
-            "step_time_source": source, "step_time_s": step, "tokens_per_sec_per_gpu": tokens / step / f.num_gpus,
-            "model_tflops_per_gpu": model_tf, "newton_schulz_tflops_per_gpu": ns_tf,
-            "newton_schulz_tflops_per_gpu_busiest": ns_tf_max, "total_tflops_per_gpu": total,
-            "mfu_bf16": mfu(total, f.gpu, "bf16"), "mfu_precision": mfu(total, f.gpu, prec),
-            "mfu_bf16_model_only": mfu(model_tf, f.gpu, "bf16"), "mfu_precision_model_only": mfu(model_tf, f.gpu, prec),
-            "published_model_tflops_per_gpu": pub["published_model_tflops_per_gpu"],
-            "published_newton_schulz_tflops_per_gpu": pub["published_newton_schulz_tflops_per_gpu"],
-            "published_total_tflops_per_gpu": pub["published_total_tflops_per_gpu"],
-            "delta_model_pct": 100 * (model_tf / pub["published_model_tflops_per_gpu"] - 1),
-            "delta_newton_schulz_pct": (100 * (ns_tf / pub["published_newton_schulz_tflops_per_gpu"] - 1)
-                                        if pub["published_newton_schulz_tflops_per_gpu"] else 0.0),
-            "delta_total_pct": 100 * (total / pub["published_total_tflops_per_gpu"] - 1),
-            "flops_formula": f.accounting["flops_formula"], "ns_policy": policy_text,
-            "peak_table_version": f.gpu["peak_table_version"], "precision": f.precision["name"],
-            "release": f.release["name"],
-        })
+        rows.append(
+            {
+                "model": f.model.name,
+                "optimizer": run.optimizer,
+                "num_gpus": f.num_gpus,
+                "step_time_source": source,
+                "step_time_s": step,
+                "tokens_per_sec_per_gpu": tokens / step / f.num_gpus,
+                "model_tflops_per_gpu": model_tf,
+                "newton_schulz_tflops_per_gpu": ns_tf,
+                "newton_schulz_tflops_per_gpu_busiest": ns_tf_max,
+                "total_tflops_per_gpu": total,
+                "mfu_bf16": mfu(total, f.gpu, "bf16"),
+                "mfu_precision": mfu(total, f.gpu, prec),
+                "mfu_bf16_model_only": mfu(model_tf, f.gpu, "bf16"),
+                "mfu_precision_model_only": mfu(model_tf, f.gpu, prec),
+                "published_model_tflops_per_gpu": pub["published_model_tflops_per_gpu"],
+                "published_newton_schulz_tflops_per_gpu": pub["published_newton_schulz_tflops_per_gpu"],
+                "published_total_tflops_per_gpu": pub["published_total_tflops_per_gpu"],
+                "delta_model_pct": 100 * (model_tf / pub["published_model_tflops_per_gpu"] - 1),
+                "delta_newton_schulz_pct": (
+                    100 * (ns_tf / pub["published_newton_schulz_tflops_per_gpu"] - 1)
+                    if pub["published_newton_schulz_tflops_per_gpu"]
+                    else 0.0
+                ),
+                "delta_total_pct": 100 * (total / pub["published_total_tflops_per_gpu"] - 1),
+                "flops_formula": f.accounting["flops_formula"],
+                "ns_policy": policy_text,
+                "peak_table_version": f.gpu["peak_table_version"],
+                "precision": f.precision["name"],
+                "release": f.release["name"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def _policy_text(p: NSPolicy) -> str:
-    return (f"{p.kernel}, {'layer-wise' if p.layer_wise else 'replicated'}, tp={p.tp_mode}, "
-            f"{'split' if p.split_qkv else 'fused'} qkv, {p.num_ns_steps} steps")
+    return (
+        f"{p.kernel}, {'layer-wise' if p.layer_wise else 'replicated'}, tp={p.tp_mode}, "
+        f"{'split' if p.split_qkv else 'fused'} qkv, {p.num_ns_steps} steps"
+    )
+
+
+#: Why SYRK policies are hypothetical: no Megatron-Core that runs these benchmarks passes ``use_syrk`` to
+#: emerging-optimizers' ``newton_schulz`` (megatron-core 0.19.2 ``megatron/core/optimizer/`` never mentions syrk;
+#: the 26.02 stack's Emerging-Optimizers v0.1.0 does not forward it either), so the GEMM kernels run.
+SYRK_NOTE = "hypothetical: SYRK kernels are not reachable through Megatron-Core (26.02 or 26.08 stack)"
 
 
 def ns_policy_grid(overrides: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -156,7 +198,7 @@ def ns_policy_grid(overrides: tuple[str, ...] = ()) -> pd.DataFrame:
     per-GPU statistic {mean, busiest}; TP modes are all equal here (both runs use TP 1).
 
     Columns: kernel, layer_wise, split_qkv, statistic, <model>_ns_tflops, <model>_blog, <model>_delta_pct for each
-    model, and ``reproduces_both`` (every |delta| <= 5 %).
+    model, ``reproduces_both`` (every |delta| <= 5 %), ``runnable`` (False for SYRK: :data:`SYRK_NOTE`) and ``note``.
     """
     blog = load_blog_table1().set_index(["model", "optimizer"])
     runs = [r for r in table1_runs(overrides) if r.facts.is_muon]
@@ -164,12 +206,16 @@ def ns_policy_grid(overrides: tuple[str, ...] = ()) -> pd.DataFrame:
     for r in runs:
         pub = blog.loc[(r.facts.model.name, "muon")]
         steps[r.facts.model.name] = flops_per_step(r.facts) / (
-            pub["published_model_tflops_per_gpu"] * 1e12 * r.facts.num_gpus)
+            pub["published_model_tflops_per_gpu"] * 1e12 * r.facts.num_gpus
+        )
     rows = []
     for kernel, layer_wise, split in itertools.product(("gemm", "syrk"), (True, False), (True, False)):
-        loads = {r.facts.model.name: ns_load(r.facts.model, parallelism(r.facts),
-                                             NSPolicy(kernel=kernel, layer_wise=layer_wise, split_qkv=split))
-                 for r in runs}
+        loads = {
+            r.facts.model.name: ns_load(
+                r.facts.model, parallelism(r.facts), NSPolicy(kernel=kernel, layer_wise=layer_wise, split_qkv=split)
+            )
+            for r in runs
+        }
         for stat in ("mean", "busiest"):
             row = {"kernel": kernel, "layer_wise": layer_wise, "split_qkv": split, "statistic": stat}
             ok = True
@@ -181,6 +227,8 @@ def ns_policy_grid(overrides: tuple[str, ...] = ()) -> pd.DataFrame:
                 row |= {f"{name}_ns_tflops": value, f"{name}_blog": ref, f"{name}_delta_pct": delta}
                 ok &= abs(delta) <= 100 * NS_TOLERANCE
             row["reproduces_both"] = ok
+            row["runnable"] = kernel == "gemm"
+            row["note"] = "" if kernel == "gemm" else SYRK_NOTE
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -212,20 +260,42 @@ def _atomic_text(path: Path, text: str) -> None:
 
 def markdown(table: pd.DataFrame, grid: pd.DataFrame) -> str:
     """Markdown rendering of Table 1 and the NS policy search (for ``results/table1/table1.md``)."""
-    cols = {"model": "model", "optimizer": "optimizer", "step_time_s": "step (s)",
-            "tokens_per_sec_per_gpu": "tokens/s/GPU", "model_tflops_per_gpu": "model TFLOP/s/GPU",
-            "newton_schulz_tflops_per_gpu": "NS TFLOP/s/GPU", "total_tflops_per_gpu": "total TFLOP/s/GPU",
-            "published_total_tflops_per_gpu": "blog total", "delta_total_pct": "delta total %",
-            "mfu_bf16": "MFU (BF16 peak)", "mfu_precision": "MFU (MXFP8 peak)"}
+    cols = {
+        "model": "model",
+        "optimizer": "optimizer",
+        "step_time_s": "step (s)",
+        "tokens_per_sec_per_gpu": "tokens/s/GPU",
+        "model_tflops_per_gpu": "model TFLOP/s/GPU",
+        "newton_schulz_tflops_per_gpu": "NS TFLOP/s/GPU",
+        "total_tflops_per_gpu": "total TFLOP/s/GPU",
+        "published_total_tflops_per_gpu": "blog total",
+        "delta_total_pct": "delta total %",
+        "mfu_bf16": "MFU (BF16 peak)",
+        "mfu_precision": "MFU (MXFP8 peak)",
+    }
     t = table[list(cols)].rename(columns=cols)
-    lines = ["# Table 1: Muon vs AdamW on GB300 (MXFP8), reproduced", "",
-             "Generated by `bridgebench table` (analysis/table1.py). TFLOP/s are per GPU; MFU includes NS FLOPs.", "",
-             t.to_markdown(index=False, floatfmt=".4g"), "", "Step time sources:", ""]
+    lines = [
+        "# Table 1: Muon vs AdamW on GB300 (MXFP8), reproduced",
+        "",
+        "Generated by `bridgebench table` (analysis/table1.py). TFLOP/s are per GPU; MFU includes NS FLOPs.",
+        "",
+        t.to_markdown(index=False, floatfmt=".4g"),
+        "",
+        "Step time sources:",
+        "",
+    ]
     lines += [f"- {r.model} {r.optimizer}: {r.step_time_source}" for r in table.itertuples()]
     muon = table[table.optimizer == "muon"]
-    lines += ["", f"NS policy: {muon.ns_policy.iloc[0] if len(muon) else '-'}", "",
-              "## Which NS counting policy reproduces the blog's NS figures?", "",
-              grid.to_markdown(index=False, floatfmt=".4g"), "",
-              f"Policies reproducing both blog NS figures within {NS_TOLERANCE:.0%}: "
-              f"{int(grid.reproduces_both.sum())} of {len(grid)}.", ""]
+    lines += [
+        "",
+        f"NS policy: {muon.ns_policy.iloc[0] if len(muon) else '-'}",
+        "",
+        "## Which NS counting policy reproduces the blog's NS figures?",
+        "",
+        grid.to_markdown(index=False, floatfmt=".4g"),
+        "",
+        f"Policies reproducing both blog NS figures within {NS_TOLERANCE:.0%}: "
+        f"{int(grid.reproduces_both.sum())} of {len(grid)}.",
+        "",
+    ]
     return "\n".join(lines)

@@ -1,0 +1,261 @@
+"""Sweep commands: ``sweep`` (enumerate, prune, rank, plan and submit the best), ``muon-cost`` (the Muon overhead
+model of one configuration) and ``calibrate`` (refit the time model on the published tables)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from typing import Optional
+
+import typer
+
+from bridgebench.cli.app import OVERRIDES, app
+
+
+class _RichProgress:
+    """The sweep's progress as a rich progress bar per stage, messages above it (stderr)."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = console
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self.task = None
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def start(self, stage: str, total: int) -> None:
+        if self.task is not None:
+            self.bar.update(self.task, completed=self.bar.tasks[self.task].total or 0)
+        if not self.console.is_terminal:  # a log file or a pipe gets one line per stage (no live bar there)
+            self.bar.console.print(f"stage {stage}: {total:,} points")
+        self.task = self.bar.add_task(f"stage {stage}", total=total or None)
+
+    def update(self, done: int, total: int) -> None:
+        if self.task is not None:
+            self.bar.update(self.task, completed=done, total=total)
+
+    def log(self, message: str) -> None:
+        self.bar.console.print(message)
+
+
+@app.command()
+def sweep(
+    overrides: Optional[list[str]] = OVERRIDES,
+    space: Optional[str] = typer.Option(
+        None, "--space", help="search space configs/sweep/<NAME>.yaml (default: 'parallelism' when no override sweeps)"
+    ),
+    name: Optional[str] = typer.Option(None, "--name", help="sweep folder under paths.sweeps (default from the space)"),
+    top_k: Optional[int] = typer.Option(None, "--top-k", min=0, help="points to plan (default: the space's, else 8)"),
+    calibration: str = typer.Option("default", "--calibration", help="configs/calibration/<NAME>.yaml"),
+    submit: bool = typer.Option(False, "--submit", help="submit the planned top K through the job ledger"),
+    resume: bool = typer.Option(False, "--resume", help="continue an interrupted sweep; no stage is done twice"),
+    repeats: int = typer.Option(1, "--repeats", min=1, help="submissions per planned point (with --submit)"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary and the top points as JSON"),
+) -> None:
+    """Sweep parallelism without wasting GPU hours: enumerate the space on plain values, prune by the validity rules
+    and the memory model, rank by the Muon-aware time model, plan the top K with real ConfigContainers, optionally
+    submit them. Writes points.parquet, summary.md and points.png under paths.sweeps/<name>/."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bridgebench.config.compose import has_sweep
+    from bridgebench.launch.sweep import run_sweep
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("megatron").setLevel(logging.WARNING)  # Megatron-Bridge's INFO import notes (stage 4 builds)
+    overrides = overrides or []
+    if space is None and not has_sweep(overrides) and not any(o.startswith("experiment=") for o in overrides):
+        space = "parallelism"
+    err = Console(stderr=True)
+    with _RichProgress(err) as progress:
+        result = run_sweep(
+            overrides, space=space, name=name, top_k=top_k, calibration=calibration, submit=submit, resume=resume,
+            repeats=repeats, progress=progress,
+        )  # fmt: skip
+    stages = {
+        k: {**v, "points_per_s": v["points"] / v["seconds"] if v["seconds"] else None} for k, v in result.stages.items()
+    }
+    cols = ("rank", "status", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "recompute_granularity",
+            "mem_total_gb", "step_time_s", "tflops_per_gpu", "config_hash", "plan_dir", "run_ids")  # fmt: skip
+    if as_json:
+        top = [{k: r.get(k) for k in cols} for r in result.top]
+        out = {"name": result.name, "dir": str(result.dir), "stages": stages, "counts": result.counts, "top": top}
+        typer.echo(json.dumps({**out, "outputs": {k: str(v) for k, v in result.outputs.items()}}, indent=2))
+        return
+    out = Console()
+    out.width = max(out.width, 170)
+    t = Table(title=f"sweep {result.name}: stages")
+    for c in ("stage", "points", "seconds", "points/s", ""):
+        t.add_column(c, justify="right")
+    for k, v in stages.items():
+        per_s = v["points_per_s"]
+        rate = "-" if not per_s else f"{per_s:,.0f}" if per_s >= 10 else f"{per_s:.2f}"
+        t.add_row(k, f"{v['points']:,}", f"{v['seconds']:.2f}", rate, "resumed" if v.get("resumed") else "")
+    out.print(t)
+    out.print("points by status: " + ", ".join(f"{k} {v:,}" for k, v in result.counts["by_status"].items()))
+    if result.counts["by_rule"]:
+        out.print("pruned by: " + ", ".join(f"{k} {v:,}" for k, v in result.counts["by_rule"].items()))
+    ranked = result.counts["by_status"].get("ranked", 0) + sum(
+        result.counts["by_status"].get(s, 0) for s in ("planned", "plan_failed", "submitted", "skipped")
+    )
+    if not ranked:
+        out.print(
+            "[bold red]no point survived the rules and the memory model[/]; see " + str(result.outputs["summary"])
+        )
+    elif not result.top:
+        out.print(f"{ranked:,} points ranked; top K = 0: nothing planned")
+    else:
+        t = Table(title=f"top {len(result.top)} (predicted)")
+        for c in ("rank", "TP", "PP", "VP", "CP", "EP", "ETP", "DP", "MBS", "GBS", "recompute", "GB/GPU", "step s",
+                  "TFLOP/s/GPU", "status", "config hash"):  # fmt: skip
+            t.add_column(c, justify="right", no_wrap=True)
+        for r in result.top:
+            t.add_row(
+                str(r["rank"]), *(str(r[k] if r[k] is not None else "-") for k in ("tp", "pp", "vp", "cp", "ep", "etp",
+                "dp", "mbs", "gbs")), str(r.get("recompute_granularity") or "none"), f"{r['mem_total_gb']:.1f}",
+                f"{r['step_time_s']:.3f}", f"{r['tflops_per_gpu']:.1f}", r["status"], str(r.get("config_hash") or "-"),
+            )  # fmt: skip
+        out.print(t)
+        failed = [r for r in result.top if r["status"] == "plan_failed"]
+        for r in failed:
+            out.print(f"rank {r['rank']} not planned: {r.get('reason')}")
+    out.print("outputs: " + ", ".join(str(p) for p in result.outputs.values()))
+
+
+@app.command("muon-cost")
+def muon_cost(
+    overrides: Optional[list[str]] = OVERRIDES,
+    calibration: str = typer.Option("default", "--calibration", help="configs/calibration/<NAME>.yaml"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """The Muon overhead model of one configuration: Newton-Schulz FLOPs and time per GPU, the layer-wise
+    assignment's load balance (busiest vs mean GPU), the all-gather volume, the predicted Muon / AdamW step-time
+    ratio, and what a cost-balanced assignment of matrices would give instead of Megatron-Core's order."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bridgebench.config import calibration as calib_mod
+    from bridgebench.config import sweep as engine
+    from bridgebench.model.optimizer import family
+    from bridgebench.model.timing import muon_cost as model
+
+    overrides = list(overrides or [])
+    if not any(o.split("=", 1)[0] == "optimizer" for o in overrides):
+        overrides.append("optimizer=muon")
+    base = engine.base_of(overrides)
+    v = engine.effective(base, {})
+    if family(str(v["optimizer"])) != "muon":
+        from bridgebench.config.compose import ConfigError
+
+        raise ConfigError(f"muon-cost models Muon; optimizer.optimizer is {v['optimizer']!r} (use optimizer=muon)")
+    calib = calib_mod.load(calibration)
+    cost = model(base.spec, engine.time_config(v, base.gpu), calib.time)
+    pp, ba = cost.ping_pong, cost.balanced
+    n = len(pp.ns_flops)
+    summary = {
+        "model": base.spec.name,
+        "gpu": base.gpu.name,
+        "num_gpus": v["num_gpus"],
+        "parallelism": {k: v[k] for k in ("tp", "pp", "vp", "cp", "ep", "etp_effective")},
+        "optimizer": v["optimizer"],
+        "ns_rate_tflops": cost.ns_rate / 1e12,
+        "kappa_s": cost.kappa,
+        "ns_flops_total": sum(pp.ns_flops),
+        "ns_flops_busiest": max(pp.ns_flops),
+        "ns_flops_mean": sum(pp.ns_flops) / n,
+        "matrices_busiest": max(pp.matrices),
+        "ns_time_busiest_s": cost.busiest_s(pp),
+        "ns_time_mean_s": cost.mean_s(pp),
+        "load_balance": cost.busiest_s(pp) / cost.mean_s(pp),
+        "balanced_ns_time_busiest_s": cost.busiest_s(ba),
+        "balanced_load_balance": cost.busiest_s(ba) / cost.mean_s(ba),
+        "allgather_bytes_per_gpu": cost.allgather_bytes,
+        "allgather_s": cost.allgather_s,
+        "elementwise_s": cost.elementwise_s,
+        "muon_step_s": cost.muon.total,
+        "adamw_step_s": cost.adam.total,
+        "muon_over_adamw": cost.ratio,
+        "muon_step_balanced_s": cost.balanced_step_s,
+        "muon_over_adamw_balanced": cost.balanced_step_s / cost.adam.total,
+        "calibration": calib.name,
+        "efficiency_source": cost.muon.efficiency_source,
+    }
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    out = Console()
+    out.width = max(out.width, 140)
+    par = " ".join(f"{k.split('_')[0].upper()}{val}" for k, val in summary["parallelism"].items() if val)
+    t = Table(title=f"Muon cost: {base.spec.name} on {v['num_gpus']} {base.gpu.name} ({par}, {v['optimizer']})")
+    t.add_column("quantity")
+    t.add_column("Megatron-Core order (ping-pong)", justify="right")
+    t.add_column("cost-balanced", justify="right")
+    t.add_row("NS TFLOP on the busiest GPU", f"{max(pp.ns_flops) / 1e12:.2f}", f"{max(ba.ns_flops) / 1e12:.2f}")
+    t.add_row("NS TFLOP per GPU, mean", f"{sum(pp.ns_flops) / n / 1e12:.2f}", f"{sum(ba.ns_flops) / n / 1e12:.2f}")
+    t.add_row("matrices on the busiest GPU", str(max(pp.matrices)), str(max(ba.matrices)))
+    t.add_row("NS + per-matrix time, busiest GPU (s)", f"{cost.busiest_s(pp):.3f}", f"{cost.busiest_s(ba):.3f}")
+    t.add_row("NS + per-matrix time, mean GPU (s)", f"{cost.mean_s(pp):.3f}", f"{cost.mean_s(ba):.3f}")
+    t.add_row("load balance (busiest / mean)", f"{cost.busiest_s(pp) / cost.mean_s(pp):.2f}",
+              f"{cost.busiest_s(ba) / cost.mean_s(ba):.2f}")  # fmt: skip
+    t.add_row("Muon step (s)", f"{cost.muon.total:.3f}", f"{cost.balanced_step_s:.3f}")
+    t.add_row("Muon / AdamW step time", f"{cost.ratio:.4f}", f"{cost.balanced_step_s / cost.adam.total:.4f}")
+    out.print(t)
+    out.print(
+        f"NS rate {cost.ns_rate / 1e12:.0f} TFLOP/s (BF16 peak x ns_efficiency {calib.time.ns_efficiency}), "
+        f"{cost.kappa * 1e6:.0f} us per matrix; all-gather of updated bf16 params {cost.allgather_bytes / 1e9:.2f} GB "
+        f"per GPU -> {cost.allgather_s:.3f} s; element-wise update {cost.elementwise_s:.3f} s; AdamW step "
+        f"{cost.adam.total:.3f} s (optimizer {cost.adam.optimizer:.3f} s). Calibration {calib.name!r}; model "
+        f"efficiency {cost.muon.efficiency:.3f} ({cost.muon.efficiency_source})."
+    )
+
+
+@app.command()
+def calibrate(
+    write: bool = typer.Option(False, "--write", help="write the fit into configs/calibration/<NAME>.yaml"),
+    name: str = typer.Option("default", "--calibration", help="calibration file to write"),
+    as_json: bool = typer.Option(False, "--json", help="print the fitted constants as JSON"),
+) -> None:
+    """Fit the time model's efficiencies and per-layer overhead on every published perf-table row of a model
+    bridgebench knows (results/reference/published_pretrain_throughput.csv)."""
+    import math
+    import statistics
+
+    from bridgebench.config import calibration as calib_mod
+    from bridgebench.model.timing import predict_time
+    from bridgebench.results.time_calibration import fit, published_rows
+
+    rows = published_rows()
+    cal = fit(rows)
+    errors = [predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops - 1 for r in rows]
+    releases = sorted({r.release for r in rows}, key=lambda x: [int(p) for p in x.split(".")])
+    median = statistics.median(abs(e) for e in errors)
+    grms = math.exp(math.sqrt(statistics.mean(math.log1p(e) ** 2 for e in errors))) - 1
+    source = (
+        f"bridgebench calibrate --write: {len(rows)} published rows of releases {', '.join(releases)} "
+        f"(results/reference/published_pretrain_throughput.csv); fit error: median |error| {median:.1%}, "
+        f"geometric RMS {grms:.1%}"
+    )
+    if write:
+        path = calib_mod.write_time(name, cal, source)
+        typer.echo(f"wrote {path}", err=True)
+    if as_json:
+        typer.echo(json.dumps({"source": source, "time": cal.to_mapping()}, indent=2))
+    else:
+        typer.echo(source)
+        typer.echo(f"c_layer {cal.c_layer * 1e3:.2f} ms per layer per microbatch")
+        for (gpu, pclass, fam), value in sorted(cal.efficiency.items()):
+            typer.echo(f"  {gpu:6s} {pclass:6s} {fam:6s} efficiency {value:.3f} ({cal.rows[(gpu, pclass, fam)]} rows)")

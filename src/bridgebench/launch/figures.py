@@ -1,0 +1,93 @@
+"""Step figures of one attempt for its results-store record: from TensorBoard events when the job wrote them, else
+from its logs; the outcome always from the logs.
+
+Fields added to a record (``collect``): ``outcome`` (log outcome class), ``steps``, ``step_time_s``,
+``tflops_per_gpu``, ``tokens_per_s_per_gpu`` (window means; None only without a timed step), ``quality`` and
+``window`` (:func:`bridgebench.logs.steady.window_summary`), ``series`` (``iteration`` / ``step_time_s`` /
+``tflops_per_gpu`` per logged iteration, for confidence intervals later), ``log_format``, ``figures_source``
+(``tensorboard`` or ``log``) and ``figures_derived`` (which figures were computed from the run's FLOPs model rather
+than read: tokens/s/GPU = GBS x seq_length / step time / GPUs; TFLOP/s/GPU = model FLOPs per step
+(:func:`bridgebench.config.run_flops.step_flops`) / step time / GPUs / 1e12).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+#: Where a pretrain job's TensorBoard events go: ``<job dir>/out/tensorboard`` (``logger.tensorboard_dir``, set by
+#: mbridge/build.py from BRIDGEBENCH_OUT_DIR, which launch/submit.py exports).
+TENSORBOARD_SUBDIR = Path("out") / "tensorboard"
+
+
+def _parse_logs(logs: list[Path]):
+    from bridgebench.logs.parser import LogReadError, parse_log
+
+    parsed = []
+    for p in logs:
+        try:
+            parsed.append(parse_log(p))
+        except LogReadError:
+            continue  # an empty sbatch output
+    preferred = [x for x in parsed if x.path and Path(x.path).name.startswith("log-")] or parsed
+    return max(preferred, key=lambda x: x.step_count, default=None)
+
+
+def record_figures(job_dir: str | None, logs: list[Path], cfg=None) -> dict[str, Any]:
+    """The figure fields of a record (see the module docstring) for an attempt with ``logs`` and ``job_dir``."""
+    from bridgebench.logs.parser import to_json
+
+    log = _parse_logs(logs)
+    source, parsed = "log", log
+    tb = Path(job_dir) / TENSORBOARD_SUBDIR if job_dir else None
+    if tb is not None and tb.is_dir():
+        from bridgebench.logs.events import is_events, parse_events
+        from bridgebench.logs.parser import LogReadError
+
+        if is_events(tb):
+            try:
+                ev = parse_events(tb)
+            except LogReadError:
+                ev = None
+            if ev is not None and ev.steady["step_time_s"].count:
+                source, parsed = "tensorboard", ev
+    if parsed is None:
+        return {
+            "outcome": None,
+            "steps": 0,
+            "step_time_s": None,
+            "tflops_per_gpu": None,
+            "quality": None,
+            "window": None,
+            "series": None,
+            "log_format": None,
+            "figures_source": None,
+        }
+    j = to_json(parsed)
+    out: dict[str, Any] = {
+        "outcome": log.outcome if log is not None else None,
+        "outcome_detail": log.outcome_detail if log is not None else None,
+        "steps": j["steps"],
+        "step_time_s": j["step_time_s"],
+        "tflops_per_gpu": j["tflops_per_gpu"],
+        "tokens_per_s_per_gpu": j["tokens_per_s_per_gpu"],
+        "quality": j["quality"],
+        "window": j["window"],
+        "series": j["series"],
+        "log_format": log.format if log is not None else None,
+        "figures_source": source,
+        "figures_derived": [],
+    }
+    if cfg is not None and out["step_time_s"] and str(cfg.job.type) == "pretrain":
+        from bridgebench.config.compose import run_facts
+        from bridgebench.config.run_flops import step_flops
+
+        facts = run_facts(cfg)
+        br = step_flops(facts)
+        if out["tokens_per_s_per_gpu"] is None:
+            out["tokens_per_s_per_gpu"] = br.tokens / out["step_time_s"] / facts.num_gpus
+            out["figures_derived"].append("tokens_per_s_per_gpu")
+        if out["tflops_per_gpu"] is None:
+            out["tflops_per_gpu"] = float(br.total) / out["step_time_s"] / facts.num_gpus / 1e12
+            out["figures_derived"].append("tflops_per_gpu")
+    return out

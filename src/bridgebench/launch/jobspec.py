@@ -1,0 +1,181 @@
+"""What one SLURM job of a planned run looks like on its cluster: the single source of the submission script.
+
+``plan`` and ``submit`` both describe a job with :func:`job_spec` (resources, container, flags the cluster supports)
+and :func:`job_paths` (where its files go), and both render it through :mod:`bridgebench.launch.nemorun`; so the
+``submit.sh`` a plan shows is byte for byte the script ``submit`` sends for that run's first repeat and attempt
+(tests/launch/test_submission_script.py diffs them). Later repeats and retries differ only in their run id, attempt
+and (repeats) the ``--dependency`` that chains them.
+
+Cluster facts decide the flags: ``--container-image``/``--container-mounts``/``--mpi=pmix`` only where
+``cluster.pyxis`` and ``cluster.container`` are set, ``--segment`` only where ``cluster.supports_segment``,
+``--exclusive`` where ``cluster.exclusive`` (every bridgebench job is a measurement: the shipped clusters set it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from bridgebench.config.cluster_fit import JobNeeds
+from bridgebench.launch import executor as ex
+from bridgebench.paths import REPO_ROOT, load_paths
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Resources and flags of one job of a run (no per-submission facts)."""
+
+    job_type: str
+    nodes: int
+    tasks_per_node: int
+    gpus_per_node: int | None  # #SBATCH --gpus-per-node (only where the cluster asks for it)
+    container_image: str | None  # None: the payload runs on the host
+    segment: int | None  # #SBATCH --segment (None where unsupported)
+    exclusive: bool
+    wrapper: list[str] = field(default_factory=list)
+
+    def needs(self, cfg: DictConfig) -> JobNeeds:
+        """What the cluster must offer for this job (:func:`bridgebench.config.cluster_fit.cluster_violations`).
+        A pretrain job needs the run's GPU and the release's container (unless the cluster runs jobs on the host,
+        ``cluster.container: false``); the optimizer-step payload needs neither."""
+        pretrain = self.job_type == "pretrain"
+        image = str(cfg.release.container_image) if pretrain and cfg.cluster.container else self.container_image
+        return JobNeeds(
+            nodes=self.nodes,
+            tasks_per_node=self.tasks_per_node,
+            gpu=str(cfg.gpu.name) if pretrain else None,
+            gpus_per_node=self.tasks_per_node if pretrain else 0,
+            container_image=image,
+            job_type=self.job_type,
+        )
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """Where one submission (run id + attempt) lives: ``base`` = ``<paths.job_dir>/<run_id>/a<attempt>`` (nemo-run's
+    experiment folder, logs, ``out/``), ``tunnel_dir`` = the folder nemo-run's tunnel writes the job to (the same
+    ``base/experiments`` for a local tunnel; ``<cluster.tunnel.job_dir>/<run_id>/a<attempt>`` over SSH)."""
+
+    base: Path
+    tunnel_dir: str
+    out_dir: str
+    job_name: str
+
+
+def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
+    """(nodes, tasks per node) of a run: whole nodes of ``gpu.gpus_per_node`` GPUs, or one partial node; the
+    optimizer-step payload is one process on one node."""
+    if cfg.job.type == "optstep":
+        return 1, 1
+    per_node = int(cfg.gpu.gpus_per_node)
+    if cfg.num_gpus < per_node:
+        return 1, int(cfg.num_gpus)
+    return int(cfg.num_gpus) // per_node, per_node
+
+
+def job_spec(cfg: DictConfig) -> JobSpec:
+    """The job of a composed run on its cluster (``cfg.cluster``)."""
+    nodes, per_node = nodes_and_tasks(cfg)
+    container = bool(cfg.cluster.pyxis and cfg.cluster.container)
+    gpus = int(cfg.gpu.gpus_per_node)
+    return JobSpec(
+        job_type=str(cfg.job.type),
+        nodes=nodes,
+        tasks_per_node=per_node,
+        gpus_per_node=gpus if cfg.job.type == "pretrain" and cfg.cluster.gpus_per_node_request else None,
+        container_image=str(cfg.release.container_image) if container else None,
+        segment=ex.segment_for(nodes, gpus) if cfg.cluster.supports_segment and cfg.job.type == "pretrain" else None,
+        exclusive=bool(cfg.cluster.exclusive),
+        wrapper=[str(w) for w in cfg.job.wrapper],
+    )
+
+
+def run_id_for(config_hash: str, repeat: int) -> str:
+    """A run's id: config hash + repeat index (``<hash>-r<repeat>``)."""
+    return f"{config_hash}-r{repeat}"
+
+
+def job_paths(cfg: DictConfig, name: str, run_id: str, attempt: int) -> JobPaths:
+    """Paths and SLURM job name of one submission (see :class:`JobPaths`). The job name carries the repeat and the
+    attempt so that ``sacct``'s JobName tells submissions apart."""
+    base = load_paths().job_dir / run_id / f"a{attempt}"
+    if cfg.cluster.tunnel.type == "local":
+        tunnel_dir = str(base / "experiments")
+    else:
+        tunnel_dir = f"{str(cfg.cluster.tunnel.job_dir).rstrip('/')}/{run_id}/a{attempt}"
+    repeat = run_id.rsplit("-r", 1)[-1]
+    return JobPaths(
+        base=base, tunnel_dir=tunnel_dir, out_dir=str(base / "out"), job_name=f"{name}-r{repeat}-a{attempt}"
+    )
+
+
+def config_on_node(run_dir: Path, container: bool) -> str:
+    """The run's ``config.yaml`` as the compute node sees it: inside the container the repository is mounted at
+    :data:`bridgebench.launch.executor.CONTAINER_REPO`, so a plan under the repository is addressed there."""
+    path = (Path(run_dir) / "config.yaml").absolute()
+    if container and path.is_relative_to(REPO_ROOT):
+        return f"{ex.CONTAINER_REPO}/{path.relative_to(REPO_ROOT)}"
+    return str(path)
+
+
+def job_env(cfg: DictConfig, config_hash: str, run_id: str, attempt: int) -> dict[str, Any]:
+    """Environment the sbatch script exports: the run's ``env_vars`` plus bridgebench's own ids (no secrets: the
+    config was checked by :func:`bridgebench.config.secrets.check_secrets`)."""
+    return {
+        **OmegaConf.to_container(cfg.env_vars, resolve=True),
+        "BRIDGEBENCH_CONFIG_HASH": config_hash,
+        "BRIDGEBENCH_RUN_ID": run_id,
+        "BRIDGEBENCH_ATTEMPT": str(attempt),
+    }
+
+
+@dataclass
+class Job:
+    """Everything one submission needs: the nemo-run executor, the payload command, paths and the spec."""
+
+    executor: Any
+    command: str
+    paths: JobPaths
+    spec: JobSpec
+
+
+def build_job(
+    cfg: DictConfig,
+    run_dir: Path,
+    name: str,
+    config_hash: str,
+    run_id: str,
+    attempt: int,
+    *,
+    exclude: list[str] | None = None,
+) -> Job:
+    """The executor and payload command of one submission of the run planned in ``run_dir`` -- the same call for
+    ``plan`` (its ``submit.sh``: repeat 0, attempt 0) and ``submit``.
+
+    Raises:
+        bridgebench.launch.executor.LaunchConfigError: unsafe names, mounts, environment or node names.
+    """
+    spec = job_spec(cfg)
+    paths = job_paths(cfg, name, run_id, attempt)
+    executor = ex.make_executor(
+        cfg.cluster,
+        nodes=spec.nodes,
+        tasks_per_node=spec.tasks_per_node,
+        gpus_per_node=spec.gpus_per_node,
+        container_image=spec.container_image,
+        # BRIDGEBENCH_OUT_DIR: mbridge/build.py puts logger.tensorboard_dir under it (read back by collect)
+        env=job_env(cfg, config_hash, run_id, attempt) | {"BRIDGEBENCH_OUT_DIR": paths.out_dir},
+        job_dir_path=Path(paths.tunnel_dir),
+        segment=spec.segment,
+        exclusive=spec.exclusive,
+    )
+    if exclude:
+        executor.additional_parameters = {"exclude": ",".join(ex.check_name("node", n) for n in exclude)}
+    container = spec.container_image is not None
+    command = ex.payload_command(
+        spec.job_type, config_on_node(run_dir, container), paths.out_dir, container, spec.wrapper
+    )
+    return Job(executor=executor, command=command, paths=paths, spec=spec)

@@ -1,0 +1,185 @@
+"""The one place bridgebench drives nemo-run: render (dry run) and submit a job, with nothing reaching a shell
+unquoted.
+
+nemo-run 0.11.1 builds several shell commands by formatting paths into strings (upstream problem; see the lead's
+note for the report):
+
+* ``core/packaging/git.py`` ``GitArchivePackager.package`` (the ``SlurmExecutor`` default packager):
+  ``subprocess.check_call(f"cd {path} && git rev-parse", shell=True)``, ``gzip -c {output_file}.tmp > {output_file}``
+  and ``rm {output_file}.tmp`` through ``invoke``; ``core/packaging/pattern.py`` likewise (``tar -cf {file}.tmp``);
+* ``core/execution/slurm.py`` ``SlurmExecutor.package``: ``mkdir -p {job_dir}/code`` and ``tar -xvzf {pkg} -C ...``;
+* ``run/torchx_backend/schedulers/slurm.py`` ``SlurmTunnelScheduler.schedule``:
+  ``tunnel.run(" ".join(["sbatch", "--requeue", "--parsable", dst_path]))``;
+* the sbatch script it writes has ``#SBATCH --output=<job dir>/...`` and ``srun --output <job dir>/...`` unquoted.
+
+So a path with a space, a quote, ``;``, ``$()`` or a newline either breaks those commands or runs what follows it.
+What this module does about it, in one place:
+
+1. the pass-through ``nemo_run.Packager()`` is always used (the compute node runs the repository itself, mounted or
+   checked out) and the packaging step is marked done with its ``code`` folder made in Python, so no packaging
+   command runs at all -- no ``git archive``, ``tar``, ``gzip``, ``rm`` or ``mkdir -p``; the one shell command left
+   is nemo-run's ``sbatch --requeue --parsable <script>`` (``tunnel.run``), whose path is checked by point 2;
+2. every path nemo-run will put into a command or the script (the experiment folder, the tunnel's job folder) is
+   checked by :func:`check_path` *before* nemo-run is called, and refused with a message naming the value, where it
+   came from and how to move it (``BRIDGEBENCH_JOB_DIR``, ``TMPDIR``);
+3. a plan's dry run renders in a private temporary folder, never under the user's ``--out``, so ``--out`` is only
+   ever handled by Python (any name works);
+4. everything bridgebench itself adds is quoted: the payload command (``shlex.quote``/``shlex.join``,
+   :func:`bridgebench.launch.executor.payload_command`), env values (``shlex.quote``), and names and mounts are
+   validated (:func:`bridgebench.launch.executor.check_name` / ``check_mount``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+from bridgebench.launch import executor as ex
+from bridgebench.launch.jobspec import JobPaths
+
+SHELL_PATH_HOW = {
+    "job folder": "set BRIDGEBENCH_JOB_DIR (configs/paths job_dir) to a folder without them",
+    "nemo-run experiment folder": "set BRIDGEBENCH_JOB_DIR (configs/paths job_dir) to a folder without them",
+    "temporary folder": "set TMPDIR to a folder without them",
+    "cluster job folder": "set cluster.tunnel.job_dir to a folder without them",
+}
+
+
+def check_path(kind: str, path: str | os.PathLike) -> str:
+    """``path`` if nemo-run can put it into a shell command safely (letters, digits and ``_ . / @ + -``), else
+    :class:`bridgebench.launch.executor.LaunchConfigError` naming the value, the rule and the fix."""
+    text = os.fspath(path)
+    if not ex.SAFE_PATH.match(text):
+        bad = sorted({c for c in text if not ex.SAFE_PATH.match(c)})
+        raise ex.LaunchConfigError(
+            f"{kind} {text!r} contains {''.join(bad)!r}: nemo-run 0.11.1 puts this path into shell commands and "
+            f"#SBATCH lines unquoted (mkdir -p, sbatch, --output), so it cannot work; "
+            f"{SHELL_PATH_HOW.get(kind, 'use a path of letters, digits and _ . / @ + -')}"
+        )
+    return text
+
+
+def _check_job(job: JobPaths) -> None:
+    ex.check_name("job name", job.job_name)
+    local = job.tunnel_dir.startswith(str(job.base))
+    check_path("job folder" if local else "cluster job folder", job.tunnel_dir)
+
+
+def _experiment_id(title: str) -> str:
+    # a fixed id (nemo-run's default is title_<time_ns>) makes the script's paths a function of the job alone;
+    # nemo-run derives the title back from the id's last "_"
+    return f"{title}_job"
+
+
+def _passthrough(executor, job_name: str) -> None:
+    """Point 1: the pass-through packager, and the packaging step marked done for this job, so nemo-run's
+    ``SlurmExecutor.package`` runs no shell command at all (it would run ``mkdir -p {job_dir}/code`` through
+    invoke); the ``code`` folder is made in Python by :func:`_experiment`."""
+    import nemo_run as run
+    from nemo_run.core.execution.slurm import get_packaging_job_key
+    from nemo_run.core.tunnel.client import PackagingJob
+
+    executor.packager = run.Packager()
+    key = get_packaging_job_key(_experiment_id(job_name), job_name)
+    executor.tunnel.packaging_jobs[key] = PackagingJob(symlink=False)
+
+
+def _experiment(title: str, executor, base_dir: str):
+    """A nemo-run Experiment with a fixed id whose preparation also makes each job's ``code`` folder (the job's
+    ``srun --chdir``), in Python."""
+    import nemo_run as run
+
+    exp = run.Experiment(title, executor=executor, id=_experiment_id(title), base_dir=base_dir, log_level="ERROR")
+    prepare = exp._prepare
+
+    def prepare_with_code_dirs(exist_ok: bool = False) -> None:
+        prepare(exist_ok=exist_ok)
+        for job in exp.jobs:
+            (Path(job.executor.job_dir) / "code").mkdir(parents=True, exist_ok=True)
+
+    exp._prepare = prepare_with_code_dirs  # this instance only
+    return exp
+
+
+def render(executor, *, command: str, job: JobPaths) -> tuple[str, str]:
+    """(sbatch script, per-task payload script) that :func:`submit` would send for ``job``: nemo-run's own dry run,
+    rendered in a private temporary folder (nothing is written under the job folder or submitted).
+
+    Raises:
+        LaunchConfigError: a path or name nemo-run cannot handle safely.
+    """
+    import nemo_run as run
+
+    _check_job(job)
+    tmp = tempfile.mkdtemp(prefix="bridgebench-dryrun-")
+    try:
+        check_path("temporary folder", tmp)
+        _passthrough(executor, job.job_name)
+        with contextlib.redirect_stdout(io.StringIO()):  # nemo-run prints its experiment banner
+            with _experiment(job.job_name, executor, tmp) as exp:
+                exp.add(run.Script(inline=command, entrypoint="bash"), name=job.job_name)
+                exp.dryrun(log=False, delete_exp_dir=False)
+        script = sorted(Path(tmp).glob(f"**/{job.job_name}_sbatch.sh"))
+        payload = sorted(Path(tmp).glob(f"**/scripts/{job.job_name}.sh"))
+        if not script or not payload:
+            raise ex.LaunchConfigError(f"nemo-run's dry run wrote no sbatch or payload script for {job.job_name}")
+        return script[-1].read_text(), payload[-1].read_text()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def submit(
+    executor,
+    *,
+    command: str,
+    job: JobPaths,
+    depends_on: str | None = None,
+    client_env: Mapping[str, str] | None = None,
+) -> tuple[str, str, str]:
+    """Submit ``command`` as ``job`` (``sbatch`` through nemo-run's tunnel); ``depends_on`` = a SLURM job id this one
+    waits for (``--dependency=afterany:<id>``: repeats of a benchmark run one after the other).
+
+    Returns:
+        (SLURM job id, the sbatch script exactly as submitted, nemo-run experiment id).
+
+    Raises:
+        LaunchConfigError: a path nemo-run cannot handle safely (nothing submitted).
+        RuntimeError: nemo-run returned no job id; other nemo-run / sbatch exceptions pass through.
+    """
+    import nemo_run as run
+
+    _check_job(job)
+    check_path("nemo-run experiment folder", job.base)
+    if depends_on is not None and not str(depends_on).isdigit():
+        raise ex.LaunchConfigError(f"dependency {depends_on!r} is not a SLURM job id")
+    _passthrough(executor, job.job_name)
+    if depends_on:
+        executor.dependencies = [f"slurm_tunnel://nemo_run/{depends_on}"]  # nemo-run parses the id from a handle
+        executor.dependency_type = "afterany"
+    if job.base.exists():  # left by a submission that failed before it was recorded (the caller checked the ledger)
+        shutil.rmtree(job.base)
+    job.base.mkdir(parents=True)
+    env_before = dict(os.environ)
+    os.environ.update(dict(client_env or {}))
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            with _experiment(job.job_name, executor, str(job.base)) as exp:
+                exp.add(run.Script(inline=command, entrypoint="bash"), name=job.job_name)
+                exp.run(detach=True)
+    except BaseException:
+        shutil.rmtree(job.base, ignore_errors=True)  # nothing was submitted: leave nothing behind
+        raise
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+    handle = exp.jobs[0].handle if exp.jobs else ""
+    job_id = str(handle).rstrip("/").split("/")[-1] if handle else ""
+    if not job_id.isdigit():
+        raise RuntimeError(f"nemo-run returned no SLURM job id for {job.job_name} (handle {handle!r})")
+    scripts = sorted(job.base.glob(f"**/{job.job_name}_sbatch.sh"))
+    return job_id, scripts[-1].read_text() if scripts else "", exp._id

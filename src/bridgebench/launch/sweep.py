@@ -1,0 +1,396 @@
+"""``bridgebench sweep``: run the sweep engine's stages, plan the top K with real ConfigContainers, submit them, and
+resume an interrupted sweep without doing any stage twice.
+
+Stages (``bridgebench.config.sweep`` does the math of 1-3):
+
+1. ``enumerate``: the space's points, the fast validity rules, duplicates;
+2. ``memory``: memory per GPU on the busiest rank, pruned above the usable HBM;
+3. ``time``: predicted step time, ranked by predicted model TFLOP/s/GPU;
+4. ``plan``: the top K, each planned by :func:`bridgebench.launch.plan.plan` (compose, rules, a validated
+   Megatron-Bridge ``ConfigContainer``, the sbatch script) into ``<paths.plans>/sweep-<name>/<point id>/``;
+5. ``submit`` (``--submit``): each planned point through :func:`bridgebench.launch.submit.submit_planned` (the job
+   ledger).
+
+Everything lives in ``<paths.sweeps>/<name>/``: ``state.json`` (the space's fingerprint, which stages are done,
+per-stage timings, planned and submitted points), ``stages/<n>-<stage>.parquet`` (the point rows after each stage),
+and the outputs ``points.parquet``, ``summary.md`` and ``points.png``. Every file is written to a temporary name and
+renamed, and a stage is marked done only after its rows are on disk, so an interrupt (Ctrl-C) loses at most the
+stage in progress; ``--resume`` reloads the last finished stage and goes on. In stage 4 a point is skipped when its
+config hash is already planned by this sweep, in the job ledger (submitted) or in the results store (measured).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from bridgebench.config import calibration as calib_mod
+from bridgebench.config import sweep as engine
+from bridgebench.config.compose import compose
+from bridgebench.config.hashing import config_hash
+from bridgebench.errors import BridgebenchError
+from bridgebench.launch.ledger import Ledger
+from bridgebench.paths import load_paths
+
+STAGES = ("enumerate", "memory", "time", "plan", "submit")
+STATE_VERSION = 1
+
+
+class SweepRunError(BridgebenchError):
+    """A sweep that cannot start or resume (existing folder, different space); nothing is written."""
+
+
+class Progress(Protocol):
+    """What the sweep reports while it runs (the CLI shows it with rich)."""
+
+    def start(self, stage: str, total: int) -> None: ...
+
+    def update(self, done: int, total: int) -> None: ...
+
+    def log(self, message: str) -> None: ...
+
+
+class _Quiet:
+    def start(self, stage: str, total: int) -> None:
+        pass
+
+    def update(self, done: int, total: int) -> None:
+        pass
+
+    def log(self, message: str) -> None:
+        pass
+
+
+@dataclass
+class SweepResult:
+    """What a sweep did: its folder, every point row, the planned / submitted top-K rows, per-stage timings
+    (``{stage: {"seconds", "points", "resumed"}}``), counts by status and rule, and the output files."""
+
+    name: str
+    dir: Path
+    rows: list[dict[str, Any]]
+    top: list[dict[str, Any]]
+    stages: dict[str, dict[str, Any]]
+    counts: dict[str, Any]
+    outputs: dict[str, Path] = field(default_factory=dict)
+    space: engine.Space | None = None
+
+
+# ---------------------------------------------------------------------------------------------------- files
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    import pandas as pd
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    os.close(fd)
+    try:
+        pd.DataFrame(rows).to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    import math
+
+    import pandas as pd
+
+    rows = pd.read_parquet(path).to_dict("records")
+    for r in rows:  # parquet turns missing values into NaN / None and ints into floats where a column has gaps
+        for k, v in list(r.items()):
+            if isinstance(v, float) and math.isnan(v):
+                r[k] = None
+            elif hasattr(v, "item"):
+                r[k] = v.item()
+        for k in ("num_gpus", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "rank", "base", "mem_stage"):
+            if isinstance(r.get(k), float):
+                r[k] = int(r[k])
+    return rows
+
+
+class _State:
+    """``state.json`` of a sweep folder, rewritten atomically on every change."""
+
+    def __init__(self, path: Path, data: dict[str, Any]):
+        self.path = path
+        self.data = data
+
+    @classmethod
+    def load(cls, path: Path) -> _State:
+        return cls(path, json.loads(path.read_text()))
+
+    def save(self) -> None:
+        _atomic_write(self.path, json.dumps(self.data, indent=2, default=str).encode())
+
+    def done(self, stage: str) -> bool:
+        return bool(self.data["stages"].get(stage, {}).get("done"))
+
+    def finish(self, stage: str, seconds: float, points: int, rows_file: str | None) -> None:
+        self.data["stages"][stage] = {
+            "done": True,
+            "seconds": seconds,
+            "points": points,
+            "rows": rows_file,
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "runs": self.data["stages"].get(stage, {}).get("runs", 0) + 1,
+        }
+        self.save()
+
+
+# ---------------------------------------------------------------------------------------------------- run
+def sweep_dir(name: str) -> Path:
+    return load_paths().sweeps / name  # configs/paths: sweeps
+
+
+def default_name(space: engine.Space) -> str:
+    """``<space>-<recipe/model/experiment>-<optimizer>``, from the fixed overrides."""
+    parts = [space.name]
+    for key in ("experiment", "recipe", "model", "optimizer", "gpu", "precision"):
+        for o in space.fixed:
+            if o.split("=", 1)[0].lstrip("+~") == key:
+                parts.append(o.split("=", 1)[1].strip("'\""))
+    return "-".join(dict.fromkeys(parts))
+
+
+def run_sweep(
+    overrides: list[str],
+    *,
+    space: str | None = None,
+    name: str | None = None,
+    top_k: int | None = None,
+    calibration: str = "default",
+    submit: bool = False,
+    resume: bool = False,
+    repeats: int = 1,
+    progress: Progress | None = None,
+    ledger: Ledger | None = None,
+    store: Any = None,
+) -> SweepResult:
+    """Run (or resume) a sweep; see the module docstring.
+
+    Raises:
+        bridgebench.config.sweep.SweepError: an empty space, an unknown field, a value of the wrong type or a
+            non-positive size (before anything is written).
+        SweepRunError: the sweep folder exists and ``resume`` is off, or ``resume`` with a different space.
+        bridgebench.config.calibration.CalibrationError: an unknown calibration.
+    """
+    say = progress or _Quiet()
+    sp = engine.parse_space(overrides, space, top_k=top_k)
+    calib = calib_mod.load(calibration)
+    say.start("compose", 0)
+    bases = engine.compose_bases(sp, progress=say.update)  # raises SweepError before anything is written
+    name = name or default_name(sp)
+    if not name or "/" in name or name.startswith("."):
+        raise SweepRunError(f"bad sweep name {name!r}: a folder name without '/' is needed")
+    out = sweep_dir(name)
+    state_path = out / "state.json"
+    fingerprint = sp.fingerprint()
+    if state_path.exists():
+        if not resume:
+            raise SweepRunError(
+                f"sweep {name!r} exists ({out}): add --resume to continue it, or --name to start another"
+            )
+        state = _State.load(state_path)
+        if state.data.get("fingerprint") != fingerprint or state.data.get("calibration") != calibration:
+            raise SweepRunError(
+                f"sweep {name!r} was started with another space or calibration ({state.data.get('space_source')}, "
+                f"{state.data.get('calibration')}); --resume needs the same overrides and space, or use --name"
+            )
+        say.log(f"resuming sweep {name!r}: stages done: {[s for s in STAGES if state.done(s)] or 'none'}")
+    else:
+        if resume:
+            say.log(f"nothing to resume for {name!r}: starting it")
+        state = _State(
+            state_path,
+            {
+                "version": STATE_VERSION,
+                "name": name,
+                "fingerprint": fingerprint,
+                "calibration": calibration,
+                "space_source": sp.source,
+                "fixed": sp.fixed,
+                "axes": {a.key: [repr(v) for v in a.values] for a in sp.axes},
+                "top_k": sp.top_k,
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                "stages": {},
+                "plans": {},
+                "submitted": {},
+            },
+        )
+        out.mkdir(parents=True, exist_ok=True)
+        state.save()
+    (out / "stages").mkdir(exist_ok=True)
+    timings: dict[str, dict[str, Any]] = {}
+
+    def stage(key: str, index: int, total_points: int, fn: Callable[[], list[dict[str, Any]]]) -> list[dict]:
+        file = out / "stages" / f"{index}-{key}.parquet"
+        if state.done(key) and file.exists():
+            info = state.data["stages"][key]
+            timings[key] = {"seconds": info["seconds"], "points": info["points"], "resumed": True}
+            say.log(f"stage {index} {key}: done before ({info['points']} points), loaded")
+            return _read_rows(file)
+        say.start(f"{index} {key}", total_points)
+        t0 = time.perf_counter()
+        result = fn()
+        seconds = time.perf_counter() - t0
+        _write_rows(file, result)
+        state.finish(key, seconds, total_points, file.name)
+        timings[key] = {"seconds": seconds, "points": total_points, "resumed": False}
+        return result
+
+    rows: list[dict[str, Any]] = []
+    rows = stage("enumerate", 1, len(bases) * sp_field_size(sp), lambda: engine.enumerate_points(sp, bases, say.update))
+    n_valid = sum(r["status"] == "valid" for r in rows)
+
+    def memory_stage() -> list[dict]:
+        engine.score_memory(rows, bases, calib, say.update)
+        return rows
+
+    rows = stage("memory", 2, n_valid, memory_stage)
+    n_fits = sum(r["status"] in ("fits", "over_memory") for r in rows)
+
+    def time_stage() -> list[dict]:
+        engine.score_time(rows, bases, calib, say.update)
+        return rows
+
+    rows = stage("time", 3, n_fits, time_stage)
+    ranked = sorted((r for r in rows if r["status"] == "ranked"), key=lambda r: r["rank"])
+    top = ranked[: sp.top_k]
+    pids = {r["point_id"] for r in top}
+    if top and state.done("plan") and pids <= set(state.data["plans"]):
+        info = state.data["stages"]["plan"]
+        timings["plan"] = {"seconds": info["seconds"], "points": info["points"], "resumed": True}
+        say.log(f"stage 4 plan: done before ({len(top)} points), nothing to plan")
+    elif top:
+        _plan_top(top, bases, sp, state, name, say, ledger, store, timings)
+    planned = {p for p in pids if state.data["plans"].get(p, {}).get("status") == "planned"}
+    if submit and top and state.done("submit") and planned <= set(state.data["submitted"]):
+        info = state.data["stages"]["submit"]
+        timings["submit"] = {"seconds": info["seconds"], "points": info["points"], "resumed": True}
+        say.log("stage 5 submit: done before, nothing to submit")
+    elif submit and top:
+        _submit_top(top, state, say, ledger, repeats, timings)
+    for r in rows:  # carry stage-4/5 outcomes into the rows
+        info = state.data["plans"].get(r["point_id"]) if r["status"] == "ranked" else None
+        if info:
+            r.update(status=info["status"], config_hash=info.get("config_hash"), plan_dir=info.get("plan_dir"))
+            r["reason"] = info.get("reason", r.get("reason", ""))
+            if r["point_id"] in state.data["submitted"]:
+                r["status"] = "submitted"
+                r["run_ids"] = ",".join(state.data["submitted"][r["point_id"]])
+    counts = engine.summarize(rows)
+    from bridgebench.results.sweep_report import write_outputs
+
+    chosen = [r for r in rows if r.get("rank") is not None and r["rank"] <= len(top)]  # duplicates share ids
+    result = SweepResult(name, out, rows, sorted(chosen, key=lambda r: r["rank"]), timings, counts, space=sp)
+    result.outputs = write_outputs(result, state.data, calib)
+    return result
+
+
+def sp_field_size(sp: engine.Space) -> int:
+    """Points per base: the product of the field axes' lengths."""
+    size = 1
+    for a in sp.axes:
+        if not a.group:
+            size *= len(a.values)
+    return size
+
+
+def _plan_top(top, bases, sp, state: _State, name: str, say: Progress, ledger, store, timings) -> None:
+    """Stage 4: plan each top-K point (one plan folder per point, recorded in the state as soon as it is written)."""
+    from bridgebench.launch.plan import PlanError, plan
+
+    t0 = time.perf_counter()
+    say.start("4 plan", len(top))
+    ledger = ledger or Ledger()
+    submitted = {a.run_id.split("-r")[0] for a in ledger.attempts()}
+    if store is None:
+        from bridgebench.launch.collect import default_store
+
+        store = default_store()
+    measured = {str(r.get("config_hash")) for r in store.records() if r.get("config_hash")}
+    plans_root = load_paths().plans / f"sweep-{name}"
+    planned_hashes = {v.get("config_hash") for v in state.data["plans"].values() if v.get("status") == "planned"}
+    resumed = 0
+    for i, row in enumerate(top, 1):
+        pid = row["point_id"]
+        if pid in state.data["plans"]:  # planned, skipped or failed before: never planned twice
+            resumed += 1
+            say.update(i, len(top))
+            continue
+        base = bases[row["base"]]
+        overrides = engine.point_overrides(base, json.loads(row["delta"]))
+        cfg = compose(overrides)
+        h = config_hash(cfg)
+        info: dict[str, Any] = {"config_hash": h, "overrides": overrides}
+        if h in planned_hashes:
+            info.update(status="skipped", reason=f"config {h} already planned by this sweep")
+        elif h in submitted:
+            info.update(status="skipped", reason=f"config {h} already in the job ledger (submitted)")
+        elif h in measured:
+            info.update(status="skipped", reason=f"config {h} already measured (results store)")
+        else:
+            invalid = []
+            try:
+                plan_dir, runs = plan(overrides, plans_root / pid, on_invalid=invalid.append)
+                info.update(status="planned", plan_dir=str(plan_dir), run=runs[0].name, reason="")
+                planned_hashes.add(h)
+            except PlanError as err:
+                bad = invalid[0] if invalid else None
+                info.update(
+                    status="plan_failed", rule=bad.rule if bad else "plan", reason=bad.reason if bad else str(err)
+                )
+        state.data["plans"][pid] = info
+        state.save()
+        say.update(i, len(top))
+    timings["plan"] = {"seconds": time.perf_counter() - t0, "points": len(top), "resumed": resumed == len(top)}
+    state.finish("plan", timings["plan"]["seconds"], len(top), None)
+
+
+def _submit_top(top, state: _State, say: Progress, ledger, repeats: int, timings) -> None:
+    """Stage 5: submit every planned top-K point not submitted yet, recording its run ids at once."""
+    from bridgebench.launch.plan import PlannedRun
+    from bridgebench.launch.submit import submit_planned
+
+    t0 = time.perf_counter()
+    say.start("5 submit", len(top))
+    ledger = ledger or Ledger()
+    in_ledger = {a.run_id.split("-r")[0] for a in ledger.attempts()}
+    for i, row in enumerate(top, 1):
+        pid = row["point_id"]
+        info = state.data["plans"].get(pid) or {}
+        if info.get("status") != "planned" or pid in state.data["submitted"]:
+            say.update(i, len(top))
+            continue
+        if info["config_hash"] in in_ledger:
+            state.data["submitted"][pid] = [f"{info['config_hash']}-r{r}" for r in range(repeats)]
+            state.save()
+            continue
+        run_json = Path(info["plan_dir"]) / info["run"] / "run.json"
+        run = PlannedRun(**json.loads(run_json.read_text()))
+        attempts = submit_planned([run], repeats=repeats, again=True, ledger=ledger, progress=say.log)
+        state.data["submitted"][pid] = [a.run_id for a in attempts]
+        state.save()
+        say.update(i, len(top))
+    timings["submit"] = {"seconds": time.perf_counter() - t0, "points": len(top), "resumed": False}
+    state.finish("submit", timings["submit"]["seconds"], len(top), None)

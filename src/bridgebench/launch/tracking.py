@@ -1,0 +1,209 @@
+"""Job states from SLURM, degrading gracefully: what ``status`` (and ``submit --wait``) show.
+
+For every unsettled attempt of the cluster, SLURM is asked twice: the controller (``squeue --me --states=all``:
+live state and, for a PENDING job, SLURM's pending reason such as ``PartitionNodeLimit``) and accounting (``sacct``:
+final state, exit code, node list, start and end). A reply counts only when its JobName is the attempt's (SLURM job
+ids repeat after a purge or on another cluster: launch/provenance.py). Then, per attempt:
+
+* accounting reports a final state -> that state (the failure reason is classified from the logs);
+* the controller lists the job -> its state (PENDING with its reason);
+* otherwise SLURM cannot currently vouch for the job (controller down or killed, or it no longer knows the job):
+  the attempt shows ``UNKNOWN`` with its last known state, and once that has lasted ``cluster.lost_after_s``
+  (counted from the first refresh that could not vouch for it) it becomes ``LOST`` -- never RUNNING forever.
+  An attempt submitted to a cluster state that no longer exists (another ``cluster_id``) is LOST at once.
+
+A LOST attempt is looked up again on every refresh and comes back if SLURM reports it again. When neither daemon
+answers, the ledger is still returned (states as last known, shown UNKNOWN) with a hint to start or reach the cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from bridgebench.launch import slurmcli
+from bridgebench.launch.ledger import FINAL_STATES, LOST, Attempt, Ledger
+from bridgebench.launch.provenance import cluster_identity
+
+UNKNOWN = "UNKNOWN"
+SACCT_FORMAT = "JobID,JobName,State,ExitCode,NodeList,Reason,Start,End"
+FAILED_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED")
+
+
+@dataclass
+class Refresh:
+    """The attempts as ``status`` shows them (unreported ones as ``UNKNOWN``) and notes for the user."""
+
+    attempts: list[Attempt]
+    notes: list[str] = field(default_factory=list)
+
+
+def attempt_logs(a: Attempt) -> list[Path]:
+    """Log files of an attempt (nemo-run's sbatch and srun outputs for its SLURM job id)."""
+    if not a.job_dir or not a.slurm_job_id:
+        return []
+    jid = a.slurm_job_id
+    return sorted(p for p in Path(a.job_dir).rglob("*.out") if p.name.endswith(f"_{jid}.out") or f"_{jid}_" in p.name)
+
+
+def belongs(a: Attempt, cfg: DictConfig) -> bool:
+    """True when ``a`` was submitted to this cluster (by name; legacy attempts without a cluster id count)."""
+    name = str(cfg.cluster.name)
+    return a.cluster_id is None or a.cluster_id == name or a.cluster_id.startswith(name + "-")
+
+
+def _name_ok(a: Attempt, reported: str) -> bool:
+    # nemo-run names the SLURM job "<account>-<account suffix>.<job name>"
+    return not a.job_name or reported == a.job_name or reported.endswith("." + a.job_name)
+
+
+def _epoch(stamp: str) -> float | None:
+    """A SLURM timestamp (``2026-11-23T11:43:39``, the cluster's local time) as epoch seconds, or None."""
+    if not stamp or stamp in ("Unknown", "None", "N/A"):
+        return None
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except ValueError:
+        return None
+
+
+def _queue(cfg: DictConfig) -> dict[str, dict[str, str]]:
+    out = slurmcli.run(["squeue", "--me", "-h", "--states=all", "-o", "%i|%T|%r|%j"], cfg)
+    jobs = {}
+    for line in out.splitlines():
+        parts = line.strip().split("|", 3)
+        if len(parts) == 4:
+            jobs[parts[0]] = {"state": parts[1], "reason": parts[2], "name": parts[3]}
+    return jobs
+
+
+def _accounting(job_ids: list[str], cfg: DictConfig) -> dict[str, dict[str, str]]:
+    if not job_ids:
+        return {}
+    out = slurmcli.run(["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), f"--format={SACCT_FORMAT}"], cfg)
+    jobs = {}
+    keys = [k.lower() for k in SACCT_FORMAT.split(",")]
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) == len(keys) and parts[0] in job_ids:
+            row = dict(zip(keys, parts))
+            jobs[row["jobid"]] = row
+    return jobs
+
+
+def failure_reason(a: Attempt, state: str, exit_code: str, slurm_reason: str) -> str:
+    """``<outcome>: <detail>`` of a failed attempt: the log parser's outcome when a log shows one, else SLURM's."""
+    from bridgebench.logs.parser import parse_log
+
+    outcome = state.lower()
+    detail = f"exit code {exit_code}" + (f", {slurm_reason}" if slurm_reason and slurm_reason != "None" else "")
+    for log in attempt_logs(a):
+        parsed = parse_log(log)
+        if parsed.outcome not in ("completed", "incomplete"):
+            outcome, detail = parsed.outcome, (parsed.outcome_detail or "")[:300]
+            break
+    return f"{outcome}: {detail}".strip(": ")
+
+
+def update(cfg: DictConfig, ledger: Ledger, *, now: float | None = None) -> Refresh:
+    """Refresh every unsettled (or LOST) attempt of ``cfg.cluster`` in ``ledger`` from SLURM; see the module
+    docstring. Never raises because SLURM is unreachable: the notes say so."""
+    now = time.time() if now is None else now
+    current = cluster_identity(cfg.cluster)
+    lost_after = float(cfg.cluster.get("lost_after_s") or 600)
+    attempts = ledger.attempts()
+    todo = [a for a in attempts if belongs(a, cfg) and not a.finished]
+    notes: list[str] = []
+    display: dict[tuple[str, int], Attempt] = {}
+
+    gone = [a for a in todo if a.cluster_id not in (None, current)]
+    for a in gone:
+        if a.state != LOST:
+            reason = (
+                f"submitted to cluster state {a.cluster_id}, which is gone (the cluster is now {current}): SLURM "
+                f"can no longer report job {a.slurm_job_id} (last known {a.state})"
+            )
+            ledger.update(a.run_id, a.attempt, state=LOST, reason=reason)
+    todo = [a for a in todo if a not in gone and a.slurm_job_id]
+    if not todo:
+        return Refresh(ledger.attempts(), notes)
+
+    queue, acct, why_ctld = None, None, None
+    try:
+        queue = _queue(cfg)
+    except slurmcli.SlurmError as err:
+        why_ctld = str(err)
+    try:
+        acct = _accounting([a.slurm_job_id for a in todo], cfg)
+    except slurmcli.SlurmError as err:
+        if queue is None:
+            notes.append(f"cannot reach SLURM ({err}); showing the ledger's last known states")
+        else:
+            notes.append(f"SLURM accounting did not answer ({err})")
+    if queue is None and acct is not None:
+        notes.append(f"the SLURM controller did not answer ({why_ctld}); unfinished jobs are UNKNOWN")
+
+    for a in todo:
+        q = (queue or {}).get(a.slurm_job_id)
+        q = q if q and _name_ok(a, q["name"]) else None
+        s = (acct or {}).get(a.slurm_job_id)
+        s = s if s and _name_ok(a, s["jobname"]) else None
+        s_state = s["state"].split(" ")[0] if s else ""
+        if s and s_state in FINAL_STATES:
+            fields = {
+                "state": s_state,
+                "exit_code": s["exitcode"],
+                "node_list": s["nodelist"],
+                "started_at": _epoch(s["start"]),
+                "ended_at": _epoch(s["end"]),
+                "unknown_since": None,
+            }
+            if s_state in FAILED_STATES:
+                fields["reason"] = failure_reason(a, s_state, s["exitcode"], s["reason"])
+            elif a.state == LOST:
+                fields["reason"] = None
+            ledger.update(a.run_id, a.attempt, **fields)
+        elif q:
+            state = q["state"].split(" ")[0]
+            fields = {"state": state, "unknown_since": None}
+            if state == "PENDING":
+                fields["reason"] = f"pending: {q['reason']}" if q["reason"] not in ("", "None") else None
+            elif a.state in ("PENDING", LOST):
+                fields["reason"] = None
+            if s:
+                fields |= {"node_list": s["nodelist"], "started_at": _epoch(s["start"])}
+            ledger.update(a.run_id, a.attempt, **fields)
+        else:
+            if queue is None:
+                why = why_ctld or "the SLURM controller did not answer"
+            elif s:
+                why = f"accounting says {s_state} but the controller no longer lists job {a.slurm_job_id}"
+            else:
+                why = f"neither the controller nor accounting lists job {a.slurm_job_id}"
+            since = a.unknown_since or now
+            if now - since >= lost_after:
+                last = a.state if a.state != LOST else "LOST"
+                ledger.update(
+                    a.run_id,
+                    a.attempt,
+                    state=LOST,
+                    unknown_since=since,
+                    reason=f"lost: SLURM has not vouched for job {a.slurm_job_id} for {now - since:.0f} s "
+                    f"(cluster.lost_after_s = {lost_after:g}; last known {last}): {why}"[:500],
+                )
+            else:
+                if a.unknown_since is None:
+                    ledger.update(a.run_id, a.attempt, unknown_since=since)
+                if a.state != LOST:
+                    display[(a.run_id, a.attempt)] = replace(
+                        a,
+                        state=UNKNOWN,
+                        unknown_since=since,
+                        reason=f"last known {a.state}; {why}; LOST after {lost_after - (now - since):.0f} s more"[:500],
+                    )
+    out = [display.get((a.run_id, a.attempt), a) for a in ledger.attempts()]
+    return Refresh(out, notes)

@@ -1,0 +1,106 @@
+"""TensorBoard event files as a source of step figures: no regular expressions, the trainer's own numbers.
+
+Read with the ``tensorboard`` package's ``EventAccumulator`` (every scalar kept; events of a restarted run that a
+later file supersedes are purged by it, as TensorBoard itself does).  Every tag is written with
+``writer.add_scalar(tag, value, iteration)`` by the last rank only (Megatron-Bridge 0.6.2
+``training/state.py`` lines 178-186; Megatron-LM ``megatron/training/global_vars.py`` lines 217-221).
+
+Tags read (Megatron-Bridge 0.6.2 wheel, ``megatron/bridge/training/utils/train_utils.py``, ``training_log``;
+Megatron-LM ``core_v0.19.0``, ``megatron/training/training.py``, ``training_log``):
+
+* ``iteration-time``: seconds per iteration (interval average), every ``log_interval`` iterations -- Bridge line
+  1165, Megatron-LM line 2841; only with ``logger.log_timers_to_tensorboard`` (the Bridge recipes set it).
+* ``throughput/tflops/device``: model TFLOP/s per GPU (the Step Time line's number) -- Bridge line 1141; only with
+  ``logger.log_throughput_to_tensorboard``.
+* ``throughput``: model TFLOP/s per GPU -- Megatron-LM line 2858; ``--log-throughput`` and
+  ``--log-timers-to-tensorboard``.
+* ``throughput/device/tokens_per_sec``: tokens/s per GPU -- Bridge lines 857-867 (``report_throughput``: rolling
+  average over ``throughput_window_size`` iterations, padded tokens); ``log_throughput_to_tensorboard``.
+* ``lm loss``: this iteration's loss (not an interval average) -- Bridge line 967, Megatron-LM line 2705.
+
+NeMo 2 logs through Lightning's TensorBoardLogger with x = ``trainer.global_step``: ``train_step_timing in s``
+(``TimingCallback``, ``nemo/utils/exp_manager.py``) and ``TFLOPS_per_GPU`` / ``tflops_per_sec_per_gpu``
+(``FLOPsMeasurementCallback``); read too.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bridgebench.logs.parser import LogReadError, ParsedLog, Step, parsed_from_steps
+
+#: tag -> Step attribute, in order of preference per attribute (the first present wins).
+TAGS: tuple[tuple[str, str], ...] = (
+    ("iteration-time", "step_time_s"),
+    ("train_step_timing in s", "step_time_s"),
+    ("throughput/tflops/device", "tflops_per_gpu"),
+    ("throughput", "tflops_per_gpu"),
+    ("TFLOPS_per_GPU", "tflops_per_gpu"),
+    ("tflops_per_sec_per_gpu", "tflops_per_gpu"),
+    ("throughput/device/tokens_per_sec", "tokens_per_s_per_gpu"),
+    ("lm loss", "lm_loss"),
+    ("reduced_train_loss", "lm_loss"),
+)
+
+
+def event_files(path: str | os.PathLike) -> list[Path]:
+    """``events.out.tfevents.*`` files at ``path`` (a file, or a directory searched recursively), sorted."""
+    p = Path(path)
+    if p.is_file():
+        return [p] if ".tfevents." in p.name else []
+    return sorted(f for f in p.rglob("events.out.tfevents.*") if f.is_file())
+
+
+def is_events(path: str | os.PathLike) -> bool:
+    """True for an event file or a directory holding at least one."""
+    return bool(event_files(path))
+
+
+def parse_events(path: str | os.PathLike, *, warmup_steps: int = 10, min_steps: int = 5) -> ParsedLog:
+    """Steps and windows from TensorBoard scalars (see the module docstring for tags and units).
+
+    ``path``: an event file or a directory (all event files under it; each directory is one run, the one with the
+    most timed steps is used).  The result has ``format='tensorboard'`` and ``outcome='unknown'`` (events carry no
+    outcome: read it from the job's log).  Iterations are the tags' x values (Megatron: the 1-based iteration).
+
+    Raises:
+        LogReadError: no event file at ``path``, or a file TensorBoard cannot read.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    files = event_files(path)
+    if not files:
+        raise LogReadError(f"{path}: no TensorBoard event files (events.out.tfevents.*)")
+    best: list[Step] = []
+    for run_dir in sorted({f.parent for f in files}):
+        acc = EventAccumulator(str(run_dir), size_guidance={SCALARS: 0})
+        try:
+            acc.Reload()
+        except Exception as err:  # tensorboard raises its own DataLoss / OSError types
+            raise LogReadError(f"{run_dir}: TensorBoard cannot read these events ({err})") from err
+        present = set(acc.Tags().get("scalars", []))
+        by_iter: dict[int, Step] = {}
+        done: set[str] = set()
+        for tag, attr in TAGS:
+            if tag not in present or attr in done:
+                continue
+            done.add(attr)
+            for ev in acc.Scalars(tag):
+                step = by_iter.get(ev.step)
+                if step is None:
+                    step = by_iter[ev.step] = Step(iteration=int(ev.step), source="tensorboard")
+                setattr(step, attr, float(ev.value))
+        steps = sorted(by_iter.values(), key=lambda s: s.iteration)
+        if sum(s.step_time_s is not None for s in steps) > sum(s.step_time_s is not None for s in best):
+            best = steps
+    return parsed_from_steps(
+        best,
+        warmup_steps=warmup_steps,
+        min_steps=min_steps,
+        path=str(path),
+        format="tensorboard",
+        outcome="unknown",
+        outcome_detail="TensorBoard events carry no outcome: read the job's log",
+        total_iters=None,
+    )

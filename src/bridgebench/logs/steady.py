@@ -1,0 +1,296 @@
+"""The window of steps a log's figures come from: warm-up by iteration number, quality flag, statistics.
+
+Always the best available figure: any log with at least one timed step gets a window and figures; the window's
+``quality`` says how far to trust them:
+
+* ``steady`` -- at least ``min_steps`` timed steps after warm-up, evenly spaced, from a job that has ended;
+* ``short`` -- fewer than ``min_steps`` after warm-up, or none after warm-up (then the window is every timed step);
+* ``excerpt`` -- logged iterations are missing inside the window (uneven spacing: an excerpt pasted with gaps);
+* ``running`` -- enough evenly spaced steps, but the job has not ended (outcome ``running``).
+
+The outcome (completed, failed, ...) is separate: a failed run's healthy window is still ``steady``; ``window_ok``
+is the strict flag -- a steady window of a completed run without NaN/skipped steps.
+
+Warm-up is skipped by iteration number: in each segment (attempt) the steps with ``iteration - start <= warmup`` are
+warm-up, where ``start`` is the iteration the attempt started from -- Megatron-Bridge prints it (``Setting
+rerun_state_machine.current_iteration to N``); otherwise 0 for the first attempt (Megatron iterations are 1-based:
+iteration ``i`` ends the ``i``-th step; NeMo's 0-based ``global_step`` uses -1) and ``first logged iteration - log
+interval`` after a restart.  A log that starts mid-run (an excerpt from iteration 71) therefore has no warm-up
+inside it.  Statistics: mean (the headline: upstream's performance check averages step times after skipping the
+first iterations -- Megatron-Bridge ``scripts/performance/utils/evaluate.py::validate_performance``, ``np.mean``),
+median, sample standard deviation (ddof=1), quartiles (linear interpolation = ``statistics.quantiles(method=
+'inclusive')``), min, max.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, Iterable
+
+import numpy as np
+
+QUALITIES: tuple[str, ...] = ("steady", "short", "excerpt", "running")
+
+
+@dataclass(slots=True)
+class SteadyState:
+    """Summary of one metric over a window of steps (see :func:`steady_state`).
+
+    ``median``/``mean``/``stdev``/``q1``/``q3``/``iqr``/``min``/``max`` are in the metric's unit (``step_time_s``:
+    seconds, ``tflops_per_gpu``: TFLOP/s/GPU) over ``count`` steps, iterations ``first_iteration``..
+    ``last_iteration``.  ``quality`` is one of :data:`QUALITIES` (None when no step has the metric);
+    ``warmup_skipped`` timed steps fell inside the warm-up; ``fallback`` is True when none was left after it and the
+    window is every timed step.  ``window_ok`` is the strict flag (steady, no NaN/skipped step, outcome completed or
+    not given); ``reason`` lists every problem ('ok' when none); ``note`` says in words where the figures come from.
+    """
+
+    metric: str
+    count: int
+    median: float | None
+    mean: float | None
+    stdev: float | None
+    q1: float | None
+    q3: float | None
+    iqr: float | None
+    min: float | None
+    max: float | None
+    first_iteration: int | None
+    last_iteration: int | None
+    warmup: int
+    min_steps: int
+    insufficient: bool
+    window_ok: bool
+    reason: str
+    segments: int = 0  # number of distinct restart segments the window draws from
+    quality: str | None = None
+    warmup_skipped: int = 0
+    fallback: bool = False
+    gaps: int = 0  # spacings inside the window that differ from the log interval
+    interval: int = 1  # log interval (smallest positive spacing of consecutive logged iterations)
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def log_interval(steps: list) -> int:
+    """Smallest positive spacing between consecutive logged iterations of one segment (1 when unknown)."""
+    best = 0
+    prev = None
+    for s in steps:
+        if prev is not None and s.segment == prev.segment:
+            d = s.iteration - prev.iteration
+            if d > 0 and (best == 0 or d < best):
+                best = d
+        prev = s
+    return best or 1
+
+
+def segment_starts(steps: list, starts: dict[int, int] | None = None, interval: int | None = None) -> dict[int, int]:
+    """Start iteration of each segment: ``starts`` where known (Bridge start lines), else 0 (or -1 for 0-based NeMo
+    ``global_step``) for segment 0 and ``first logged - log interval`` for later segments."""
+    out: dict[int, int] = dict(starts or {})
+    interval = interval or log_interval(steps)
+    for s in steps:
+        if s.segment in out:
+            continue
+        if s.segment == 0:
+            out[0] = -1 if s.source == "nemo2" else 0
+        else:
+            out[s.segment] = s.iteration - interval
+    return out
+
+
+def bad_reason(step, skipped_is_nan: bool = True) -> str | None:
+    """Why ``step`` is a bad (NaN) step, or None.
+
+    Skipped iterations count only when the loss scale is 1 (bf16 / fp32: Megatron then skips a step only on NaN/inf
+    gradients); with fp16 dynamic loss scaling (loss scale > 1) skips are the scaler's overflow search
+    (``megatron/core/optimizer/grad_scaler.py::DynamicGradScaler``), not a failure.  A fast-path record still
+    holding its unparsed tail was kept lazy only because both counters were 0 and it had no nan/inf: not bad.
+    """
+    if getattr(step, "_tail", None) is not None:
+        return None
+    if step.lm_loss is not None and not math.isfinite(step.lm_loss):
+        return f"lm loss {step.lm_loss}"
+    if step.grad_norm is not None and not math.isfinite(step.grad_norm):
+        return f"grad norm {step.grad_norm}"
+    if step.nan_iterations:
+        return f"number of nan iterations: {step.nan_iterations}"
+    if skipped_is_nan and step.skipped and (step.loss_scale is None or step.loss_scale == 1.0):
+        return f"number of skipped iterations: {step.skipped}"
+    return None
+
+
+def steady_state(
+    steps: Iterable,
+    *,
+    warmup: int,
+    min_steps: int,
+    metric: str = "step_time_s",
+    outcome: str | None = None,
+    skipped_is_nan: bool = True,
+    starts: dict[int, int] | None = None,
+    _base: dict[int, int] | None = None,
+    _interval: int | None = None,
+) -> SteadyState:
+    """Window statistics of ``metric`` ('step_time_s', 'tflops_per_gpu', or any numeric Step attribute).
+
+    Window: the steps that have ``metric`` and lie after the warm-up of their segment (``iteration - start >
+    warmup``; see the module docstring; ``starts`` maps segment -> start iteration where the log says it).  When no
+    timed step is left after the warm-up, the window is every timed step (``fallback``, quality ``short``).
+    ``reason`` lists: too few steps (``insufficient``), uneven spacing (gaps), NaN/skipped steps inside the window,
+    non-finite values, and an ``outcome`` other than ``completed`` (when given).  Statistics are over the finite
+    values (mean, median, numpy ``std(ddof=1)`` and ``percentile(25, 75)``; one value gives zero spread).
+    """
+    steps = steps if isinstance(steps, list) else list(steps)
+    base = _base if _base is not None else segment_starts(steps, starts)
+    interval = _interval if _interval is not None else log_interval(steps)
+    get = attrgetter(metric)
+    timed = [s for s in steps if get(s) is not None]
+    if len(base) <= 1:  # one segment: one threshold
+        threshold = next(iter(base.values()), 0) + warmup
+        window = [s for s in timed if s.iteration > threshold]
+    else:
+        window = [s for s in timed if s.iteration - base.get(s.segment, 0) > warmup]
+    fallback = bool(timed) and not window
+    if fallback:
+        window = timed
+    skipped = 0 if fallback else len(timed) - len(window)
+    values = [float(get(s)) for s in window]
+    arr = np.asarray(values, dtype=float)
+    finite_mask = np.isfinite(arr)
+    finite_arr = arr[finite_mask]
+    count = len(values)
+
+    gaps = 0
+    if len(window) > 1:
+        its = np.fromiter((s.iteration for s in window), dtype=np.int64, count=len(window))
+        segs = np.fromiter((s.segment for s in window), dtype=np.int64, count=len(window))
+        d = np.diff(its)
+        same = segs[1:] == segs[:-1]
+        odd = same & (d != interval) & ~((its[:-1] == 1) & (d == interval - 1))
+        gaps = int(odd.sum())
+
+    problems: list[str] = []
+    insufficient = count < min_steps
+    if fallback:
+        problems.append(
+            f"insufficient: {count} timed step{'s' * (count != 1)}, none after warm-up {warmup}: "
+            f"figures from all {count}"
+        )
+    elif insufficient:
+        problems.append(f"insufficient: {count} steps after warmup={warmup}, need min_steps={min_steps}")
+    if gaps:
+        problems.append(f"{gaps} gap{'s' * (gaps != 1)} in the logged iterations (log interval {interval})")
+    bad = [s for s in window if s._tail is None and bad_reason(s, skipped_is_nan) is not None]
+    if bad:
+        problems.append(f"{len(bad)} NaN/skipped steps in window (first at iteration {bad[0].iteration})")
+    n_finite = int(finite_mask.sum())
+    if n_finite != count:
+        problems.append(f"{count - n_finite} non-finite {metric} values in window")
+    if outcome is not None and outcome != "completed":
+        problems.append(f"run outcome is {outcome!r}, not 'completed'")
+
+    if count == 0:
+        quality = None
+    elif fallback or insufficient:
+        quality = "short"
+    elif gaps:
+        quality = "excerpt"
+    elif outcome == "running":
+        quality = "running"
+    else:
+        quality = "steady"
+
+    med = mean = sd = q1 = q3 = iqr = lo = hi = None
+    if n_finite:
+        med = float(np.median(finite_arr))
+        mean = float(np.mean(finite_arr))
+        lo, hi = float(finite_arr.min()), float(finite_arr.max())
+        if n_finite >= 2:
+            sd = float(np.std(finite_arr, ddof=1))
+            q1, q3 = (float(q) for q in np.percentile(finite_arr, (25.0, 75.0)))
+            iqr = q3 - q1
+        else:
+            sd, q1, q3, iqr = 0.0, lo, lo, 0.0
+    ok = quality == "steady" and not problems
+    return SteadyState(
+        metric=metric,
+        count=count,
+        median=med,
+        mean=mean,
+        stdev=sd,
+        q1=q1,
+        q3=q3,
+        iqr=iqr,
+        min=lo,
+        max=hi,
+        first_iteration=window[0].iteration if window else None,
+        last_iteration=window[-1].iteration if window else None,
+        warmup=warmup,
+        min_steps=min_steps,
+        insufficient=insufficient,
+        window_ok=ok,
+        reason="; ".join(problems) if problems else "ok",
+        segments=len({s.segment for s in window}),
+        quality=quality,
+        warmup_skipped=skipped,
+        fallback=fallback,
+        gaps=gaps,
+        interval=interval,
+        note=_note(count, quality, fallback, skipped, warmup, min_steps, gaps, outcome),
+    )
+
+
+def _note(count, quality, fallback, skipped, warmup, min_steps, gaps, outcome) -> str:
+    """One sentence saying where the figures come from and why they are short, in plain words."""
+    n = f"{count} timed step{'s' * (count != 1)}"
+    if quality is None:
+        return "no timed steps"
+    if fallback:
+        return f"{n}, none after warm-up {warmup}: figures from all {count}"
+    used = f"{n} after warm-up {warmup} ({skipped} skipped)" if skipped else f"{n} (warm-up {warmup})"
+    if quality == "short":
+        return f"{used}, fewer than {min_steps}: figures from those"
+    if quality == "excerpt":
+        return f"{used} with {gaps} gap{'s' * (gaps != 1)} in the iterations: an excerpt"
+    if quality == "running":
+        return f"{used}; the job has not ended (outcome running)"
+    if outcome not in (None, "completed"):
+        return f"{used}; healthy window of a run that ended {outcome}"
+    return used
+
+
+def window_summary(st: SteadyState, tf: SteadyState | None = None) -> dict[str, Any]:
+    """``record["window"]``: the steps used, warm-up skipped, count, spread and quality of the step-time window
+    (plus the TFLOP/s window's count and mean).  Units: seconds, TFLOP/s/GPU."""
+
+    def fin(v):
+        return v if v is None or not isinstance(v, float) or math.isfinite(v) else None
+
+    out = {
+        "quality": st.quality,
+        "count": st.count,
+        "first_iteration": st.first_iteration,
+        "last_iteration": st.last_iteration,
+        "warmup": st.warmup,
+        "warmup_skipped": st.warmup_skipped,
+        "fallback_all_steps": st.fallback,
+        "min_steps": st.min_steps,
+        "log_interval": st.interval,
+        "gaps": st.gaps,
+        "segments": st.segments,
+        "mean_s": fin(st.mean),
+        "median_s": fin(st.median),
+        "spread": {"stdev_s": fin(st.stdev), "iqr_s": fin(st.iqr), "min_s": fin(st.min), "max_s": fin(st.max)},
+        "window_ok": st.window_ok,
+        "reason": st.reason,
+        "note": st.note,
+    }
+    if tf is not None:
+        out["tflops_count"] = tf.count
+        out["tflops_mean"] = fin(tf.mean)
+    return out

@@ -1,0 +1,166 @@
+"""The outputs of ``bridgebench sweep``: ``points.parquet`` (every point, its stage, status, rule / reason, memory
+and predicted time), ``summary.md`` (counts, per-stage throughput, what pruned the points, the top K) and
+``points.png`` (predicted TFLOP/s/GPU against memory per GPU, HBM lines, top K marked). Each file is written to a
+temporary name and renamed into place."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bridgebench.config.rules import RULES
+
+#: pruning reasons that are not a ``bridgebench.config.rules`` rule.
+OTHER_REASONS = {
+    "memory": "predicted memory per GPU above the GPU's HBM less the calibrated margin (bridgebench.model.memory)",
+    "model_spec": "the swept architecture breaks a model rule (bridgebench.model.spec)",
+    "memory_model": "the memory model cannot evaluate the point",
+    "time_model": "the time model cannot evaluate the point (e.g. no peak for the precision on this GPU)",
+}
+
+
+def _replace(path: Path, write) -> Path:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _fmt(value: Any, spec: str = "") -> str:
+    if value is None or value != value:
+        return "-"
+    return format(value, spec) if spec else str(value)
+
+
+def summary_markdown(result: Any, state: dict[str, Any], calib: Any) -> str:
+    """The Markdown summary of a sweep (see the module docstring)."""
+    rows = result.rows
+    counts = result.counts
+    sp = result.space
+    lines = [f"# Sweep `{result.name}`", ""]
+    if sp is not None:
+        lines += [
+            f"- space: {sp.source}" + (f" -- {sp.description}" if sp.description else ""),
+            f"- fixed overrides: `{' '.join(sp.fixed) or '(none)'}`",
+            "- axes: " + ", ".join(f"`{a.key}` ({len(a.values)})" for a in sp.axes),
+            f"- points: {len(rows):,} (space size {sp.size:,}); top K = {sp.top_k}",
+        ]
+    lines += [f"- calibration: `{calib.name}` ({calib.source}); HBM margin {calib.hbm_margin:g}", ""]
+    lines += ["## Stages", "", "| stage | points in | seconds | points/s | |", "|---|---:|---:|---:|---|"]
+    for stage, t in result.stages.items():
+        rate = t["points"] / t["seconds"] if t["seconds"] else float("nan")
+        lines.append(
+            f"| {stage} | {t['points']:,} | {t['seconds']:.2f} | {_fmt(rate, ',.0f' if rate >= 10 else '.2f')} | "
+            f"{'done before, resumed' if t.get('resumed') else ''} |"
+        )
+    lines += ["", "## Outcome", "", "| status | points |", "|---|---:|"]
+    lines += [f"| {k} | {v:,} |" for k, v in sorted(counts["by_status"].items(), key=lambda x: -x[1])]
+    if counts["by_rule"]:
+        lines += ["", "## Pruned by", "", "| rule | points | what it checks | example |", "|---|---:|---|---|"]
+        for rule, n in counts["by_rule"].items():
+            what = RULES[rule].summary if rule in RULES else OTHER_REASONS.get(rule, "")
+            example = next((r["reason"] for r in rows if r.get("rule") == rule), "")
+            lines.append(f"| `{rule}` | {n:,} | {what} | {example[:160]} |")
+    top = result.top
+    lines += ["", "## Top points (predicted)", ""]
+    survivors = sum(1 for r in rows if r.get("rank") is not None)
+    if not survivors:
+        lines.append(
+            "No point survived the rules and the memory model: nothing was planned. See *Pruned by* above for the "
+            "rules that removed them."
+        )
+    elif not top:
+        lines.append(f"{survivors:,} points ranked; top K = 0, so nothing was planned.")
+    else:
+        lines += [
+            "| rank | TP | PP | VP | CP | EP | ETP | DP | MBS | GBS | recompute | memory GB | step s | TFLOP/s/GPU | status "
+            "| config hash |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|",
+        ]
+        for r in top:
+            rec = r.get("recompute_granularity") or "none"
+            if r.get("recompute_modules"):
+                rec += f" ({r['recompute_modules']})"
+            lines.append(
+                f"| {r['rank']} | {r['tp']} | {r['pp']} | {_fmt(r['vp'])} | {r['cp']} | {r['ep']} | {r['etp']} | "
+                f"{_fmt(r['dp'])} | {r['mbs']} | {r['gbs']} | {rec} | {r['mem_total_gb']:.1f} | "
+                f"{r['step_time_s']:.3f} | {r['tflops_per_gpu']:.1f} | {r['status']} | {_fmt(r.get('config_hash'))} |"
+            )
+        failed = [r for r in top if r["status"] == "plan_failed"]
+        for r in failed:
+            lines.append(f"\nrank {r['rank']} was not planned: {r.get('reason')}")
+    lines += ["", "![points](points.png)", ""]
+    return "\n".join(lines)
+
+
+def points_plot(result: Any, path: Path, calib: Any) -> Path:
+    """Scatter of predicted model TFLOP/s/GPU against predicted memory per GPU (GB): ranked points, points over
+    memory (grey crosses, timed for the plot only), the top K (numbered stars), each GPU's HBM (solid) and usable
+    HBM (dashed); the x axis stops at twice the HBM (the title counts the points beyond). Writes a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result.rows if r.get("tflops_per_gpu") is not None and r.get("mem_total_gb") is not None]
+    hbm = sorted(
+        {(r["gpu"], r["hbm_usable_gb"] / (1 - calib.hbm_margin)) for r in result.rows if r.get("hbm_usable_gb")}
+    )
+    limit = 2.0 * max((cap for _, cap in hbm), default=0.0)  # x axis up to twice the largest HBM
+    hidden = [r for r in rows if limit and r["mem_total_gb"] > limit]
+    rows = [r for r in rows if not (limit and r["mem_total_gb"] > limit)]
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    ok = [r for r in rows if r["status"] != "over_memory"]
+    over = [r for r in rows if r["status"] == "over_memory"]
+    if over:
+        ax.scatter([r["mem_total_gb"] for r in over], [r["tflops_per_gpu"] for r in over], s=8, marker="x",
+                   color="#999999", alpha=0.5, label=f"over memory ({len(over):,})")  # fmt: skip
+    if ok:
+        ax.scatter([r["mem_total_gb"] for r in ok], [r["tflops_per_gpu"] for r in ok], s=8, color="#4C72B0",
+                   alpha=0.5, label=f"fits ({len(ok):,})")  # fmt: skip
+    for r in result.top:
+        ax.scatter([r["mem_total_gb"]], [r["tflops_per_gpu"]], s=90, marker="*", color="#C44E52", zorder=3)
+        ax.annotate(str(r["rank"]), (r["mem_total_gb"], r["tflops_per_gpu"]), xytext=(4, 4),
+                    textcoords="offset points", fontsize=8)  # fmt: skip
+    if result.top:
+        ax.scatter([], [], s=90, marker="*", color="#C44E52", label=f"top {len(result.top)}")
+    for gpu, cap in hbm:
+        ax.axvline(cap, color="black", lw=1.2, label=f"{gpu} HBM {cap:.0f} GB")
+        ax.axvline(cap * (1 - calib.hbm_margin), color="black", lw=1, ls="--",
+                   label=f"usable ({1 - calib.hbm_margin:.0%})")  # fmt: skip
+    ax.set_xlabel("predicted memory per GPU, busiest rank (GB)")
+    ax.set_ylabel("predicted model TFLOP/s per GPU")
+    title = f"sweep {result.name}: {len(result.rows):,} points"
+    if hidden:
+        title += f"\n({len(hidden):,} points over {limit:.0f} GB per GPU not shown)"
+    ax.set_title(title, fontsize=10)
+    if limit:
+        ax.set_xlim(0, limit)
+    ax.grid(alpha=0.3)
+    if rows or hbm:
+        ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    _replace(path, lambda tmp: fig.savefig(tmp, format="png"))
+    plt.close(fig)
+    return path
+
+
+def write_outputs(result: Any, state: dict[str, Any], calib: Any) -> dict[str, Path]:
+    """Write ``points.parquet``, ``summary.md`` and ``points.png`` into the sweep folder; returns their paths."""
+    import pandas as pd
+
+    out = Path(result.dir)
+    paths = {"points": out / "points.parquet", "summary": out / "summary.md", "plot": out / "points.png"}
+    frame = pd.DataFrame(result.rows)
+    _replace(paths["points"], lambda tmp: frame.to_parquet(tmp, index=False))
+    points_plot(result, paths["plot"], calib)
+    text = summary_markdown(result, state, calib)
+    _replace(paths["summary"], lambda tmp: Path(tmp).write_text(text))
+    return paths

@@ -1,0 +1,148 @@
+"""Secrets by pattern (rule ``secret_in_config``): credential-like env names or values anywhere in a config are refused
+before anything is built or written, and no message repeats them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bridgebench.config.compose import compose
+from bridgebench.config.rules import RULES, RuleError
+from bridgebench.config.secrets import check_secrets, redact_overrides, secret_name, token_kind
+
+# Token-shaped strings made up for the tests (right prefix and length, random letters).
+TOKENS = {
+    "GitHub token": "ghp_" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7c",
+    "GitHub fine-grained": "github_pat_" + "11ABCDEFG0abcdefghijklmnopqrstuvwxyz0123456789",
+    "Hugging Face token": "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh",
+    "OpenAI key": "sk-" + "proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8t",
+    "Slack token": "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOp",
+    "AWS key id": "AKIA" + "IOSFODNN7EXAMPLE",
+    "NVIDIA key": "nvapi-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z",
+    "PEM key": "-----BEGIN OPENSSH " + "PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "GITHUB_TOKEN",
+        "wandb_api_key",
+        "MY_PASSWORD",
+        "db-secret",
+        "AWS_SECRET_ACCESS_KEY",
+        "NGC_API_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "svc.apikey",
+    ],
+)
+def test_credential_names(name):
+    assert secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "TOKENIZERS_PARALLELISM",
+        "NVLINK_DOMAIN_SIZE",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "PATH",
+        "MONKEY_PATCH",
+        "HF_HUB_OFFLINE",
+        "NUM_OF_TOKENS_PER_CHUNK_COMBINE_API",
+    ],
+)
+def test_ordinary_names(name):
+    assert not secret_name(name)
+
+
+@pytest.mark.parametrize("kind,value", list(TOKENS.items()))
+def test_token_values(kind, value):
+    assert token_kind(value) is not None
+    assert token_kind(f"prefix {value} suffix") is not None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "hf_configs/Qwen__Qwen3-30B-A3B",
+        "nvcr.io/nvidia/nemo:26.02",
+        "sk-short",
+        "False",
+        "expandable_segments:True",
+        "Et*4|(t*4|)*14tL",
+        "a" * 64,
+    ],
+)
+def test_ordinary_values(value):
+    assert token_kind(value) is None
+
+
+def test_every_shipped_recipe_and_cluster_passes():
+    from bridgebench.config.compose import group_options
+
+    for recipe in group_options("recipe"):
+        for cluster in group_options("cluster"):
+            check_secrets(compose([f"recipe={recipe}", f"cluster={cluster}"]))
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        f"+env_vars.RUN_NOTE={TOKENS['GitHub token']}",  # value under an innocent name
+        f"+env_vars.X={TOKENS['Hugging Face token']}",
+        "+env_vars.GITHUB_TOKEN=abc",  # name alone
+        "+env_vars.wandb_api_key=0123",
+        f"cluster.client_env.SLURM_CONF={TOKENS['AWS key id']}",
+    ],
+)
+def test_config_with_a_secret_is_refused_naming_the_rule(override):
+    with pytest.raises(RuleError) as err:
+        check_secrets(compose(["recipe=qwen3_30b_a3b_gb300_mxfp8", override]))
+    assert "secret_in_config" in str(err.value) and "secret_in_config" in RULES
+    value = override.split("=", 1)[1]
+    if len(value) > 8:
+        assert value not in str(err.value)  # the refusal itself leaks nothing
+
+
+def test_redacted_labels():
+    label = redact_overrides(["recipe=x", f"+env_vars.NOTE={TOKENS['Slack token']}", "+env_vars.HF_TOKEN=abc"])
+    assert TOKENS["Slack token"] not in label and "HF_TOKEN=<redacted>" in label and "recipe=x" in label
+
+
+def test_plan_refuses_before_the_megatron_import_and_writes_nothing(tmp_path):
+    """The check runs before the ~16-s Megatron-Bridge build: megatron is never imported, nothing is written, and
+    stderr does not repeat the token."""
+    token = TOKENS["Hugging Face token"]
+    code = (
+        "import sys\n"
+        "from bridgebench.launch.plan import plan, PlanError\n"
+        f"try:\n    plan(['recipe=qwen3_30b_a3b_gb300_mxfp8', '+env_vars.ANY_NAME={token}'], sys.argv[1])\n"
+        "except PlanError as err:\n"
+        "    print('refused', 'secret_in_config' in str(err), any(m.startswith('megatron') for m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "plan")], capture_output=True, text=True)
+    assert out.stdout.split() == ["refused", "True", "False"], out.stdout + out.stderr[-2000:]
+    assert not (tmp_path / "plan").exists() and list(tmp_path.iterdir()) == []
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bridgebench.cli",
+            "plan",
+            "recipe=qwen3_30b_a3b_gb300_mxfp8",
+            f"+env_vars.NOTE={token}",
+            "--out",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "BRIDGEBENCH_JOB_DIR": str(tmp_path / "jobs")},
+    )
+    assert cli.returncode == 2 and "secret_in_config" in cli.stderr and "Traceback" not in cli.stderr
+    assert token not in cli.stderr + cli.stdout
+    assert list(tmp_path.iterdir()) == []

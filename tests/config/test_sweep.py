@@ -1,0 +1,126 @@
+"""bridgebench.config.sweep: spaces from overrides and configs/sweep, bad spaces refused before anything is made, every
+invalid point reported with its rule, duplicates by effective values, derived values, and the memory / time stages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bridgebench.config import calibration, rules
+from bridgebench.config import sweep as engine
+from bridgebench.config.compose import compose
+
+QWEN = ["recipe=qwen3_30b_a3b_gb300_mxfp8"]
+MIXED = QWEN + [
+    "train.global_batch_size=512,500",
+    "model.tensor_model_parallel_size=1,3",
+    "model.expert_model_parallel_size=8,3",
+]
+
+
+def _rows(overrides, space=None):
+    sp = engine.parse_space(overrides, space)
+    bases = engine.compose_bases(sp)
+    return sp, bases, engine.enumerate_points(sp, bases)
+
+
+def test_every_invalid_point_is_reported_with_its_rule():
+    _, _, rows = _rows(MIXED)
+    assert len(rows) == 8
+    valid = [r for r in rows if r["status"] == "valid"]
+    assert [(r["gbs"], r["tp"], r["ep"]) for r in valid] == [(512, 1, 8)]
+    for r in rows:
+        if r["status"] == "invalid":
+            assert r["rule"] in rules.RULES and r["rule"] in r["reason"]
+    by_point = {(r["gbs"], r["tp"], r["ep"]): r for r in rows}
+    assert by_point[(500, 1, 8)]["rule"] == "gbs_divisible"
+    assert by_point[(512, 3, 8)]["rule"] == "world_size"
+    assert by_point[(512, 1, 3)]["rule"] == "expert_grid" and "experts_divisible" in by_point[(512, 1, 3)]["reason"]
+
+
+def test_the_rules_see_what_compose_would_build():
+    """A point's plain values give the same rules.Point as composing its overrides (so no compose per point)."""
+    sp, bases, rows = _rows(QWEN + ["model.tensor_model_parallel_size=1,2", "train.micro_batch_size=4,8"])
+    for row in rows:
+        base = bases[row["base"]]
+        delta = json.loads(row["delta"])
+        cfg = compose(engine.point_overrides(base, delta))
+        v = engine.effective(base, delta)
+        assert engine._rule_point(v, base.spec) == rules.Point.from_config(cfg)
+
+
+def test_duplicates_by_effective_values():
+    # ETP unset means ETP = TP (Megatron-Core); recompute modules only matter with selective recompute
+    _, _, rows = _rows(
+        QWEN + ["model.expert_tensor_parallel_size=null,1", "model.recompute_modules=[moe_act],[layernorm]"]
+    )
+    assert [r["status"] for r in rows] == ["valid", "duplicate", "duplicate", "duplicate"]
+    assert len({r["point_id"] for r in rows}) == 1
+
+
+def test_auto_layout_and_sequence_parallel():
+    sp = engine.parse_space(
+        ["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon", "model.pipeline_model_parallel_size=2,4",
+         "model.virtual_pipeline_model_parallel_size=null", "model.pipeline_model_parallel_layout=auto",
+         "model.tensor_model_parallel_size=1,2", "model.sequence_parallel=auto"]
+    )  # fmt: skip
+    rows = engine.enumerate_points(sp, engine.compose_bases(sp))
+    for r in rows:
+        assert r["sequence_parallel"] == (r["tp"] > 1)
+        assert r["layout"] == {2: "Et*32|t*29L", 4: "Et*16|t*16|t*16|t*13L"}[r["pp"]]
+        assert r["status"] == "valid"
+
+
+def test_space_file_and_command_line_merge():
+    sp = engine.parse_space(["recipe=kimi_k2_gb300_mxfp8", "train.micro_batch_size=1,2"], "kimi_k2_256")
+    keys = {a.key: a for a in sp.axes}
+    assert keys["train.micro_batch_size"].values == (1, 2)  # the command line wins
+    assert sp.size >= 5000 and sp.top_k == 8 and sp.source == "configs/sweep/kimi_k2_256.yaml"
+
+
+@pytest.mark.parametrize(
+    "overrides, space, match",
+    [
+        (["experiment=optstep_local"], None, "empty search space"),
+        (QWEN + ["model.tensor_parallel=1,2"], None, "unknown field 'model.tensor_parallel'"),
+        (QWEN + ["model.tensor_model_parallel_size=0,1"], None, "positive_int"),
+        (QWEN + ["train.micro_batch_size=-2,4"], None, "positive_int"),
+        (QWEN + ["model.sequence_parallel=maybe,true"], None, "does not fit the schema"),
+        (QWEN, "no_such_space", "unknown sweep space"),
+    ],
+)
+def test_bad_spaces_are_refused(overrides, space, match):
+    with pytest.raises(engine.SweepError, match=match):
+        sp = engine.parse_space(overrides, space)
+        engine.compose_bases(sp)
+
+
+def test_memory_prunes_and_time_ranks():
+    cal = calibration.load()
+    sp, bases, rows = _rows(
+        ["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon", "model.expert_model_parallel_size=8,64",
+         "model.recompute_granularity=null,selective", "model.pipeline_model_parallel_layout=auto"]
+    )  # fmt: skip
+    engine.score_memory(rows, bases, cal)
+    engine.score_time(rows, bases, cal)
+    by = {(r["ep"], r["recompute_granularity"]): r for r in rows}
+    assert by[(64, None)]["status"] == "over_memory" and by[(64, None)]["rule"] == "memory"
+    assert "GB usable" in by[(64, None)]["reason"]
+    published = by[(64, "selective")]  # the 26.02.01 / blog configuration
+    assert published["status"] == "ranked" and published["mem_total_gb"] < published["hbm_usable_gb"]
+    ranked = sorted((r for r in rows if r["status"] == "ranked"), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranked] == list(range(1, len(ranked) + 1))
+    assert all(a["tflops_per_gpu"] >= b["tflops_per_gpu"] for a, b in zip(ranked, ranked[1:]))
+    # the blog run's predicted step time is its measured one within the calibration's spread (12.9 s, 26.02.01)
+    assert 10.0 < published["step_time_s"] < 16.0
+
+
+def test_point_overrides_quote_strings_and_lists():
+    assert engine.format_value("Et*4|(t*4|)*14tL") == "'Et*4|(t*4|)*14tL'"
+    assert engine.format_value(["mla_up_proj", "moe_act"]) == "['mla_up_proj','moe_act']"
+    assert engine.format_value(None) == "null" and engine.format_value(True) == "true"
+    cfg = compose(
+        ["recipe=kimi_k2_gb300_mxfp8", "model.pipeline_model_parallel_layout=" + engine.format_value("E|t*61L")]
+    )
+    assert cfg.model.pipeline_model_parallel_layout == "E|t*61L"

@@ -1,0 +1,186 @@
+"""No shell built from strings: paths and values with spaces, quotes, ``;``, ``$()``, backticks and newlines either work
+(handled by Python or quoted) or are refused up front with a message naming the value and the fix. Every injection
+points at a marker file; no test may create it. nemo-run's own unquoted commands (launch/nemorun.py) are kept away
+from user-chosen paths. The same values on the real cluster: tests/launch/test_faults_local.py."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bridgebench.paths import REPO_ROOT
+
+BB = [sys.executable, "-m", "bridgebench.cli"]
+NASTY = ["a b", "it's", 'say "hi"', "x;touch {m};#", "$(touch {m})", "`touch {m}`", "new\nline", "tab\tand&amp|pipe"]
+
+
+def hydra_quoted(value: str) -> str:
+    """``value`` as a Hydra single-quoted string (backslashes and single quotes escaped)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def run(tmp_path, *args, env=None, cwd=None):
+    full_env = {
+        **os.environ,
+        "BRIDGEBENCH_JOB_DIR": str(tmp_path / "jobs"),
+        "BRIDGEBENCH_PLANS": str(tmp_path / "plans"),
+        **(env or {}),
+    }
+    return subprocess.run([*BB, *args], capture_output=True, text=True, env=full_env, cwd=cwd or tmp_path, timeout=600)
+
+
+def no_marker(tmp_path: Path, marker: Path) -> None:
+    made = [p for p in tmp_path.rglob("PWNED*") if p.is_file()]  # folders may carry the name: they are the paths
+    assert not marker.exists() and not made and not (REPO_ROOT / "PWNED").exists(), made
+
+
+@pytest.fixture()
+def paths_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRIDGEBENCH_JOB_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("BRIDGEBENCH_PLANS", str(tmp_path / "plans"))
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("name", NASTY)
+def test_plan_out_with_shell_characters_works_and_runs_nothing(tmp_path, paths_env, name):
+    from bridgebench.launch.plan import plan
+
+    marker = tmp_path / "PWNED"
+    out = tmp_path / "o" / name.format(m=marker) / "plan"
+    final, runs = plan(["experiment=optstep_local"], out)
+    assert final == out and len(runs) == 1
+    run_dir = Path(runs[0].dir)
+    assert {p.name for p in run_dir.iterdir()} >= {"config.yaml", "submit.sh", "payload.sh", "run.json"}
+    payload = (run_dir / "payload.sh").read_text()
+    assert shlex.quote(str(run_dir / "config.yaml")) in payload  # the one place the path reaches a shell: quoted
+    assert not list(out.parent.glob(".plan-*"))  # no staging leftovers
+    no_marker(tmp_path, marker)
+
+
+def test_plan_command_with_an_injected_out(tmp_path):
+    """The issue's reproduction through the CLI: exit 0, the plan where asked, no marker file."""
+    marker = tmp_path / "PWNED"
+    out = tmp_path / "OUT" / f"q;touch {marker};#" / "plan"
+    res = run(tmp_path, "plan", "experiment=optstep_local", "--out", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (out / "plan.json").exists()
+    no_marker(tmp_path, marker)
+
+
+def test_a_plan_folder_that_cannot_be_made_is_a_clear_error_leaving_nothing(tmp_path):
+    (tmp_path / "afile").write_text("not a folder")
+    res = run(tmp_path, "plan", "experiment=optstep_local", "--out", str(tmp_path / "afile" / "a b" / "plan"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "afile" in res.stderr, res.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("model.name='x;touch {m}'", "run name"),
+        ("model.name='a b'", "run name"),
+        ("cluster.container_mounts=['/a;touch {m}:/b']", "container mount"),
+        ("cluster.container_mounts=['/a b:/b']", "container mount"),
+        ("cluster.container_mounts=['/$(touch {m}):/b']", "container mount"),
+        ("cluster.account='acct;touch {m}'", "account"),
+        ("cluster.partition='p q'", "partition"),
+    ],
+)
+def test_names_and_mounts_with_shell_characters_are_refused(tmp_path, paths_env, override, message):
+    from bridgebench.launch.plan import PlanError, plan
+
+    marker = tmp_path / "PWNED"
+    with pytest.raises(PlanError) as err:
+        plan(["experiment=optstep_local", override.format(m=marker)], tmp_path / "p")
+    assert message in str(err.value) and ("no spaces" in str(err.value) or "not allowed" in str(err.value))
+    assert not (tmp_path / "p").exists()
+    no_marker(tmp_path, marker)
+
+
+def test_refusal_through_the_cli_is_an_error_not_a_traceback(tmp_path):
+    res = run(tmp_path, "plan", "experiment=optstep_local", "cluster.container_mounts=['/a;b:/c']", "--out", "p")
+    assert res.returncode == 2 and "container mount" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_env_values_reach_the_script_quoted(tmp_path, paths_env):
+    """Every nasty value at once, exported by the sbatch script and read back by a real bash: identical, nothing
+    run."""
+    marker = tmp_path / "PWNED"
+    values = {f"NOTE{i}": v.format(m=marker) for i, v in enumerate(NASTY)}
+    overrides = [f"+env_vars.{k}={hydra_quoted(v)}" for k, v in values.items()]
+    from bridgebench.launch.plan import plan
+
+    plan(["experiment=optstep_local", *overrides], tmp_path / "p")
+    script = next((tmp_path / "p").glob("*/submit.sh")).read_text()
+    start = script.index("export NOTE0=")
+    exports = script[start : script.index("\n# Command 1")]
+    for key, value in values.items():
+        got = subprocess.run(
+            ["bash", "-c", exports + f'\nprintf %s "${key}"'], capture_output=True, text=True, cwd=tmp_path
+        )
+        assert got.returncode == 0 and got.stdout == value, (key, got.stdout, got.stderr)
+    no_marker(tmp_path, marker)
+
+
+@pytest.mark.parametrize("job_dir", ["jobs with space", "jobs;touch {m}", "jobs$(touch {m})", "jobs\nnewline"])
+def test_a_job_folder_nemo_run_cannot_quote_is_refused_before_the_build(tmp_path, job_dir):
+    """nemo-run 0.11.1 formats the job folder into `mkdir -p`, `sbatch` and #SBATCH lines unquoted: such a folder
+    is refused, naming the variable that moves it, before the Megatron-Bridge build (megatron never imported)."""
+    marker = tmp_path / "PWNED"
+    bad = str(tmp_path / job_dir.format(m=marker))
+    code = (
+        "import sys\n"
+        "from bridgebench.launch.plan import plan, PlanError\n"
+        "try:\n    plan(['recipe=qwen3_30b_a3b_gb300_mxfp8'], sys.argv[1])\n"
+        "except PlanError as err:\n"
+        "    print('BRIDGEBENCH_JOB_DIR' in str(err), any(m.startswith('megatron') for m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "p")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "BRIDGEBENCH_JOB_DIR": bad},
+    )
+    assert out.stdout.split() == ["True", "False"], out.stdout + out.stderr[-2000:]
+    assert not (tmp_path / "p").exists() and not Path(bad).exists()
+    no_marker(tmp_path, marker)
+
+
+def test_checkout_path_with_a_space(tmp_path):
+    """A checkout under a folder with a space: the default job folder (inside the checkout) is refused with the
+    fix; with BRIDGEBENCH_JOB_DIR moved, planning works and the payload's `cd` into the checkout is quoted."""
+    checkout = tmp_path / "my checkout; $(touch PWNED)" / "bridgebench"
+    checkout.mkdir(parents=True)
+    for part in ("src", "configs", "recipes"):
+        shutil.copytree(REPO_ROOT / part, checkout / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(checkout / "src")}
+    for key in ("BRIDGEBENCH_JOB_DIR", "BRIDGEBENCH_PLANS"):
+        env.pop(key, None)
+    refused = subprocess.run(
+        [*BB, "plan", "experiment=optstep_local", "--out", str(tmp_path / "p1")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 2 and "BRIDGEBENCH_JOB_DIR" in refused.stderr, refused.stderr[-2000:]
+    assert "Traceback" not in refused.stderr and not (tmp_path / "p1").exists()
+    env["BRIDGEBENCH_JOB_DIR"] = str(tmp_path / "jobs")
+    ok = subprocess.run(
+        [*BB, "plan", "experiment=optstep_local", "--out", str(tmp_path / "p2")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    payload = next((tmp_path / "p2").glob("*/payload.sh")).read_text()
+    assert f"cd {shlex.quote(str(checkout))} &&" in payload
+    no_marker(tmp_path, tmp_path / "PWNED")
