@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +53,10 @@ def pretrain_record(
     config_hash: str | None = None,
     state="COMPLETED",
     run_cv: float = 0.01,
+    window: tuple[int, int] | None = None,
 ) -> dict:
-    """A pretrain record as collect writes it (8 GB300, MXFP8, GBS 512, seq 4096) with a per-iteration series."""
+    """A pretrain record laid out as ``bridgebench collect`` writes it (8 GB300, MXFP8, GBS 512, seq 4096): facts of
+    what ran, the resolved config, the per-iteration series and (optionally) the parser's steady window."""
     level = step * math.exp(rng.normal(0, run_cv))
     steps = series(level, iters, rng)
     tflops = [flops_per_step / s / 8 / 1e12 for s in steps] if flops_per_step else None
@@ -64,11 +67,21 @@ def pretrain_record(
         "state": state,
         "model": model,
         "optimizer": optimizer,
-        "gpu": "gb300",
+        "gpu_planned": "gb300",
+        "device": "NVIDIA GB300",
         "precision": "mxfp8",
         "num_gpus": 8,
         "global_batch_size": 512,
         "seq_length": 4096,
+        "config": {
+            "model": {"name": model, "seq_length": 4096},
+            "gpu": {"name": "gb300"},
+            "precision": {"name": "mxfp8"},
+            "release": {"name": release},
+            "train": {"global_batch_size": 512, "micro_batch_size": 8},
+            "job": {"type": "pretrain"},
+        },
+        "window": {"first_iteration": window[0], "last_iteration": window[1]} if window else None,
         "step_time_s": float(np.median(steps)),
         "outcome": "completed",
         "series": {"iteration": list(range(1, iters + 1)), "step_time_s": steps, "tflops_per_gpu": tflops},
@@ -81,9 +94,17 @@ def pretrain_record(
 
 
 def optstep_record(
-    rid: str, optimizer: str, muon: float, adamw: float, rng: np.random.Generator, repeats: int = 5
+    rid: str,
+    optimizer: str,
+    muon: float,
+    adamw: float,
+    rng: np.random.Generator,
+    repeats: int = 5,
+    layers: int = 1,
+    other_share: float = 0.02,
 ) -> dict:
-    """An optimizer-step record (payload with per-repeat family times, as bridgebench.payloads.optstep writes)."""
+    """An optimizer-step record laid out as collect writes it: the payload (per-repeat family times, the load probe's
+    share of other processes), the resolved config, no GPU, precision or batch facts (it trains nothing)."""
     fams = {}
     for fam, share in (("attention", 0.3), ("expert", 0.6), ("router", 0.1)):
         fams[fam] = {
@@ -99,7 +120,14 @@ def optstep_record(
     }
     from bridgebench.results.optstep_series import optstep_series
 
-    payload = {"kind": "optstep", "families": fams, "total": total, "repeats": repeats, "layers": 1}
+    payload = {
+        "kind": "optstep",
+        "families": fams,
+        "total": total,
+        "repeats": repeats,
+        "layers": layers,
+        "load": {"other_share": other_share, "cpus": 2},
+    }
     return {
         "record_id": rid,
         "kind": "optstep",
@@ -107,14 +135,16 @@ def optstep_record(
         "state": "COMPLETED",
         "model": "qwen3_30b_a3b",
         "optimizer": optimizer,
-        "gpu": "gb300",
-        "precision": "bf16",
-        "num_gpus": 1,
-        "global_batch_size": 512,
-        "seq_length": 4096,
+        "device": "cpu",
+        "config": {
+            "gpu": {"name": "gb300"},
+            "precision": {"name": "bf16"},
+            "job": {"type": "optstep", "layers": layers},
+        },
+        "window": {"first_iteration": 1, "last_iteration": 3 * repeats},  # log iterations: per-family Muon steps
         "optstep": payload,
         "series": optstep_series(payload, optimizer),
-        "provenance": {"release": "26.02", "config_hash": f"opt-{optimizer}"},
+        "provenance": {"release": "26.02", "config_hash": f"opt-{optimizer}-{layers}"},
     }
 
 
@@ -432,3 +462,35 @@ def test_record_values_fallbacks():
     np.testing.assert_allclose(tok, 512 * 4096 / 8 / np.array(pre["series"]["step_time_s"]))
     with pytest.raises(cmp.CompareError, match="unknown metric"):
         cmp.record_values(pre, "speed")
+
+
+def test_steady_window_of_the_record_replaces_the_skip_fraction():
+    rng = np.random.default_rng(8)
+    rec = pretrain_record("1/a0/pretrain", rng=rng, iters=30, window=(6, 30))
+    rec["series"]["step_time_s"][:5] = [30.0] * 5  # warm-up iterations 1-5
+    assert cmp.run_values(rec, "step_time").max() < 10 and len(cmp.run_values(rec, "step_time")) == 25
+    rec["window"] = None  # no window: the first 10 % (3 iterations) go, the other warm-up steps stay
+    v = cmp.run_values(rec, "step_time")
+    assert len(v) == 27 and v.max() == 30.0
+    # optimizer-step series are the payload's repeats: the log window (per-family iterations) does not apply
+    opt = optstep_record("2/a0/optstep", "dist_muon", 2.0, 0.5, rng)
+    np.testing.assert_allclose(cmp.run_values(opt, "step_time", skip_fraction=0), opt["series"]["step_time_s"])
+
+
+def test_selection_by_config_keys_and_contention_flags(env, capsys):
+    """Any key of the resolved config the job ran selects records (job.layers=, gpu= on records without a gpu
+    field); runs whose payload saw other processes busy are flagged."""
+    rng = np.random.default_rng(9)
+    recs = [optstep_record(f"{i}/a0/optstep", "dist_muon", 1.0, 0.5, rng, layers=1) for i in range(4)]
+    recs += [
+        optstep_record(f"{10 + i}/a0/optstep", "dist_muon", 2.0, 1.0, rng, layers=2, other_share=0.3 if i == 0 else 0)
+        for i in range(4)
+    ]
+    fill(env, recs)
+    code, out, err = run_cli(
+        capsys, "--source", "runs", "gpu=gb300", "precision=bf16", "--a", "job.layers=1", "--b", "job.layers=2"
+    )
+    assert code == 0, err
+    ratio = float(re.search(r"total: slower: ratio ([0-9.]+)", out).group(1))
+    assert 1.8 < ratio < 2.2  # two layers of each kind: twice the matrices
+    assert "flagged 10/a0/optstep: contended (other processes used 30% of the node's CPU)" in out

@@ -48,10 +48,11 @@ def test_adamw_vs_muon_five_repeats_each(tmp_path, slurm_cluster, capsys):  # no
         assert res.returncode == 0, f"bridgebench {' '.join(args)} failed ({res.returncode}):\n{res.stderr[-3000:]}"
         return res.stdout
 
-    bb("submit", *SMALL, "optimizer=adamw", "--repeats", "5", "--json")
-    attempts = json.loads(
-        bb("submit", *SMALL, "optimizer=muon", "--repeats", "5", "--wait", "--timeout", "1200", "--json")
-    )
+    attempts = []
+    for optimizer in ("adamw", "muon"):  # each submission waits for its own 5 jobs
+        attempts += json.loads(
+            bb("submit", *SMALL, f"optimizer={optimizer}", "--repeats", "5", "--wait", "--timeout", "1200", "--json")
+        )
     assert len(attempts) == 10 and {a["state"] for a in attempts} == {"COMPLETED"}, attempts
     assert json.loads(bb("collect", "--json"))["added"] == 10
 

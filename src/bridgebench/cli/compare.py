@@ -234,6 +234,8 @@ def _print(result, threshold: float) -> None:
         for s in (sd.a, sd.b):
             for why in s.skipped:
                 c.print(f"  skipped {why}")
+            for why in s.flags:
+                c.print(f"  flagged {why}")
         t = Table(title=f"B vs A, metric {sd.metric}", title_justify="left")
         for col in ("comparison", "A", "B", "ratio B/A", "CI", "Mann-Whitney p (runs)", "q (FDR)", "verdict"):
             t.add_column(col, no_wrap=True)

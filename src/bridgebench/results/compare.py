@@ -49,11 +49,12 @@ from bridgebench.paths import REPO_ROOT
 from bridgebench.results import compare_stats as cs
 from bridgebench.results.compare_stats import CompareError, ConfigKey, RunComparison
 from bridgebench.results.optstep_series import optstep_series
+from bridgebench.results.optstep_stats import CONTENDED_OTHER_SHARE
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 
 SOURCES = ("auto", "published", "runs", "both")
 #: Record fields two sides must share unless the selection names them (else the comparison is not like-for-like).
-SIDE_KEY_FIELDS = ("kind", "model", "gpu", "precision", "num_gpus", "global_batch_size", "seq_length")
+SIDE_KEY_FIELDS = ("kind", "model", "gpu", "device", "precision", "num_gpus", "global_batch_size", "seq_length")
 #: ``--metric`` choices: (kind, description). Optimizer-step metrics read the payload's ``total`` (and families).
 METRICS: dict[str, tuple[str, str]] = {
     "step_time": ("time", "seconds per step (optimizer-step records: one step of the record's optimizer)"),
@@ -198,10 +199,8 @@ def _published_labels(column: str) -> frozenset[str]:
     return frozenset(df[column].dropna())
 
 
-def _published_matches(r: RunRecord, sel: Selection, *, ignore: Sequence[str] = ()) -> bool:
+def _published_matches(r: RunRecord, sel: Selection) -> bool:
     for key, values in sel.items:
-        if key in ignore:
-            continue
         if key == "model":
             ok = any(_norm(v) in (_norm(r.model or ""), _norm(r.model_label)) for v in values)
         elif key == "gpu":
@@ -423,6 +422,10 @@ _MISSING = object()
 def record_values(record: Mapping[str, Any], metric: str, *, optstep_family: str = "total") -> np.ndarray | None:
     """The per-iteration values of ``metric`` in one store record, shape ``(iterations,)``, or None when it has none.
 
+    Series values are restricted to the record's steady window (``record["window"]`` first..last iteration, set by
+    collect's log / TensorBoard parser, warm-up excluded) when it has one; optimizer-step series (the payload's timed
+    repeats, warm-up already untimed) are taken whole.
+
     ``step_time`` (s): ``series.step_time_s``; optimizer-step records without a series: their optimizer's per-repeat
     times, else its median (one value); other records without a series: ``step_time_s`` (one value).
     ``tflops`` (TFLOP/s/GPU): ``series.tflops_per_gpu`` (nulls dropped), else ``tflops_per_gpu`` (one value).
@@ -447,6 +450,15 @@ def record_values(record: Mapping[str, Any], metric: str, *, optstep_family: str
         x = np.array([float(v) for v in values if v is not None], dtype=float)
         return x if len(x) else None
 
+    def from_series(key: str) -> np.ndarray | None:
+        values = series.get(key) if series is not None else None
+        if not isinstance(values, (list, tuple)):
+            return None
+        its = series.get("iteration") or list(range(1, len(values) + 1))
+        lo, hi = _window(record)
+        x = [float(v) for i, v in zip(its, values) if v is not None and (lo is None or lo <= i <= hi)]
+        return np.array(x, dtype=float) if x else None
+
     if metric in _OPTSTEP_LISTS:
         if payload is None:
             return None
@@ -455,17 +467,12 @@ def record_values(record: Mapping[str, Any], metric: str, *, optstep_family: str
             return None
         return arr(fam.get(_OPTSTEP_LISTS[metric])) if fam.get(_OPTSTEP_LISTS[metric]) else arr(fam.get(metric + "_s"))
     if metric == "tflops":
-        if series is not None and series.get("tflops_per_gpu") is not None:
-            x = arr(series.get("tflops_per_gpu"))
-            if x is not None:
-                return x
-        return arr(record.get("tflops_per_gpu"))
+        x = from_series("tflops_per_gpu")
+        return x if x is not None else arr(record.get("tflops_per_gpu"))
     if payload is not None and optstep_family != "total":
         opt = "muon_step" if family(str(record.get("optimizer"))) == "muon" else "adamw_step"
         return record_values(record, opt, optstep_family=optstep_family)
-    steps = None
-    if series is not None and series.get("step_time_s") is not None:
-        steps = arr(series.get("step_time_s"))
+    steps = from_series("step_time_s")
     if steps is None and payload is not None:
         s = optstep_series(payload, str(record.get("optimizer")))
         steps = (
@@ -484,12 +491,44 @@ def record_values(record: Mapping[str, Any], metric: str, *, optstep_family: str
     return tokens / steps
 
 
+def _window(record: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """First and last iteration of the record's steady window (None, None: none, or an optimizer-step record, whose
+    log iterations are per-family Muon steps, not the repeats of its series)."""
+    win = record.get("window")
+    if record.get("kind") == "optstep" or not isinstance(win, Mapping):
+        return None, None
+    lo, hi = win.get("first_iteration"), win.get("last_iteration")
+    return (int(lo), int(hi)) if isinstance(lo, int) and isinstance(hi, int) else (None, None)
+
+
+def run_values(
+    record: Mapping[str, Any], metric: str, *, skip_fraction: float = 0.1, optstep_family: str = "total"
+) -> np.ndarray | None:
+    """:func:`record_values` of one run as compared: within its steady window when the record has one, else with the
+    first ``skip_fraction`` of its iterations dropped as warm-up."""
+    v = record_values(record, metric, optstep_family=optstep_family)
+    if v is None or _window(record)[0] is not None:
+        return v
+    return _trim(v, skip_fraction)
+
+
 def _record_field(record: Mapping[str, Any], key: str) -> Any:
+    """A selection key's value in a store record: the record's own field (aliases: :data:`RUN_KEY_ALIASES`), else
+    the resolved config the job ran (``record["config"]``: any Hydra key, ``gpu`` / ``precision`` / ``release`` ...
+    meaning the option's ``name``); ``optimizer`` as its family (adamw, muon)."""
     if key == "optimizer":
-        return family(str(record.get("optimizer"))) if record.get("optimizer") is not None else _MISSING
-    if key.startswith("job."):
-        return _get_path(record, "optstep." + key[4:])
-    return _get_path(record, RUN_KEY_ALIASES.get(key, key))
+        name = record.get("optimizer") or _get_path(record, "config.optimizer.optimizer")
+        return family(str(name)) if name not in (None, _MISSING) else _MISSING
+    got = _get_path(record, RUN_KEY_ALIASES.get(key, key))
+    if got is _MISSING and key == "gpu":
+        got = _get_path(record, "gpu_planned")
+    if got is _MISSING and key.startswith("job."):
+        got = _get_path(record, "optstep." + key[4:])
+    if got is _MISSING and isinstance(record.get("config"), Mapping):
+        got = _get_path(record["config"], key)
+        if isinstance(got, Mapping) and "name" in got:
+            got = got["name"]
+    return got
 
 
 def _run_matches(record: Mapping[str, Any], sel: Selection) -> bool:
@@ -543,6 +582,7 @@ class Side:
     records: list[dict[str, Any]]
     values: list[np.ndarray]
     skipped: list[str]  # "record_id: why"
+    flags: list[str] = field(default_factory=list)  # kept, but noisier: "record_id: why"
 
     @property
     def record_ids(self) -> list[str]:
@@ -576,17 +616,20 @@ def build_side(
             f"side {name}: no record in the store matches {sel.text()}; the store has "
             + ", ".join(f"{k} in {v}" for k, v in have.items())
         )
-    side = Side(name, sel, [], [], [])
+    side = Side(name, sel, [], [], [], [])
     for r in sorted(matched, key=lambda r: r["record_id"]):
         if r.get("state") not in (None, "COMPLETED"):
             side.skipped.append(f"{r['record_id']}: state {r.get('state')}")
             continue
-        v = record_values(r, metric, optstep_family=optstep_family)
+        v = run_values(r, metric, skip_fraction=skip_fraction, optstep_family=optstep_family)
         if v is None:
             side.skipped.append(f"{r['record_id']}: no {metric} values")
             continue
         side.records.append(r)
-        side.values.append(_trim(v, skip_fraction))
+        side.values.append(v)
+        share = _get_path(r, "optstep.load.other_share")
+        if isinstance(share, (int, float)) and share >= CONTENDED_OTHER_SHARE:
+            side.flags.append(f"{r['record_id']}: contended (other processes used {share:.0%} of the node's CPU)")
     if not side.records:
         raise CompareError(
             f"side {name}: {len(matched)} record(s) match {sel.text()} but none is usable: "
@@ -618,11 +661,13 @@ def check_like_for_like(a: Side, b: Side, chosen: Iterable[str]) -> None:
                 f"config_hash={hashes[0][:8]}"
             )
     chosen |= {RUN_KEY_ALIASES.get(k, k) for k in chosen}
+    if "gpu" in chosen:  # choosing another GPU means running on another device
+        chosen.add("device")
     for f in SIDE_KEY_FIELDS:
         if f in chosen:
             continue
-        va = sorted({str(r.get(f)) for r in a.records})
-        vb = sorted({str(r.get(f)) for r in b.records})
+        va = sorted({str(None if (v := _record_field(r, f)) is _MISSING else v) for r in a.records})
+        vb = sorted({str(None if (v := _record_field(r, f)) is _MISSING else v) for r in b.records})
         if va != vb:
             raise CompareError(
                 f"sides differ in {f} ({','.join(va)} vs {','.join(vb)}), which the selection does "
@@ -676,8 +721,8 @@ def compare_sides(
     comps = [("total", cs.compare_runs(a.values, b.values, kind=kind, **stat_params))]
     families = _shared_families(a, b) if metric in ("step_time", *_OPTSTEP_LISTS) else []
     for fam in families:
-        fa = [_trim(record_values(r, metric, optstep_family=fam), skip_fraction) for r in a.records]
-        fb = [_trim(record_values(r, metric, optstep_family=fam), skip_fraction) for r in b.records]
+        fa = [run_values(r, metric, skip_fraction=skip_fraction, optstep_family=fam) for r in a.records]
+        fb = [run_values(r, metric, skip_fraction=skip_fraction, optstep_family=fam) for r in b.records]
         comps.append((fam, cs.compare_runs(fa, fb, kind=kind, **stat_params)))
     if len(comps) > 1:
         adjusted = cs.apply_fdr([c for _, c in comps], alpha=fdr_alpha)
@@ -712,12 +757,9 @@ class OwnHistory:
 
 
 def _run_key(r: Mapping[str, Any]) -> tuple[str, ...]:
-    return (
-        str(r.get("model")),
-        str(r.get("gpu")),
-        str(r.get("precision")),
-        str(r.get("num_gpus")),
-        family(str(r.get("optimizer"))),
+    return tuple(
+        str(None if (v := _record_field(r, k)) is _MISSING else v)
+        for k in ("model", "gpu", "precision", "num_gpus", "optimizer")
     )
 
 
@@ -863,11 +905,9 @@ def attach_own_runs(
         names = list(groups)
         for x, y in zip(names[:-1], names[1:]):
             mx = "tflops" if h.own[names.index(x)].metric == h.own[names.index(y)].metric == "tflops" else "tokens"
-            ax = [record_values(r, mx) for r in groups[x].records]
-            bx = [record_values(r, mx) for r in groups[y].records]
             c = cs.compare_runs(
-                [_trim(v, skip_fraction) for v in ax],
-                [_trim(v, skip_fraction) for v in bx],
+                [run_values(r, mx, skip_fraction=skip_fraction) for r in groups[x].records],
+                [run_values(r, mx, skip_fraction=skip_fraction) for r in groups[y].records],
                 kind="throughput",
                 seed=seed,
                 **stat_params,
@@ -1098,7 +1138,7 @@ def run_compare(
             **stat_params,
         )
         prov["sides"] = {
-            s.name: {"selection": s.selection.text(), "records": s.record_ids, "skipped": s.skipped}
+            s.name: {"selection": s.selection.text(), "records": s.record_ids, "skipped": s.skipped, "flagged": s.flags}
             for s in (result.sides.a, result.sides.b)
         }
         prov["store_records"] = sorted(result.sides.a.record_ids + result.sides.b.record_ids)

@@ -763,16 +763,3 @@ def summarize_runs(
         rng=np.random.default_rng(seed),
     )
     return float(vals.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def runs_needed_message(results: Sequence[RunComparison]) -> str | None:
-    """One line for the insufficient comparisons of a batch (None when there are none)."""
-    ins = [r for r in results if r.verdict == "insufficient"]
-    if not ins:
-        return None
-    return f"{len(ins)} comparison(s) insufficient; need up to {max(r.repeats_needed or 0 for r in ins)} runs per side"
-
-
-def as_mapping(obj: Any) -> Mapping[str, Any]:
-    """A JSON-able dict of a result dataclass (Intervals as {value, lo, hi, rule})."""
-    return dataclasses.asdict(obj)
