@@ -86,12 +86,6 @@ KEYS = {
     "peak_key": "precision.peak",
     "gpu": "gpu.name",
     "gpus_per_node": "gpu.gpus_per_node",
-    "compute_capability": "gpu.compute_capability",
-    "min_compute_capability": "precision.min_compute_capability",
-    "nvlink_domain": "gpu.nvlink_domain",
-    "env_nvlink_domain_size": "env_vars.NVLINK_DOMAIN_SIZE",
-    "env_use_mnnvl": "env_vars.USE_MNNVL",
-    "env_hybrid_ep_ranks": "env_vars.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN",
     "job_type": "job.type",
     "job_layers": "job.layers",
     "job_experts": "job.experts",
@@ -388,21 +382,6 @@ def effective(base: Base, delta: dict[str, Any]) -> dict[str, Any]:
     """Short-name values (:data:`KEYS`) of a point: its swept fields over the base."""
     flat = base.flat
     out = {short: delta[key] if key in delta else flat.get(key) for short, key in KEYS.items()}
-    for key in ("env_nvlink_domain_size", "env_use_mnnvl", "env_hybrid_ep_ranks"):  # env values are strings
-        try:
-            out[key] = int(str(out[key]).strip()) if out[key] is not None else None
-        except ValueError:
-            pass
-    # NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN follows EP (recipes: ${bb.min:EP,nvlink_domain}); when the base's value
-    # is that derived one and EP is swept, the point's is derived from the point's EP as compose would
-    base_ep, domain = flat.get("model.expert_model_parallel_size"), out["nvlink_domain"]
-    if (
-        "model.expert_model_parallel_size" in delta
-        and isinstance(domain, int)
-        and isinstance(base_ep, int)
-        and out["env_hybrid_ep_ranks"] == min(base_ep, domain)
-    ):
-        out["env_hybrid_ep_ranks"] = min(int(out["ep"]), domain)
     if out["etp"] is None:
         out["etp_effective"] = out["tp"]
     else:
@@ -459,13 +438,6 @@ def _rule_point(v: dict[str, Any], spec: ModelSpec) -> rules.Point:
         fp8_param_gather=bool(v["fp8_param_gather"]),
         reuse_grad_buf_for_mxfp8_param_ag=bool(v["reuse_grad_buf"]),
         precision=v["precision"],
-        gpu=v["gpu"],
-        compute_capability=v["compute_capability"],
-        min_compute_capability=v["min_compute_capability"],
-        nvlink_domain=v["nvlink_domain"],
-        env_nvlink_domain_size=v["env_nvlink_domain_size"],
-        env_use_mnnvl=v["env_use_mnnvl"],
-        env_hybrid_ep_ranks_per_nvlink_domain=v["env_hybrid_ep_ranks"],
     )
 
 
