@@ -41,13 +41,14 @@ def test_every_invalid_point_is_reported_with_its_rule():
 
 def test_the_rules_see_what_compose_would_build():
     """A point's plain values give the same rules.Point as composing its overrides (so no compose per point)."""
-    sp, bases, rows = _rows(QWEN + ["model.tensor_model_parallel_size=1,2", "train.micro_batch_size=4,8"])
+    # EP is swept: NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = min(EP, NVLink domain) follows it (capability rules)
+    sp, bases, rows = _rows(QWEN + ["model.tensor_model_parallel_size=1,2", "model.expert_model_parallel_size=4,8"])
     for row in rows:
         base = bases[row["base"]]
         delta = json.loads(row["delta"])
         cfg = compose(engine.point_overrides(base, delta))
         v = engine.effective(base, delta)
-        assert engine._rule_point(v, base.spec) == rules.Point.from_config(cfg)
+        assert engine._rule_point(v, base.spec, base.rule_env(delta)) == rules.Point.from_config(cfg)
 
 
 def test_duplicates_by_effective_values():

@@ -30,6 +30,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -86,6 +87,9 @@ KEYS = {
     "peak_key": "precision.peak",
     "gpu": "gpu.name",
     "gpus_per_node": "gpu.gpus_per_node",
+    "compute_capability": "gpu.compute_capability",
+    "nvlink_domain": "gpu.nvlink_domain",
+    "min_compute_capability": "precision.min_compute_capability",
     "job_type": "job.type",
     "job_layers": "job.layers",
     "job_experts": "job.experts",
@@ -115,6 +119,13 @@ POSITIVE = {
     "job.repeats": False,
 }
 _ARCH = {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"}
+#: env vars the capability rules read (``rules.Point.from_config``), as Point field -> env_vars key.
+RULE_ENV = {
+    "env_nvlink_domain_size": "NVLINK_DOMAIN_SIZE",
+    "env_use_mnnvl": "USE_MNNVL",
+    "env_hybrid_ep_ranks_per_nvlink_domain": "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN",
+}
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
 
 
 class SweepError(ConfigError):
@@ -267,6 +278,28 @@ class Base:
     gpu: timing.GpuFacts
     config_hash: str
     choices: dict[str, str] = field(default_factory=dict)
+    _env_cache: dict = field(default_factory=dict, repr=False)
+
+    def rule_env(self, delta: dict[str, Any]) -> dict[str, Any]:
+        """The env values the capability rules read, as the point's composed config would resolve them: the base's,
+        or -- when an env var interpolates a swept key (``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` follows EP) --
+        resolved again on a copy of the base config with those keys set (cached per combination)."""
+        refs = self._env_cache.get("refs")
+        if refs is None:
+            env = self.cfg.get("env_vars") or {}
+            raw = OmegaConf.to_container(env, resolve=False) if env else {}
+            refs = sorted({k for name in RULE_ENV.values() for k in _INTERPOLATION.findall(str(raw.get(name, "")))})
+            self._env_cache["refs"] = refs
+        key = tuple((k, repr(delta[k])) for k in refs if k in delta)
+        if key not in self._env_cache:
+            cfg = self.cfg
+            if key:
+                cfg = copy.deepcopy(self.cfg)
+                for k in refs:
+                    if k in delta:
+                        OmegaConf.update(cfg, k, delta[k], merge=False)
+            self._env_cache[key] = {f: rules._env(cfg, name) for f, name in RULE_ENV.items()}
+        return self._env_cache[key]
 
 
 def compose_bases(space: Space, progress: Callable[[int, int], None] | None = None) -> list[Base]:
@@ -407,8 +440,9 @@ def _arch_spec(base: Base, delta: dict[str, Any], cache: dict) -> ModelSpec:
     return cache[key]
 
 
-def _rule_point(v: dict[str, Any], spec: ModelSpec) -> rules.Point:
+def _rule_point(v: dict[str, Any], spec: ModelSpec, env: dict[str, Any] | None = None) -> rules.Point:
     return rules.Point(
+        **(env or {}),
         num_gpus=v["num_gpus"],
         num_layers=spec.num_layers,
         num_attention_heads=spec.num_attention_heads,
@@ -438,6 +472,10 @@ def _rule_point(v: dict[str, Any], spec: ModelSpec) -> rules.Point:
         fp8_param_gather=bool(v["fp8_param_gather"]),
         reuse_grad_buf_for_mxfp8_param_ag=bool(v["reuse_grad_buf"]),
         precision=v["precision"],
+        gpu=str(v["gpu"]),
+        compute_capability=v["compute_capability"],
+        min_compute_capability=v["min_compute_capability"],
+        nvlink_domain=v["nvlink_domain"],
     )
 
 
@@ -527,7 +565,7 @@ def enumerate_points(
             row = _row(base, delta, v)
             row["point_id"] = pid = _point_id(base, delta, v)
             if status == "valid":
-                found = rules.check(_rule_point(v, spec))
+                found = rules.check(_rule_point(v, spec, base.rule_env(delta)))
                 if found:
                     status, rule, reason = "invalid", found[0].rule, "; ".join(str(f) for f in found)
             if status == "valid" and pid in seen:
