@@ -2,8 +2,13 @@
 
 (c) Rank correlation (Spearman, scipy) between predicted and published model TFLOP/s/GPU within each (model, system,
     precision) group of NVIDIA's perf tables with at least 4 scored rows, every row predicted by a calibration fitted
-    on OTHER releases: leave-one-release-out (each release held out in turn) and early -> late (fit 25.09 .. 26.02.01,
-    score 26.04 .. 26.08); physics only, and with the release-trend term (``calibrate(..., trend=True)``).
+    on OTHER releases: leave-one-release-out (each release held out in turn; a group's other releases lie on both
+    sides of the held-out one, so the group terms interpolate) and early -> late (fit 25.09 .. 26.02.01, score
+    26.04 .. 26.08: they extrapolate). Models: physics only; with the common release trend; with the group levels
+    (``fit_group_levels``: each group's software level and release slope, pooled or shrunk -- the shipped one); the
+    group's own held-out residuals interpolated between neighbouring releases; and two references that are not
+    models: an ORACLE that also knows the scored release's published rows of the other groups (leaks the scored
+    release, not allowed), and the release order alone. Pooled rho and MAPE over all held-out rows go with each.
 (d) The Muon / Adam iteration-time ratio of Megatron-LM's golden pairs (results/reference/golden, H100 and GB200):
     predicted as 1 + (Muon optimizer step - Adam optimizer step) / the measured Adam median, against the measured
     medians (INDEX.csv, steps 10 onward).
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -31,29 +37,98 @@ from scipy.stats import spearmanr  # noqa: E402
 from bridgebench.config import calibration  # noqa: E402
 from bridgebench.config import sweep as engine  # noqa: E402
 from bridgebench.config.catalog import load_gpu  # noqa: E402
-from bridgebench.model.timing import GpuFacts, TimeConfig, calibrate, predict_time  # noqa: E402
+from bridgebench.model.timing import GpuFacts, TimeConfig, calibrate, fit_group_levels, predict_time  # noqa: E402
 from bridgebench.results.golden import golden_cases, golden_spec  # noqa: E402
 from bridgebench.results.time_calibration import published_rows  # noqa: E402
 
 EARLY = {"25.09", "25.11", "26.02", "26.02.01"}
+#: models compared in (c): name -> how the held-out prediction of a row is made from the training releases' fit.
+MODELS = (
+    "physics only",
+    "+ release trend",
+    "+ group levels, pooled slope (k = inf)",
+    "+ group levels, shrunk slope (shipped)",
+    "+ group neighbours (interpolated)",
+    "ORACLE: + scored release's factor from other groups (leaks)",
+)
 
 
-def spearman(rows, trend: bool, mode: str) -> tuple[dict, tuple]:
-    """Held-out predictions, then Spearman per group with >= 4 scored rows (and pooled over all held-out rows)."""
+def splits_of(rows, mode: str) -> list[tuple[set, set]]:
     releases = sorted({r.release for r in rows})
     if mode == "leave-one-release-out":
-        splits = [(set(releases) - {rel}, {rel}) for rel in releases]
-    else:
-        splits = [(EARLY, set(releases) - EARLY)]
-    pred = {}
-    for train, test in splits:
-        cal = calibrate([r for r in rows if r.release in train], trend=trend)
+        return [(set(releases) - {rel}, {rel}) for rel in releases]
+    return [(EARLY, set(releases) - EARLY)]
+
+
+def group_of(r) -> tuple[str, str, str]:
+    return (r.model, r.system, r.precision)
+
+
+def interpolated(rows, train_idx, pred, i) -> float:
+    """Log correction of row ``i``: the log(published / predicted) of its group's training rows, interpolated
+    linearly in release index between the nearest training releases on either side (flat beyond the ends)."""
+    pts = defaultdict(list)
+    for j in train_idx:
+        if group_of(rows[j]) == group_of(rows[i]):
+            pts[rows[j].cfg.release_index].append(math.log(rows[j].tflops / pred[j]))
+    if not pts:
+        return 0.0
+    xs = sorted(pts)
+    ys = [statistics.mean(pts[x]) for x in xs]
+    x = rows[i].cfg.release_index
+    left = [k for k in range(len(xs)) if xs[k] <= x]
+    right = [k for k in range(len(xs)) if xs[k] >= x]
+    if left and right:
+        lo, hi = left[-1], right[0]
+        w = 0.0 if xs[hi] == xs[lo] else (x - xs[lo]) / (xs[hi] - xs[lo])
+        return ys[lo] * (1 - w) + ys[hi] * w
+    return ys[left[-1] if left else right[0]]
+
+
+def held_out(rows, mode: str) -> dict[str, dict[int, float]]:
+    """Held-out predicted TFLOP/s/GPU of every scored row under each of :data:`MODELS`."""
+    out: dict[str, dict[int, float]] = {name: {} for name in MODELS}
+    for train, test in splits_of(rows, mode):
+        train_rows = [r for r in rows if r.release in train]
+        train_idx = [j for j, r in enumerate(rows) if r.release in train]
+        physics = calibrate(train_rows, groups=False)
+        cals = {
+            "physics only": physics,
+            "+ release trend": calibrate(train_rows, trend=True, groups=False),
+            "+ group levels, pooled slope (k = inf)": dataclasses.replace(physics),
+            "+ group levels, shrunk slope (shipped)": dataclasses.replace(physics),
+        }
+        for name, k in (
+            ("+ group levels, pooled slope (k = inf)", math.inf),
+            ("+ group levels, shrunk slope (shipped)", None),
+        ):
+            cal = cals[name]
+            cal.groups, cal.group_slope, cal.group_shrinkage = fit_group_levels(train_rows, cal, k)
+        pred = {name: [predict_time(r.spec, r.cfg, cal).tflops_per_gpu for r in rows] for name, cal in cals.items()}
+        shipped = pred["+ group levels, shrunk slope (shipped)"]
         for i, r in enumerate(rows):
-            if r.release in test:
-                pred[i] = predict_time(r.spec, r.cfg, cal).tflops_per_gpu
+            if r.release not in test:
+                continue
+            for name in cals:
+                out[name][i] = pred[name][i]
+            out["+ group neighbours (interpolated)"][i] = pred["physics only"][i] * math.exp(
+                interpolated(rows, train_idx, pred["physics only"], i)
+            )
+            # not allowed: the scored release's own published rows of OTHER groups set a per-release factor
+            others = [
+                math.log(s.tflops / shipped[j])
+                for j, s in enumerate(rows)
+                if s.release == r.release and group_of(s) != group_of(r)
+            ]
+            out[MODELS[-1]][i] = shipped[i] * math.exp(statistics.mean(others) if others else 0.0)
+    return out
+
+
+def scores(rows, pred: dict[int, float]) -> tuple[dict, tuple]:
+    """Spearman and mean |error| per group with >= 4 scored rows, and pooled (rows, rho, MAPE) over all of them."""
     groups = defaultdict(list)
     for i in pred:
-        groups[(rows[i].model, rows[i].system, rows[i].precision)].append(i)
+        groups[group_of(rows[i])].append(i)
     out = {}
     for key, idx in sorted(groups.items()):
         if len(idx) < 4:
@@ -61,64 +136,89 @@ def spearman(rows, trend: bool, mode: str) -> tuple[dict, tuple]:
         p, y = [pred[i] for i in idx], [rows[i].tflops for i in idx]
         rho = spearmanr(p, y).statistic if len(set(p)) > 1 else float("nan")
         out[key] = (len(idx), rho, statistics.mean(abs(a / b - 1) for a, b in zip(p, y)))
-    allp = sorted(pred)
+    idx = sorted(pred)
     pooled = (
-        len(allp),
-        spearmanr([pred[i] for i in allp], [rows[i].tflops for i in allp]).statistic,
-        statistics.mean(abs(pred[i] / rows[i].tflops - 1) for i in allp),
+        len(idx),
+        spearmanr([pred[i] for i in idx], [rows[i].tflops for i in idx]).statistic,
+        statistics.mean(abs(pred[i] / rows[i].tflops - 1) for i in idx),
     )
     return out, pooled
 
 
-def release_order_ceiling(rows) -> dict:
-    """Spearman of the release order itself against the published TFLOP/s per group: what a model that knew nothing
-    but "later releases are faster" would score -- the ceiling for a config-based model, since within a group the
-    configuration rarely changes and the published figure moves with the software."""
+def summary(groups: dict) -> tuple[float | None, int, int]:
+    rhos = [rho for _, rho, _ in groups.values() if rho == rho]
+    return (statistics.median(rhos) if rhos else None, sum(r >= 0.8 for r in rhos), len(groups))
+
+
+CONFIG_FIELDS = ("gbs", "mbs", "tp", "pp", "vp", "cp", "ep", "etp")
+
+
+def config_changes(rows) -> dict:
+    """Which configuration fields change inside the groups of >= 4 rows, and whether the physics (fitted on all rows,
+    no group terms) moves each consecutive change the way the published figure moves."""
+    cal = calibrate(rows, groups=False)
     groups = defaultdict(list)
     for r in rows:
-        groups[(r.model, r.system, r.precision)].append(r)
-    rhos = {
-        k: spearmanr([r.cfg.release_index for r in v], [r.tflops for r in v]).statistic
-        for k, v in groups.items()
-        if len(v) >= 4
-    }
-    values = list(rhos.values())
-    print(
-        f"  release order alone (ceiling of any model that only knows the release): median rho "
-        f"{statistics.median(values):.2f}, >= 0.8 in {sum(r >= 0.8 for r in values)}/{len(values)} groups"
-    )
-    return {
-        "median_rho": statistics.median(values),
-        "at_least_0.8": sum(r >= 0.8 for r in values),
-        "groups": len(values),
-    }
+        groups[group_of(r)].append(r)
+    constant, agree, changes = 0, 0, []
+    for key, members in sorted(groups.items()):
+        if len(members) < 4:
+            continue
+        members.sort(key=lambda r: r.cfg.release_index)
+        sig = lambda r: {f: getattr(r.cfg, f) for f in CONFIG_FIELDS} | {"mtp": r.spec.mtp_layers}  # noqa: E731
+        constant += all(sig(r) == sig(members[0]) for r in members)
+        for a, b in zip(members, members[1:]):
+            if sig(a) == sig(b):
+                continue
+            physics = predict_time(b.spec, b.cfg, cal).tflops_per_gpu / predict_time(a.spec, a.cfg, cal).tflops_per_gpu
+            published = b.tflops / a.tflops
+            agree += (physics - 1) * (published - 1) > 0
+            changed = {f: (sig(a)[f], sig(b)[f]) for f in sig(a) if sig(a)[f] != sig(b)[f]}
+            changes.append((key, a.release, b.release, changed, physics - 1, published - 1))
+    n = sum(len(v) >= 4 for v in groups.values())
+    print(f"  configuration constant across releases in {constant}/{n} groups; consecutive config changes:")
+    for (m, s, p), ra, rb, changed, dp, dy in changes:
+        print(f"    {m:16s} {s:6s} {p:6s} {ra}->{rb}: {changed}  physics {100 * dp:+.1f}%  published {100 * dy:+.1f}%")
+    print(f"  the physics moves {agree}/{len(changes)} of them the way the published figure moves")
+    return {"constant_groups": constant, "groups": n, "changes": len(changes), "physics_agrees": agree}
 
 
 def part_c(rows) -> dict:
     print(f"(c) Spearman per (model, system, precision) group, >= 4 scored rows; {len(rows)} published rows")
-    results = {"release_order_ceiling": release_order_ceiling(rows)}
+    results = {"config_changes": config_changes(rows)}
     for mode in ("leave-one-release-out", "early->late"):
-        for trend in (False, True):
-            groups, pooled = spearman(rows, trend, mode)
-            tag = f"{mode}, {'with release trend' if trend else 'physics only'}"
-            print(f"\n  {tag}")
-            print(f"  {'model':16s} {'system':10s} {'prec':6s} {'n':>3s} {'rho':>6s} {'MAPE':>6s}")
-            rhos = []
-            for (m, s, p), (n, rho, mape) in groups.items():
-                print(f"  {m:16s} {s:10s} {p or '(none)':6s} {n:3d} {rho:6.2f} {100 * mape:5.1f}%")
-                if rho == rho:
-                    rhos.append(rho)
-            if rhos:
-                print(
-                    f"  groups {len(groups)}, rho defined in {len(rhos)} (else all predictions tied); median rho "
-                    f"{statistics.median(rhos):.2f}, >= 0.8 in {sum(r >= 0.8 for r in rhos)}/{len(rhos)}"
-                )
-            print(f"  pooled over {pooled[0]} held-out rows: rho {pooled[1]:.2f}, MAPE {100 * pooled[2]:.1f}%")
-            results[tag] = {
+        preds = held_out(rows, mode)
+        scored = sorted(preds["physics only"])
+        order = {i: rows[i].cfg.release_index for i in scored}  # "later is faster", the release order alone
+        table = {name: scores(rows, preds[name]) for name in MODELS}
+        table["release order alone (ceiling of a monotone software trend)"] = scores(rows, order)
+        print(f"\n  {mode}: rho per group ({', '.join(f'[{n}] {name}' for n, name in enumerate(table))})")
+        keys = list(table["physics only"][0])
+        print(
+            f"  {'model':16s} {'system':7s} {'prec':6s} {'n':>2s} "
+            + " ".join(f"{f'[{n}]':>5s}" for n in range(len(table)))
+        )
+        for key in keys:
+            cells = " ".join(f"{t[0][key][1]:5.2f}" for t in table.values())
+            print(f"  {key[0]:16s} {key[1]:7s} {key[2] or '(none)':6s} {table['physics only'][0][key][0]:2d} {cells}")
+        print(f"  {'':4s}{'model':58s} {'median':>6s} {'>=0.8':>6s} {'pooled':>6s} {'MAPE':>6s}")
+        results[mode] = {}
+        for n, (name, (groups, pooled)) in enumerate(table.items()):
+            med, hits, total = summary(groups)
+            med_s = f"{med:6.2f}" if med is not None else "   nan"
+            model = n < len(MODELS)  # the release order predicts no TFLOP/s: no pooled figures
+            pooled_s = f"{pooled[1]:6.2f} {100 * pooled[2]:5.1f}%" if model else "     -      -"
+            print(f"  [{n}] {name:58s} {med_s} {hits:3d}/{total:<2d} {pooled_s}")
+            results[mode][name] = {
                 "groups": {"|".join(k): v for k, v in groups.items()},
-                "pooled": pooled,
-                "median_rho": statistics.median(rhos) if rhos else None,
+                "median_rho": med,
+                "at_least_0.8": hits,
+                "n_groups": total,
+                "pooled_rows": pooled[0],
+                "pooled_rho": pooled[1] if model else None,
+                "pooled_mape": pooled[2] if model else None,
             }
+        print(f"  pooled over {len(scored)} held-out rows")
     return results
 
 

@@ -4,6 +4,7 @@ cost model, and the calibration (synthetic recovery; the shipped file reproduced
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -19,6 +20,7 @@ from bridgebench.model.timing import (
     TimeModelError,
     a2a_seconds,
     calibrate,
+    fit_group_levels,
     muon_cost,
     muon_rank_loads,
     predict_time,
@@ -110,11 +112,63 @@ def test_calibration_recovers_a_known_efficiency(models):
     assert cal.c_layer == pytest.approx(1e-4)
 
 
+def _group_rows(spec, gpu, slope_of_key, releases=(150.0, 151.0, 152.0, 153.0)):
+    """Rows of one model whose efficiency over the family's grows by ``exp(slope (x - 151.5))`` per peak key (one
+    published group each), at two configurations per release."""
+    rows = []
+    for key, slope in slope_of_key.items():
+        pclass = TimeConfig(gpu, key, 64, 1, 256).precision_class
+        for x in releases:
+            truth = Calibration(efficiency={(gpu.name, pclass, "dense"): 0.37 * math.exp(slope * (x - 151.5))})
+            truth.c_layer = 1e-4
+            for tp, pp, vp in ((1, 1, None), (2, 4, 5)):
+                cfg = TimeConfig(gpu, key, 64, 1, 256, tp=tp, pp=pp, vp=vp, release_index=x)
+                rows.append(Row(spec, cfg, predict_time(spec, cfg, truth).tflops_per_gpu))
+    return rows
+
+
+def test_group_levels_recover_a_release_trend_and_leave_the_physics_alone(models):
+    gb200 = GpuFacts.from_mapping(load_gpu("gb200"))
+    rows = _group_rows(models["llama3_70b"], gb200, {"fp8": 0.05})
+    plain, grouped = calibrate(rows, groups=False), calibrate(rows)
+    assert (grouped.c_layer, grouped.efficiency) == (plain.c_layer, plain.efficiency)  # grid choice unchanged
+    level = grouped.groups[("llama3_70b", "gb200", "fp8")]
+    assert (level.origin, level.rows) == (151.5, 8)
+    assert level.slope == pytest.approx(0.05, rel=1e-6) and grouped.group_slope == pytest.approx(0.05, rel=1e-6)
+    for r in rows:  # the published figure back at every release; the physics alone misses the ends
+        assert predict_time(r.spec, r.cfg, grouped).tflops_per_gpu == pytest.approx(r.tflops, rel=1e-6)
+    assert predict_time(rows[0].spec, rows[0].cfg, plain).tflops_per_gpu > rows[0].tflops * 1.05
+    # a point without a release index sits at the group's origin; the group factor never reorders two configs
+    a, b = (dataclasses.replace(r.cfg, release_index=None) for r in rows[:2])
+    ga, gb = (predict_time(rows[0].spec, c, grouped) for c in (a, b))
+    pa, pb = (predict_time(rows[0].spec, c, plain) for c in (a, b))
+    assert ga.efficiency_source == "fitted + group" and pa.efficiency_source == "fitted"
+    assert ga.total / gb.total == pytest.approx(pa.total / pb.total, rel=1e-3)
+
+
+def test_group_slopes_are_shrunk_towards_the_pooled_slope(models):
+    gb200 = GpuFacts.from_mapping(load_gpu("gb200"))
+    spec = models["llama3_70b"]
+    rows = _group_rows(spec, gb200, {"fp8": 0.10, "nvfp4": 0.0})
+    base = calibrate(rows, groups=False)
+    fast, flat = ("llama3_70b", "gb200", "fp8"), ("llama3_70b", "gb200", "nvfp4")
+    own, b0, k = fit_group_levels(rows, base, 0.0)
+    assert own[fast].slope == pytest.approx(0.10, abs=2e-3) and own[flat].slope == pytest.approx(0.0, abs=2e-3)
+    pooled, b0, _ = fit_group_levels(rows, base, math.inf)
+    assert pooled[fast].slope == pooled[flat].slope == pytest.approx(b0) == pytest.approx(0.05, abs=2e-3)
+    shrunk, _, _ = fit_group_levels(rows, base, 5.0)  # Sxx = 2 x 5 = 10 per group: half way to b0
+    assert shrunk[fast].slope == pytest.approx((10 * 0.10 + 5 * b0) / 15, abs=2e-3)
+    # exact lines: no scatter about each group's own slope, so the estimated prior weight keeps them (k = 0)
+    _, _, k = fit_group_levels(rows, base)
+    assert k == pytest.approx(0.0, abs=1e-6)
+
+
 def test_calibration_file_round_trip():
     cal = calibration.load().time
     again = Calibration.from_mapping(cal.to_mapping())
     assert again.efficiency == pytest.approx(cal.efficiency, rel=1e-5)
     assert (again.c_layer, again.kappa, again.ns_efficiency) == (cal.c_layer, cal.kappa, cal.ns_efficiency)
+    assert again.groups == cal.groups and cal.groups and again.group_shrinkage == cal.group_shrinkage
     with pytest.raises(TimeModelError, match="positive"):
         Calibration.from_mapping({**cal.to_mapping(), "kappa_s": 0})
 
@@ -130,6 +184,11 @@ def test_shipped_calibration_is_the_fit_of_the_shipped_published_table():
     for key, value in refit.efficiency.items():
         assert shipped.efficiency[key] == pytest.approx(value, abs=1e-6), key
         assert shipped.rows[key] == refit.rows[key]
+    assert set(refit.groups) == set(shipped.groups)
+    for key, level in refit.groups.items():
+        got = shipped.groups[key]
+        assert (got.origin, got.rows) == (level.origin, level.rows), key
+        assert (got.level, got.slope) == pytest.approx((level.level, level.slope), abs=1e-6), key
 
 
 def test_unknown_optimizer_is_refused(models):

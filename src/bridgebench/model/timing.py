@@ -10,8 +10,9 @@ its source:
 - ``t_compute = F / (N peak eff)``: ``F`` model FLOPs per step (:func:`bridgebench.model.flops.model_flops`, the
   formula NVIDIA's "Model TFLOP/s/GPU" divides by, version of the release), ``N`` GPUs, ``peak`` the dense
   tensor-core peak of the precision (``configs/gpu``, datasheets), ``eff`` a calibrated efficiency per (GPU,
-  precision class, model family) (:func:`calibrate`). Tensor- and context-parallel communication is not modelled
-  explicitly: it is inside ``eff``.
+  precision class, model family) (:func:`calibrate`), times the software level of the (model, GPU, peak key) group
+  when the published tables have that group (:class:`GroupLevel`: the group's own release trend, shrunk towards the
+  pooled one). Tensor- and context-parallel communication is not modelled explicitly: it is inside ``eff``.
 - ``t_recompute``: the forward FLOPs activation recomputation repeats, at the same rate (:func:`recompute_flops`:
   ``full`` repeats the recomputed layers' forward, a third of their forward + backward FLOPs; selective modules
   their own forward -- ``core_attn`` the attention core, ``mla_up_proj`` the MLA up-projections, ``mlp`` / ``moe``
@@ -174,9 +175,34 @@ class TimeConfig:
         )
 
 
+def group_key(spec: ModelSpec, cfg: TimeConfig) -> tuple[str, str, str]:
+    """The published-table group of a point: (``configs/model`` name, ``configs/gpu`` name, peak key)."""
+    return (spec.name, cfg.gpu.name, cfg.peak_key)
+
+
 def family(spec: ModelSpec) -> str:
     """Calibration family of a model: ``moe`` or ``dense`` (MLA and GQA MoE share one)."""
     return "moe" if spec.is_moe else "dense"
+
+
+@dataclass(frozen=True)
+class GroupLevel:
+    """The software level of one published (model, GPU, peak key) group: its efficiency over the family efficiency,
+    ``exp(level + slope (release_index - origin))``.
+
+    ``origin`` is the mean release index of the group's fitted rows (a point with no release index is taken there),
+    ``level`` the mean log ratio, ``slope`` the log gain per release step: the group's own least-squares slope shrunk
+    towards the pooled within-group slope, ``(Sxy + k b0) / (Sxx + k)`` with ``k`` = :attr:`Calibration.group_shrinkage`
+    (empirical Bayes, :func:`fit_group_levels`); ``rows`` = published rows behind it."""
+
+    origin: float
+    level: float
+    slope: float
+    rows: int
+
+    def log_factor(self, release_index: float | None) -> float:
+        x = self.origin if release_index is None else release_index
+        return self.level + self.slope * (x - self.origin)
 
 
 @dataclass
@@ -188,7 +214,9 @@ class Calibration:
     hidden behind compute); ``kappa`` (s per Muon matrix); ``ns_efficiency`` (fraction of the
     BF16 peak for NS GEMMs); ``trend`` (fractional efficiency gain per release step, 0 = none) around
     ``trend_origin``; ``rows`` = published rows behind each efficiency; ``default_efficiency`` for a key with no
-    fitted value and no sibling (same precision class and family) to average.
+    fitted value and no sibling (same precision class and family) to average; ``groups[(model, gpu, peak key)]``
+    the software level of each published group (:class:`GroupLevel`), ``group_slope`` the pooled within-group slope
+    ``b0`` and ``group_shrinkage`` the prior weight ``k`` (release steps squared; ``inf`` = every group on ``b0``).
     """
 
     efficiency: dict[tuple[str, str, str], float] = field(default_factory=dict)
@@ -200,15 +228,30 @@ class Calibration:
     trend_origin: float = 0.0
     rows: dict[tuple[str, str, str], int] = field(default_factory=dict)
     default_efficiency: float = 0.35
+    groups: dict[tuple[str, str, str], GroupLevel] = field(default_factory=dict)
+    group_slope: float = 0.0
+    group_shrinkage: float = math.inf
 
-    def efficiency_of(self, gpu: str, pclass: str, fam: str, release_index: float | None = None) -> tuple[float, str]:
-        """(efficiency, where it came from: ``fitted`` / ``sibling mean`` / ``default``)."""
+    def efficiency_of(
+        self,
+        gpu: str,
+        pclass: str,
+        fam: str,
+        release_index: float | None = None,
+        group: tuple[str, str, str] | None = None,
+    ) -> tuple[float, str]:
+        """(efficiency, where it came from: ``fitted`` / ``sibling mean`` / ``default``, with ``+ group`` when the
+        (model, GPU, peak key) ``group`` has a fitted software level)."""
         value, source = self.efficiency.get((gpu, pclass, fam)), "fitted"
         if value is None:
             same = [v for (_, p, f), v in self.efficiency.items() if p == pclass and f == fam]
             value, source = (sum(same) / len(same), "sibling mean") if same else (self.default_efficiency, "default")
         if self.trend and release_index is not None:
             value *= math.exp(self.trend * (release_index - self.trend_origin))
+        level = self.groups.get(group) if group is not None else None
+        if level is not None:
+            value *= math.exp(level.log_factor(release_index))
+            source += " + group"
         return value, source
 
     @classmethod
@@ -226,6 +269,12 @@ class Calibration:
                         rows[(gpu, pclass, fam)] = int(value.get("rows", 0))
                         value = value["value"]
                     eff[(gpu, pclass, fam)] = float(value)
+        groups = {
+            (model, gpu, key): GroupLevel(float(g["origin"]), float(g["level"]), float(g["slope"]), int(g["rows"]))
+            for model, by_gpu in (data.get("groups") or {}).items()
+            for gpu, by_key in by_gpu.items()
+            for key, g in by_key.items()
+        }
         cal = cls(
             efficiency=eff,
             c_layer=float(data.get("c_layer_s", 0.0)),
@@ -236,14 +285,18 @@ class Calibration:
             trend_origin=float(data.get("trend_origin", 0.0)),
             rows=rows,
             default_efficiency=float(data.get("default_efficiency", 0.35)),
+            groups=groups,
+            group_slope=float(data.get("group_slope", 0.0)),
+            group_shrinkage=float(data.get("group_shrinkage", math.inf)),
         )
         bad = {k: v for k, v in eff.items() if not v > 0} | {
             k: getattr(cal, k) for k in ("kappa", "ns_efficiency", "default_efficiency") if not getattr(cal, k) > 0
         }
-        if bad or cal.c_layer < 0 or not 0 <= cal.a2a_exposure <= 1:
+        if bad or cal.c_layer < 0 or not 0 <= cal.a2a_exposure <= 1 or not cal.group_shrinkage >= 0:
+            rest = {"c_layer_s": cal.c_layer, "a2a_exposure": cal.a2a_exposure, "group_shrinkage": cal.group_shrinkage}
             raise TimeModelError(
-                f"calibration constants must be positive (a2a_exposure in [0, 1]), got "
-                f"{bad or {'c_layer_s': cal.c_layer, 'a2a_exposure': cal.a2a_exposure}}"
+                f"calibration constants must be positive (a2a_exposure in [0, 1], group_shrinkage >= 0), got "
+                f"{bad or rest}"
             )
         return cal
 
@@ -255,6 +308,14 @@ class Calibration:
                 "value": round(value, 6),
                 "rows": self.rows.get((gpu, pclass, fam), 0),
             }
+        groups: dict[str, dict[str, dict[str, Any]]] = {}
+        for (model, gpu, key), g in sorted(self.groups.items()):
+            groups.setdefault(model, {}).setdefault(gpu, {})[key] = {
+                "origin": g.origin,
+                "level": round(g.level, 6),
+                "slope": round(g.slope, 6),
+                "rows": g.rows,
+            }
         return {
             "c_layer_s": self.c_layer,
             "a2a_exposure": self.a2a_exposure,
@@ -264,6 +325,9 @@ class Calibration:
             "trend_origin": self.trend_origin,
             "default_efficiency": self.default_efficiency,
             "efficiency": eff,
+            "group_slope": self.group_slope,
+            "group_shrinkage": self.group_shrinkage,
+            "groups": groups,
         }
 
 
@@ -551,7 +615,9 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
     sid = _sid(spec)
     flops = _flops(sid, cfg.gbs, cfg.tp, cfg.flops_formula)
     peak = cfg.gpu.peak(cfg.peak_key)
-    eff, eff_source = calib.efficiency_of(cfg.gpu.name, cfg.precision_class, family(spec), cfg.release_index)
+    eff, eff_source = calib.efficiency_of(
+        cfg.gpu.name, cfg.precision_class, family(spec), cfg.release_index, group_key(spec, cfg)
+    )
     compute = flops / cfg.num_gpus / (peak * eff)
     recompute = recompute_flops(spec, cfg) / cfg.num_gpus / (peak * eff)
     a2a = a2a_seconds(spec, cfg) * calib.a2a_exposure
@@ -704,12 +770,69 @@ def _implied_efficiency(r: Row, cal: Calibration) -> float | None:
     return None if rest <= 0 else (t.compute + t.recompute) / rest
 
 
+def fit_group_levels(
+    rows: Sequence[Row], cal: Calibration, shrinkage: float | None = None
+) -> tuple[dict[tuple[str, str, str], GroupLevel], float, float]:
+    """The software level of each (model, GPU, peak key) group of ``rows`` over ``cal``'s family efficiencies.
+
+    Each row's residual is ``log(implied efficiency / family efficiency)`` at its release (rows whose overheads
+    alone exceed their step are left out). Per group ``g`` with release indices ``x`` and residuals ``y``:
+    ``level`` = mean ``y``, ``origin`` = mean ``x``, ``slope = (Sxy + k b0) / (Sxx + k)`` -- the group's own
+    least-squares slope shrunk towards the pooled within-group slope ``b0 = sum Sxy / sum Sxx`` (partial pooling,
+    the posterior mean of a slope with a normal prior; Gelman and Hill 2007, "Data Analysis Using Regression and
+    Multilevel/Hierarchical Models", Sec. 12.2). ``k = sigma^2 / tau^2`` unless ``shrinkage`` is given: ``sigma^2``
+    the residual variance about each group's own line (groups of >= 3 rows at >= 2 releases), ``tau^2`` the variance
+    of their own slopes less the mean sampling variance ``sigma^2 / Sxx`` (method of moments); ``tau^2 <= 0`` gives
+    ``k = inf``: every group on ``b0``.
+
+    Returns:
+        (groups, b0 in log per release step, k in release steps squared).
+    """
+    by_group: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for r in rows:
+        e = _implied_efficiency(r, cal)
+        if e is None:
+            continue
+        x = r.cfg.release_index or 0.0
+        base, _ = cal.efficiency_of(r.cfg.gpu.name, r.cfg.precision_class, family(r.spec), x)
+        by_group.setdefault(group_key(r.spec, r.cfg), []).append((x, math.log(e / base)))
+    stats = {}
+    for key, pts in by_group.items():
+        mx = sum(x for x, _ in pts) / len(pts)
+        my = sum(y for _, y in pts) / len(pts)
+        sxx = sum((x - mx) ** 2 for x, _ in pts)
+        sxy = sum((x - mx) * (y - my) for x, y in pts)
+        stats[key] = (mx, my, sxx, sxy, pts)
+    total_sxx = sum(v[2] for v in stats.values())
+    b0 = sum(v[3] for v in stats.values()) / total_sxx if total_sxx else 0.0
+    k = shrinkage
+    if k is None:
+        own = [(v[3] / v[2], v) for v in stats.values() if len(v[4]) >= 3 and v[2] > 0]
+        dof = sum(len(v[4]) - 2 for _, v in own)
+        ss = sum((y - v[1] - b * (x - v[0])) ** 2 for b, v in own for x, y in v[4])
+        sigma2 = ss / dof if dof else 0.0
+        if len(own) > 1 and sigma2 > 0:
+            slopes = [b for b, _ in own]
+            mean_b = sum(slopes) / len(slopes)
+            tau2 = sum((b - mean_b) ** 2 for b in slopes) / len(slopes) - sum(sigma2 / v[2] for _, v in own) / len(own)
+            k = sigma2 / tau2 if tau2 > 0 else math.inf
+        else:
+            k = math.inf
+    groups = {}
+    for key, (mx, my, sxx, sxy, pts) in stats.items():
+        slope = b0 if math.isinf(k) or sxx + k == 0 else (sxy + k * b0) / (sxx + k)
+        groups[key] = GroupLevel(mx, my, slope, len(pts))
+    return groups, b0, k
+
+
 def calibrate(
     rows: Sequence[Row],
     *,
     c_grid: Iterable[float] = C_LAYER_GRID,
     a2a_grid: Iterable[float] = A2A_EXPOSURE_GRID,
     trend: bool = False,
+    groups: bool = True,
+    group_shrinkage: float | None = None,
     kappa: float = 1.4e-4,
     ns_efficiency: float = 0.5,
     default_efficiency: float = 0.35,
@@ -722,7 +845,9 @@ def calibrate(
     ``trend`` a common exponential gain per release step is fitted first (least squares of the within-group log
     efficiencies on the centred release ordinal). ``kappa`` and ``ns_efficiency`` are not fitted
     (the published rows carry no Muon-only information beyond Kimi K2's): they are first-principles values, see
-    ``configs/calibration/default.yaml``.
+    ``configs/calibration/default.yaml``. With ``groups`` (default) the software level of each (model, GPU, peak
+    key) group is fitted last, on the chosen constants (:func:`fit_group_levels`, ``group_shrinkage`` = its ``k``,
+    None = estimated): the grid choice, and so the configuration physics a sweep ranks by, does not depend on it.
 
     Raises:
         TimeModelError: no row whose overheads leave room for compute.
@@ -736,7 +861,7 @@ def calibrate(
             ns_efficiency=ns_efficiency,
             default_efficiency=default_efficiency,
         )
-        groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+        implied: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
         if trend:  # efficiencies are stored at the mean release of the rows, so a default one needs no shift
             indices = [r.cfg.release_index or 0.0 for r in rows]
             cal.trend_origin = sum(indices) / len(indices)
@@ -745,19 +870,19 @@ def calibrate(
             if e is not None:
                 key = (r.cfg.gpu.name, r.cfg.precision_class, family(r.spec))
                 x = (r.cfg.release_index or 0.0) - cal.trend_origin
-                groups.setdefault(key, []).append((math.log(e), x))
-        if not groups:
+                implied.setdefault(key, []).append((math.log(e), x))
+        if not implied:
             continue
         if trend:
             xs, ys = [], []
-            for values in groups.values():
+            for values in implied.values():
                 mean_y = sum(v for v, _ in values) / len(values)
                 mean_x = sum(x for _, x in values) / len(values)
                 xs += [x - mean_x for _, x in values]
                 ys += [v - mean_y for v, _ in values]
             den = sum(x * x for x in xs)
             cal.trend = sum(x * y for x, y in zip(xs, ys)) / den if den else 0.0
-        for key, values in groups.items():
+        for key, values in implied.items():
             cal.efficiency[key] = math.exp(sum(v - cal.trend * x for v, x in values) / len(values))
             cal.rows[key] = len(values)
         err = sum(math.log(predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops) ** 2 for r in rows)
@@ -765,4 +890,7 @@ def calibrate(
             best = (err, cal)
     if best is None:
         raise TimeModelError("no usable calibration rows (overheads exceed every row's step time)")
-    return best[1]
+    cal = best[1]
+    if groups:
+        cal.groups, cal.group_slope, cal.group_shrinkage = fit_group_levels(rows, cal, group_shrinkage)
+    return cal
