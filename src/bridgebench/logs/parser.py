@@ -28,6 +28,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from itertools import chain, repeat
+from operator import attrgetter
 from typing import Any, BinaryIO, Callable, TextIO
 
 import ahocorasick_rs
@@ -47,6 +48,7 @@ from bridgebench.logs.signals import (
 from bridgebench.logs.steady import (
     QUALITIES,
     SteadyState,
+    _Columns,
     bad_reason,
     log_interval,
     segment_starts,
@@ -1115,6 +1117,7 @@ def _parse(path_or_text, warmup_steps: int, min_steps: int, skipped_is_nan: bool
     done = 0
     carry = b""
     first = True
+    rewind = own and size is not None  # a plain file or the log text: seekable, no decompression to redo
     try:
         while True:
             try:
@@ -1140,7 +1143,11 @@ def _parse(path_or_text, warmup_steps: int, min_steps: int, skipped_is_nan: bool
                     cut = len(buf)
             if cut:
                 S.scan(buf, cut, done)
-            carry = buf[cut:]
+            if rewind and cut < len(buf):  # read the cut line again with the next chunk instead of copying
+                reader.seek(cut - len(buf), io.SEEK_CUR)
+                carry = b""
+            else:
+                carry = buf[cut:]
             done += cut
             if progress is not None:
                 progress(done, size)
@@ -1158,12 +1165,17 @@ def _parse(path_or_text, warmup_steps: int, min_steps: int, skipped_is_nan: bool
 # --------------------------------------------------------------------------------------------------------------
 
 
+_ITERATION = attrgetter("iteration")
+
+
 def _pick_rank(records: dict[str | None, list[Step]]) -> str | None:
     def key(label: str | None) -> tuple:
         recs = records[label]
         nums = tuple(int(x) for x in re.findall(r"\d+", label)) if label else ()
         return (sum(r.lm_loss is not None for r in recs), len(recs), nums)
 
+    if len(records) == 1:
+        return next(iter(records))
     return max(records, key=key)
 
 
@@ -1177,8 +1189,19 @@ def _finish(S: _State, path: str | None, nbytes: int, warmup: int, min_steps: in
     starts: dict[int, int] = {}
     last_segment_start: int | None = None
     iteration_ranks = sorted(label for label in S.records if label is not None)
-    if S.records:
-        recs = S.records[_pick_rank(S.records)]
+    recs = S.records[_pick_rank(S.records)] if S.records else []
+    its = np.fromiter(map(_ITERATION, recs), np.int64, len(recs)) if recs else None
+    if (
+        recs
+        and all(off < recs[0].offset for off, _ in S.restart_markers)
+        and (len(recs) == 1 or bool((np.diff(its) > 0).all()))
+    ):
+        # one attempt, iterations increasing: no duplicate, no restart; the markers (if any) precede every record
+        # and only the first sets the start of segment 0 (as in the loop below, where they pass with no record yet)
+        if S.restart_markers:
+            starts[0] = S.restart_markers[0][1]
+        steps = list(recs)
+    elif S.records:
         by_iter: dict[int, Step] = {}
         segment = 0
         last: int | None = None
@@ -1331,8 +1354,9 @@ def parsed_from_steps(
     fields.setdefault("memory", {})
     fields.setdefault("ranks_seen", [])
     parsed = ParsedLog(_steps=steps, warmup_steps=warmup_steps, min_steps=min_steps, **fields)
-    interval = log_interval(steps)
-    base = segment_starts(steps, parsed.starts, interval)
+    cols = _Columns(steps)
+    interval = log_interval(steps, cols)
+    base = segment_starts(steps, parsed.starts, interval, cols)
     for metric in ("step_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu"):
         parsed.steady[metric] = steady_state(
             steps,
@@ -1344,6 +1368,7 @@ def parsed_from_steps(
             starts=parsed.starts,
             _base=base,
             _interval=interval,
+            _cols=cols,
         )
     return parsed
 
@@ -1355,6 +1380,17 @@ def parsed_from_steps(
 
 def _fin(v: float | None) -> float | None:
     return v if v is None or math.isfinite(v) else None
+
+
+_STEP_TIME_S, _TFLOPS = attrgetter("step_time_s"), attrgetter("tflops_per_gpu")
+
+
+def _finite_list(values) -> list[float | None]:
+    """``[_fin(v) for v in values]``; one numpy check when every value is a finite float (the common case)."""
+    vals = list(values)
+    if vals and np.isfinite(np.array(vals, dtype=float)).all():  # None -> nan, so this also rules None out
+        return vals
+    return [_fin(v) for v in vals]
 
 
 def to_json(parsed: ParsedLog, *, series: bool = True) -> dict[str, Any]:
@@ -1394,9 +1430,9 @@ def to_json(parsed: ParsedLog, *, series: bool = True) -> dict[str, Any]:
     }
     if series:
         out["series"] = {
-            "iteration": [s.iteration for s in steps],
-            "step_time_s": [_fin(s.step_time_s) for s in steps],
-            "tflops_per_gpu": [_fin(s.tflops_per_gpu) for s in steps],
+            "iteration": list(map(_ITERATION, steps)),
+            "step_time_s": _finite_list(map(_STEP_TIME_S, steps)),
+            "tflops_per_gpu": _finite_list(map(_TFLOPS, steps)),
         }
     out["detail"] = {
         "total_iters": parsed.total_iters,
