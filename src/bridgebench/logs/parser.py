@@ -27,8 +27,8 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from itertools import chain, repeat
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import Any, BinaryIO, Callable, TextIO
 
 import ahocorasick_rs
@@ -96,6 +96,8 @@ _SCANNER = ahocorasick_rs.BytesAhoCorasick(
 _MAX_TEMPLATES = 64  # distinct line skeletons remembered per form (cleared when full)
 _BATCH_MIN_HITS = 256  # chunks with fewer candidate strings are read line by line
 _BATCH_TEMPLATES = 4  # templates per form tried on a chunk, most recently learned first
+_PROBE_ROWS = 32  # rows a template other than the current one is first tried on
+_REBATCH_MISSES = 32  # record / Step Time lines left to the line-by-line path before the chunk's rest is re-read
 _MISS = object()
 
 
@@ -452,6 +454,7 @@ class _State:
         code, S, ls_, n_, it_ = (ev[k].tolist() for k in ("code", "s", "ls", "n", "it"))
         hit_of, runend = ev["hit"].tolist(), ev["runend"].tolist()
         ranks = self.ranks
+        n_templates, misses = len(self._rec_tpls) + len(self._st_tpls), 0
         i, m = 0, len(code)
         while i < m:
             s = S[i]
@@ -489,7 +492,7 @@ class _State:
                     step = Step(
                         it, float(ev["x"][i]), y, None if ev["znone"][i] else float(ev["z"][i]), None, None, None,
                         int(ev["tot"][i]), None, None, None, None, None, {}, label, 0, base + ls, "megatron", False,
-                        buf[ls + int(ev["tl"][i]) : ls + te],
+                        ev["tail"][i],
                     )  # fmt: skip
                     self.add_record(step, None)
                     self._last_content, self._last_step = buf[ls + pe : ls + te], step
@@ -504,6 +507,16 @@ class _State:
             idx, s, e = hits[hit_of[i]]
             pos = hit(buf, end, base, idx, s, e, pos)
             i += 1
+            if idx == _RECORD or idx == _STEP_TIME:  # no template fitted this line: a new one may fit the rest
+                misses += 1
+                if misses >= _REBATCH_MISSES and m - i >= _BATCH_MIN_HITS:
+                    if len(self._rec_tpls) + len(self._st_tpls) > n_templates:
+                        hits = hits[hit_of[i] :]
+                        ev = self._batch(buf, hits)
+                        code, S, ls_, n_, it_ = (ev[k].tolist() for k in ("code", "s", "ls", "n", "it"))
+                        hit_of, runend = ev["hit"].tolist(), ev["runend"].tolist()
+                        n_templates, i, m = len(self._rec_tpls) + len(self._st_tpls), 0, len(code)
+                    misses = 0
 
     def _pairs(self, buf: bytes, base: int, ev: dict[str, np.ndarray], i: int, j: int) -> int:
         """Events ``i:j``: Step Time line, record line, Step Time line, ... each record a new iteration, starting with
@@ -517,7 +530,7 @@ class _State:
         loss = ev["z"][rc].astype(object)
         loss[ev["znone"][rc]] = None
         labels = ev["label"][rc].tolist()
-        tails = map(buf.__getitem__, map(slice, (ls + ev["tl"][rc]).tolist(), (ls + ev["te"][rc]).tolist()))
+        tails = ev["tail"][rc].tolist()
         none = [None] * k
         steps = list(
             map(
@@ -552,8 +565,8 @@ class _State:
         starting a run of (Step Time, record) pairs whose records are all new iterations, the index after the run
         (else -1).  The other candidates inside a code 1/2 line are dropped, as the line-by-line loop skips them."""
         nh = len(hits)
-        H = np.fromiter(chain.from_iterable(hits), np.int64, 3 * nh).reshape(nh, 3)
-        kinds, S = H[:, 0], H[:, 1]
+        kinds = np.fromiter(map(_FIRST, hits), np.int64, nh)
+        S = np.fromiter(map(_SECOND, hits), np.int64, nh)
         arr = np.frombuffer(buf, np.uint8)
         code = np.zeros(nh, np.int8)
         ls = np.zeros(nh, np.int64)
@@ -564,6 +577,7 @@ class _State:
         ynone = np.zeros(nh, bool)
         znone = np.zeros(nh, bool)
         labels = np.full(nh, None, object)
+        tails = np.full(nh, None, object)
         used: list[LineTemplate] = []
         for kind, c, current, cache in (
             (_RECORD, 2, self._rec_tpl, self._rec_tpls),
@@ -572,18 +586,26 @@ class _State:
             sel = np.flatnonzero(kinds == kind)
             tpls = [current] if current is not None else []
             tpls += [tp for tp in reversed(cache.values()) if tp is not current][: _BATCH_TEMPLATES - len(tpls)]
+            latest, latest_row = None, -1
             for tpl in tpls:
                 if not len(sel) or not tpl.vector:
                     continue
+                if len(sel) > 2 * _PROBE_ROWS and tpl is not current:  # try a few rows first
+                    if not read_rows(arr, S[sel[:_PROBE_ROWS]] - tpl.rs, tpl)[0].any():
+                        continue
                 ok, vals, pfx = read_rows(arr, S[sel] - tpl.rs, tpl)
                 if not ok.any():
                     continue
                 rows, sel = sel[ok], sel[~ok]
+                cache[tpl.skel] = cache.pop(tpl.skel, tpl)  # most recently used last
+                if rows[-1] > latest_row:
+                    latest, latest_row = tpl, rows[-1]
                 code[rows] = c
                 ls[rows] = S[rows] - tpl.rs
                 tid[rows] = len(used)
                 used.append(tpl)
                 if c == 2:
+                    tails[rows] = vals["tail"]
                     its[rows], tots[rows], xs[rows] = vals["it"], vals["tot"], vals["ms"] / 1000.0
                     ys[rows] = vals.get("tf", 0.0)
                     zs[rows] = vals.get("loss", 0.0)
@@ -593,6 +615,11 @@ class _State:
                     xs[rows], ys[rows] = vals["secs"], vals["tf"]
                 if tpl.pe:
                     labels[rows] = self._labels_of(pfx)
+            if latest is not None:  # the form of the chunk's last such line: the likeliest for the next chunk
+                if c == 2:
+                    self._rec_tpl = latest
+                else:
+                    self._st_tpl = latest
         hot = np.flatnonzero(code)
         if len(hot):  # drop the candidates inside a hot line other than its first
             starts = ls[hot]
@@ -622,6 +649,7 @@ class _State:
             "it": its[ev],
             "tot": tots[ev],
             "label": labels[ev],
+            "tail": tails[ev],
             **per,
         }
         # runs of (Step Time, record) pairs whose records are new iterations: runend[i] = index after the run
@@ -1166,6 +1194,7 @@ def _parse(path_or_text, warmup_steps: int, min_steps: int, skipped_is_nan: bool
 
 
 _ITERATION = attrgetter("iteration")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 def _pick_rank(records: dict[str | None, list[Step]]) -> str | None:

@@ -224,17 +224,18 @@ def read_rows(arr: np.ndarray, starts: np.ndarray, tpl: LineTemplate) -> tuple[n
     dig_bad &= dig
     bad |= dig_bad
     good = ~bad.any(axis=1)
-    rows = rows[good]
-    cand = cand[good]
     values: dict[str, np.ndarray] = {}
-    conv = np.ones(len(rows), bool)
-    for x in tpl.numbers:
+    for x in tpl.numbers:  # on every candidate row (cheaper than copying the good ones first)
         v, vok = x.read(rows)
-        conv &= vok
+        good &= vok
         values[x.name] = v
-    if not conv.all():
-        values = {k: v[conv] for k, v in values.items()}
-        rows, cand = rows[conv], cand[conv]
-    ok[:] = False
-    ok[cand] = True
-    return ok, values, rows[:, : tpl.pe]
+    ok[cand[~good]] = False
+    values = {k: v[good] for k, v in values.items()}
+    if tpl.kind == "rec":  # the tails as bytes objects, made by numpy (an 'S' item drops trailing NULs: none here)
+        ta, tb = tpl.tail
+        tails = np.ascontiguousarray(rows[good, ta:tb])
+        if tb > ta and tpl.skel[tb - 1] != 0:
+            values["tail"] = tails.view(f"S{tb - ta}").ravel().tolist()
+        else:
+            values["tail"] = [r.tobytes() for r in tails]
+    return ok, values, rows[good, : tpl.pe]
