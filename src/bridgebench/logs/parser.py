@@ -5,9 +5,11 @@ multi-pattern scan (``ahocorasick_rs``, SIMD-accelerated Aho-Corasick) finds the
 Step Time lines, failure and end-of-training strings (:data:`bridgebench.logs.formats.RECORD_PATTERNS`,
 :data:`bridgebench.logs.signals.SIGNAL_PATTERNS`); only those are decoded and parsed, the rest of the log is never
 touched by Python code.  Standard Megatron iteration lines take a fast path that reads the timed fields at once and
-keeps the rest of the line to be parsed when :attr:`ParsedLog.steps` is first read.  Records split over several
-physical lines (cloudai's fixture, terminal wrapping) and Python tracebacks switch to a line-by-line mode until
-they close.
+keeps the rest of the line to be parsed when :attr:`ParsedLog.steps` is first read.  The fast path's offsets become
+a *line template* (:mod:`bridgebench.logs.templates`): later lines with the same digit skeleton are checked and read
+for a whole chunk at once with numpy, and runs of (Step Time line, record line) pairs make their steps in one go --
+with the same results as line by line.  Records split over several physical lines (cloudai's fixture, terminal
+wrapping) and Python tracebacks switch to a line-by-line mode until they close.
 
 The line forms and their sources are in :mod:`bridgebench.logs.formats`; outcome classes and precedence in
 :mod:`bridgebench.logs.signals`; windows, warm-up and quality in :mod:`bridgebench.logs.steady`.
@@ -76,7 +78,7 @@ __all__ = [
 ]
 
 #: Bytes read per chunk; memory is this plus the current line's carry-over plus the steps kept.
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 #: A "line" longer than this with no newline (binary junk, a progress bar rewriting itself) is cut here.
 MAX_LINE_BYTES = 1 << 20
 #: Formats :func:`parse_log` reports (``tensorboard`` for event files, see :mod:`bridgebench.logs.events`).
@@ -451,8 +453,8 @@ class _State:
         if first:
             hits = hits[first:]
         ev = self._batch(buf, hits)
-        code, S, ls_, n_, it_ = (ev[k].tolist() for k in ("code", "s", "ls", "n", "it"))
-        hit_of, runend = ev["hit"].tolist(), ev["runend"].tolist()
+        code, S = ev["code"].tolist(), ev["s"].tolist()
+        cols = None  # ls, n, it, hit as lists: made when an event outside a run needs them
         ranks = self.ranks
         n_templates, misses = len(self._rec_tpls) + len(self._st_tpls), 0
         i, m = 0, len(code)
@@ -464,16 +466,18 @@ class _State:
             c = code[i]
             if c == 1:  # a Step Time line read by its template
                 last = self._last_step
+                j = int(ev["runend"][i])
                 if (
-                    runend[i] > i
+                    j > i
                     and self.pending_st is None
                     and self.last_record_has_st
-                    and (last is None or it_[i + 1] != last.iteration)
+                    and (last is None or int(ev["it"][i + 1]) != last.iteration)
                 ):
-                    j = runend[i]
                     pos = self._pairs(buf, base, ev, i, j)
                     i = j
                     continue
+                if cols is None:
+                    cols = ls_, n_, it_, hit_of = [ev[k].tolist() for k in ("ls", "n", "it", "hit")]
                 label = ev["label"][i]
                 if label is not None and label not in ranks:
                     ranks.add(label)
@@ -481,6 +485,8 @@ class _State:
                 pos = ls_[i] + n_[i]
                 i += 1
                 continue
+            if cols is None:
+                cols = ls_, n_, it_, hit_of = [ev[k].tolist() for k in ("ls", "n", "it", "hit")]
             if c == 2:  # a record line read by its template
                 ls, it, label = ls_[i], it_[i], ev["label"][i]
                 if label is not None and label not in ranks:
@@ -513,8 +519,7 @@ class _State:
                     if len(self._rec_tpls) + len(self._st_tpls) > n_templates:
                         hits = hits[hit_of[i] :]
                         ev = self._batch(buf, hits)
-                        code, S, ls_, n_, it_ = (ev[k].tolist() for k in ("code", "s", "ls", "n", "it"))
-                        hit_of, runend = ev["hit"].tolist(), ev["runend"].tolist()
+                        code, S, cols = ev["code"].tolist(), ev["s"].tolist(), None
                         n_templates, i, m = len(self._rec_tpls) + len(self._st_tpls), 0, len(code)
                     misses = 0
 

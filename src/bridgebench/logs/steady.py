@@ -100,7 +100,7 @@ class _Columns:
     def tail_none(self) -> np.ndarray:
         """True for the steps whose fields are all parsed (no lazily kept tail)."""
         if self._tail_none is None:
-            self._tail_none = np.fromiter((s._tail is None for s in self.steps), bool, len(self.steps))
+            self._tail_none = np.equal(self.values("_tail"), None)
         return self._tail_none
 
 
