@@ -86,21 +86,38 @@ class _Columns:
         n = len(steps)
         self.its = np.fromiter(map(_ITERATION, steps), np.int64, n)
         self.segs = np.fromiter(map(_SEGMENT, steps), np.int64, n)
-        self._values: dict[str, np.ndarray] = {}
+        self._values: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._tail_none: np.ndarray | None = None
 
-    def values(self, metric: str) -> np.ndarray:
-        """Object array of each step's ``metric`` (None where absent)."""
-        v = self._values.get(metric)
-        if v is None:
-            v = self._values[metric] = np.empty(len(self.steps), object)
-            v[:] = list(map(attrgetter(metric), self.steps))
-        return v
+    def values(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(has the metric, its value as float: nan where absent) for every step; ``float(v)`` of each value."""
+        got = self._values.get(metric)
+        if got is None:
+            vals = list(map(attrgetter(metric), self.steps))
+            n, nones = len(vals), vals.count(None)
+            if nones == n:
+                got = (np.zeros(n, bool), np.full(n, np.nan))
+            elif nones == 0:
+                got = (np.ones(n, bool), np.array(vals, dtype=float))
+            else:
+                obj = np.empty(n, object)
+                obj[:] = vals
+                timed = np.not_equal(obj, None)
+                arr = np.full(n, np.nan)
+                arr[timed] = obj[timed].astype(float)
+                got = (timed, arr)
+            self._values[metric] = got
+        return got
 
     def tail_none(self) -> np.ndarray:
         """True for the steps whose fields are all parsed (no lazily kept tail)."""
         if self._tail_none is None:
-            self._tail_none = np.equal(self.values("_tail"), None)
+            tails = list(map(attrgetter("_tail"), self.steps))
+            n, nones = len(tails), tails.count(None)
+            if nones in (0, n):
+                self._tail_none = np.full(n, nones == n)
+            else:
+                self._tail_none = np.fromiter((x is None for x in tails), bool, n)
         return self._tail_none
 
 
@@ -184,8 +201,7 @@ def steady_state(
     cols = _cols if _cols is not None else _Columns(steps)
     base = _base if _base is not None else segment_starts(steps, starts, _cols=cols)
     interval = _interval if _interval is not None else log_interval(steps, cols)
-    vals = cols.values(metric)
-    timed = np.not_equal(vals, None)
+    timed, vals = cols.values(metric)
     its, segs = cols.its, cols.segs
     if len(base) <= 1:  # one segment: one threshold
         threshold = next(iter(base.values()), 0) + warmup
@@ -198,7 +214,7 @@ def steady_state(
     fallback = n_timed > 0 and not in_window.any()
     widx = np.flatnonzero(timed if fallback else in_window)
     skipped = 0 if fallback else n_timed - len(widx)
-    arr = vals[widx].astype(float)
+    arr = vals[widx]
     finite_mask = np.isfinite(arr)
     finite_arr = arr[finite_mask]
     count = len(widx)

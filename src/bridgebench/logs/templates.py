@@ -79,19 +79,24 @@ class _Number:
     def read(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(values, ok) for the gathered ``rows`` (uint8, one line per row); ``ok`` False where the fast path's
         conversion cannot be reproduced exactly."""
-        d = rows[:, list(self.digits)].astype(np.int64) - 48
-        w = 10 ** np.arange(len(self.digits) - 1, -1, -1, dtype=np.int64)
-        mant = d @ w
+        d = rows[:, list(self.digits + self.exp_digits)].astype(np.int64)
+        d -= 48
+        return self.from_digits(d[:, : len(self.digits)], d[:, len(self.digits) :])
+
+    def from_digits(self, d: np.ndarray, ed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(values, ok) from the digit values of the mantissa (``d``) and exponent (``ed``), one row per line."""
+        mant = d @ (10 ** np.arange(len(self.digits) - 1, -1, -1, dtype=np.int64))
         if self.is_int:
-            return (-mant if self.negative else mant), np.ones(len(rows), bool)
-        k = np.full(len(rows), -self.frac, np.int64)
-        if self.exp_digits:
-            ed = rows[:, list(self.exp_digits)].astype(np.int64) - 48
-            ex = ed @ (10 ** np.arange(len(self.exp_digits) - 1, -1, -1, dtype=np.int64))
-            k += -ex if self.exp_negative else ex
+            return (-mant if self.negative else mant), np.ones(len(d), bool)
+        m = mant.astype(np.float64)
+        if not self.exp_digits:  # k = -frac for every row: one division (or none)
+            ok = mant <= _TWO53 if len(self.digits) > 15 else np.ones(len(d), bool)
+            vals = m / _P10[self.frac] if self.frac else m
+            return (-vals if self.negative else vals), ok
+        ex = ed @ (10 ** np.arange(len(self.exp_digits) - 1, -1, -1, dtype=np.int64))
+        k = (-ex if self.exp_negative else ex) - self.frac
         ok = (mant <= _TWO53) & (np.abs(k) <= 22)
         kk = np.clip(k, -22, 22)
-        m = mant.astype(np.float64)
         vals = np.where(kk >= 0, m * _P10[np.maximum(kk, 0)], m / _P10[np.maximum(-kk, 0)])
         return (-vals if self.negative else vals), ok
 
@@ -225,8 +230,14 @@ def read_rows(arr: np.ndarray, starts: np.ndarray, tpl: LineTemplate) -> tuple[n
     bad |= dig_bad
     good = ~bad.any(axis=1)
     values: dict[str, np.ndarray] = {}
-    for x in tpl.numbers:  # on every candidate row (cheaper than copying the good ones first)
-        v, vok = x.read(rows)
+    cols = [c for x in tpl.numbers for c in x.digits + x.exp_digits]
+    d = rows[:, cols].astype(np.int64)  # every number's digits, on every candidate row (cheaper than copying
+    d -= 48  # the good rows first)
+    at = 0
+    for x in tpl.numbers:
+        nd, ne = len(x.digits), len(x.exp_digits)
+        v, vok = x.from_digits(d[:, at : at + nd], d[:, at + nd : at + nd + ne])
+        at += nd + ne
         good &= vok
         values[x.name] = v
     ok[cand[~good]] = False
