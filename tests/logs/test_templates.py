@@ -141,3 +141,12 @@ def test_number_reading_matches_python_conversions():
                 assert v == conv(row.tobytes())
             else:
                 assert conv is float  # only a float can be declined (mantissa > 2**53 or |exponent| > 22)
+
+
+def test_fast_step_sets_every_field_as_the_constructor():
+    """``_fast_step`` bypasses the dataclass ``__init__``: it must set every field, to the constructor's defaults."""
+    fast = P._fast_step(5, 1.5, 600.0, 2.25, 10, "7", 99, b" tail |")
+    ref = P.Step(5, 1.5, 600.0, 2.25, total_iters=10, rank="7", offset=99, _tail=b" tail |")
+    for f in dataclasses.fields(P.Step):
+        assert getattr(fast, f.name) == getattr(ref, f.name), f.name
+    assert fast.extra is not P._fast_step(1, 1.0, None, None, 2, None, 0, None).extra  # a dict per step
