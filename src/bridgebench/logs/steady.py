@@ -94,11 +94,12 @@ class _Columns:
         got = self._values.get(metric)
         if got is None:
             vals = list(map(attrgetter(metric), self.steps))
-            n, nones = len(vals), vals.count(None)
-            if nones == n:
+            n = len(vals)
+            arr = np.array(vals, dtype=float) if n and vals[0] is not None else None  # None -> nan
+            if arr is not None and not np.isnan(arr).any():  # every step has it (and none is NaN)
+                got = (np.ones(n, bool), arr)
+            elif vals.count(None) == n:
                 got = (np.zeros(n, bool), np.full(n, np.nan))
-            elif nones == 0:
-                got = (np.ones(n, bool), np.array(vals, dtype=float))
             else:
                 obj = np.empty(n, object)
                 obj[:] = vals
