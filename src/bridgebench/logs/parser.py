@@ -482,15 +482,15 @@ class _State:
             if c == 1:  # a Step Time line read by its template
                 last = self._last_step
                 j = int(ev["runend"][i])
-                if (
-                    j > i
-                    and self.pending_st is None
-                    and self.last_record_has_st
-                    and (last is None or int(ev["it"][i + 1]) != last.iteration)
-                ):
-                    pos = self._pairs(buf, base, ev, i, j)
-                    i = j
-                    continue
+                if j > i and (last is None or int(ev["it"][i + 1]) != last.iteration):
+                    if j > i + 2 and ev["clone"][i + 2]:
+                        pos = self._groups(buf, base, ev, i, j)
+                        i = j
+                        continue
+                    if self.pending_st is None and self.last_record_has_st:
+                        pos = self._pairs(buf, base, ev, i, j)
+                        i = j
+                        continue
                 if cols is None:
                     cols = ls_, n_, it_, hit_of = [ev[k].tolist() for k in ("ls", "n", "it", "hit")]
                 label = ev["label"][i]
@@ -574,6 +574,48 @@ class _State:
         self._last_content = buf[a + int(ev["pe"][e]) : a + int(ev["te"][e])]
         return a + int(ev["n"][e])
 
+    def _groups(self, buf: bytes, base: int, ev: dict[str, np.ndarray], i: int, j: int) -> int:
+        """Events ``i:j``: groups of a Step Time line, a record line of a new iteration and the same record printed
+        by other ranks (clones), every record with its own TFLOP/s.  The first Step Time line is handled as such
+        (:meth:`step_time`); after it no Step Time value reaches a step -- each waits for the next new record
+        (which has its TFLOP/s) or goes onto a clone that has it -- so the steps are made at once: each new record
+        as :meth:`_pairs` makes it, each clone a copy of it (:func:`_clone`).  Returns where the next line
+        starts."""
+        label = ev["label"][i]
+        if label is not None:
+            self.ranks.add(label)
+        self.step_time(float(ev["x"][i]), float(ev["y"][i]), base + int(ev["ls"][i]))
+        code, clone = ev["code"][i:j], ev["clone"][i:j]
+        recs = np.flatnonzero(code == 2) + i
+        news = np.flatnonzero((code == 2) & ~clone) + i
+        of = news[np.searchsorted(news, recs, "right") - 1]  # each record's new record
+        loss = ev["z"][of].astype(object)
+        loss[ev["znone"][of]] = None
+        labels = ev["label"][recs].tolist()
+        steps = list(
+            map(
+                _fast_step, ev["it"][of].tolist(), ev["x"][of].tolist(), ev["y"][of].tolist(), loss.tolist(),
+                ev["tot"][of].tolist(), labels, (base + ev["ls"][recs]).tolist(), ev["tail"][of].tolist(),
+            )
+        )  # fmt: skip
+        self.bridge_marker = True
+        for label in set(ev["label"][i:j].tolist()):
+            if label is not None:
+                self.ranks.add(label)
+        records = self.records
+        for step, label in zip(steps, labels):
+            recs_of = records.get(label)
+            if recs_of is None:
+                recs_of = records[label] = []
+            recs_of.append(step)
+        last_new = int(news[-1])
+        a = int(ev["ls"][last_new])
+        self._last_content = buf[a + int(ev["pe"][last_new]) : a + int(ev["te"][last_new])]
+        self._last_step = steps[int(np.searchsorted(recs, last_new))]
+        self.pending_st, self.last_record_has_st, self.last_record = None, False, steps[-1]
+        e = j - 1
+        return int(ev["ls"][e]) + int(ev["n"][e])
+
     def _batch(self, buf: bytes, hits: list[tuple[int, int, int]]) -> dict[str, np.ndarray]:
         """The chunk's candidates as events, in log order (arrays): ``code`` 2: a record line with a known skeleton
         (``x``, ``y``, ``z`` = step time in s, TFLOP/s, loss; ``ynone`` / ``znone`` where the form has none; ``it``,
@@ -596,6 +638,8 @@ class _State:
         znone = np.zeros(nh, bool)
         labels = np.full(nh, None, object)
         tails = np.full(nh, None, object)
+        row_of = np.zeros(nh, np.int64)  # row of the line in its template's content matrix
+        contents: dict[int, np.ndarray] = {}
         used: list[LineTemplate] = []
         for kind, c, current, cache in (
             (_RECORD, 2, self._rec_tpl, self._rec_tpls),
@@ -615,6 +659,7 @@ class _State:
                 if not ok.any():
                     continue
                 rows, sel = sel[ok], sel[~ok]
+                row_of[rows] = np.arange(len(rows))
                 cache[tpl.skel] = cache.pop(tpl.skel, tpl)  # most recently used last
                 if rows[-1] > latest_row:
                     latest, latest_row = tpl, rows[-1]
@@ -624,6 +669,7 @@ class _State:
                 used.append(tpl)
                 if c == 2:
                     tails[rows] = vals["tail"]
+                    contents[len(used) - 1] = vals["content"]
                     its[rows], tots[rows], xs[rows] = vals["it"], vals["tot"], vals["ms"] / 1000.0
                     ys[rows] = vals.get("tf", 0.0)
                     zs[rows] = vals.get("loss", 0.0)
@@ -670,20 +716,39 @@ class _State:
             "tail": tails[ev],
             **per,
         }
-        # runs of (Step Time, record) pairs whose records are new iterations: runend[i] = index after the run
+        # a record line that repeats the record line before it (same form, same bytes after the rank prefix): the
+        # same record printed by another rank, i.e. a clone of the last new record
         c, it, m = out["code"], out["it"], len(ev)
-        pair = np.zeros(m + 4, bool)
-        pair[: m - 1] = (c[:-1] == 1) & (c[1:] == 2)
-        itp = np.full(m + 4, -1, np.int64)
-        itp[:m] = it
-        link = pair[:m] & pair[2 : m + 2] & (itp[3 : m + 3] != itp[1 : m + 1])
-        runend = np.full(m, -1, np.int64)
-        for parity in (0, 1):
-            idx = np.arange(parity, m, 2)
-            breaks = idx[~link[idx]]
-            if len(breaks):
-                nxt = breaks[np.minimum(np.searchsorted(breaks, idx), len(breaks) - 1)]
-                runend[idx] = np.where(pair[idx], nxt + 2, -1)
+        clone = np.zeros(m, bool)
+        cand = np.flatnonzero((c[1:] == 2) & (c[:-1] == 2) & (tid[1:] == tid[:-1]) & (it[1:] == it[:-1])) + 1
+        for t in np.unique(tid[cand]).tolist():
+            sel = cand[tid[cand] == t]
+            content, rows = contents[t], row_of[ev]
+            clone[sel[(content[rows[sel]] == content[rows[sel - 1]]).all(axis=1)]] = True
+        out["clone"] = clone
+        # runs of groups (Step Time line, new record line, its clones): runend[i] = index after the run starting at
+        # i (else -1).  A run's groups all have clones or none has; its records are new iterations one after the
+        # other; in a run with clones every new record has its TFLOP/s (so no Step Time value reaches a step).
+        idx = np.arange(m)
+        nonclone = np.append(np.flatnonzero(~clone), m)
+        e = nonclone[np.minimum(np.searchsorted(nonclone, idx + 2), len(nonclone) - 1)]  # where group i ends
+        group = np.zeros(m + 1, bool)
+        group[: m - 1] = (c[:-1] == 1) & (c[1:] == 2) & ~clone[1:]
+        has_cl = e > idx + 2
+        new_it = np.full(m + 1, -1, np.int64)
+        new_it[: m - 1] = it[1:]
+        new_tf = np.zeros(m + 1, bool)
+        new_tf[: m - 1] = ~out["ynone"][1:]
+        group[:m] &= ~has_cl | new_tf[:m]
+        has_cl = np.append(has_cl, False)
+        link = group[:m] & group[e] & (new_it[e] != new_it[:m]) & (has_cl[e] == has_cl[:m])
+        ptr = np.where(link, e, idx)
+        while True:  # follow the links to the last group of each run (pointer doubling)
+            nxt = ptr[ptr]
+            if (nxt == ptr).all():
+                break
+            ptr = nxt
+        runend = np.where(group[:m], e[ptr], -1)
         out["runend"] = runend
         return out
 

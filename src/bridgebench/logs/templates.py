@@ -249,4 +249,5 @@ def read_rows(arr: np.ndarray, starts: np.ndarray, tpl: LineTemplate) -> tuple[n
             values["tail"] = tails.view(f"S{tb - ta}").ravel().tolist()
         else:
             values["tail"] = [r.tobytes() for r in tails]
+        values["content"] = rows[good, tpl.pe : tb]  # the line after its rank prefix
     return ok, values, rows[good, : tpl.pe]
