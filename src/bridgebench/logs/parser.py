@@ -433,7 +433,7 @@ class _State:
         self._labels: dict[bytes, str | None] = {b"": None}
         self._last_content: bytes | None = None
         self._last_step: Step | None = None
-        # line templates of the two hot line forms (see _rec_template / _st_template): skeleton -> template, and the
+        # line templates of the two hot line forms (templates.rec_template / st_template): skeleton -> template, and the
         # one used last
         self._rec_tpls: dict[bytes, LineTemplate] = {}
         self._st_tpls: dict[bytes, LineTemplate] = {}
