@@ -115,12 +115,18 @@ def _grep(path: Path) -> str:
 
 
 def _peak_rss(path: Path) -> str:
-    """Peak RSS of parse_log + to_json in a fresh interpreter (ru_maxrss, KiB on Linux), and of the imports alone."""
+    """Peak RSS of parse_log + to_json in a fresh interpreter, and of the imports alone: ``VmHWM`` of
+    /proc/self/status (the high-water mark of the interpreter's own address space; ``ru_maxrss`` is not used where
+    /proc exists because Linux carries it over fork+exec, so a child started by this process would report this
+    process's size); KiB."""
     src = str(Path(__file__).resolve().parents[1] / "src")
     head = (
         "import resource, sys; sys.path.insert(0, sys.argv[2]); from bridgebench.logs.parser import parse_log, to_json"
     )
-    rss = "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss"
+    rss = (
+        "next((int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM')), None) "
+        "if sys.platform.startswith('linux') else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss"
+    )
 
     def run(body: str) -> list[str]:
         cmd = [sys.executable, "-c", f"{head}; {body}", str(path), src]

@@ -5,9 +5,11 @@ multi-pattern scan (``ahocorasick_rs``, SIMD-accelerated Aho-Corasick) finds the
 Step Time lines, failure and end-of-training strings (:data:`bridgebench.logs.formats.RECORD_PATTERNS`,
 :data:`bridgebench.logs.signals.SIGNAL_PATTERNS`); only those are decoded and parsed, the rest of the log is never
 touched by Python code.  Standard Megatron iteration lines take a fast path that reads the timed fields at once and
-keeps the rest of the line to be parsed when :attr:`ParsedLog.steps` is first read.  Records split over several
-physical lines (cloudai's fixture, terminal wrapping) and Python tracebacks switch to a line-by-line mode until
-they close.
+keeps the rest of the line to be parsed when :attr:`ParsedLog.steps` is first read.  The fast path's offsets become
+a *line template* (:mod:`bridgebench.logs.templates`): later lines with the same digit skeleton are checked and read
+for a whole chunk at once with numpy, and runs of (Step Time line, record line) pairs make their steps in one go --
+with the same results as line by line.  Records split over several physical lines (cloudai's fixture, terminal
+wrapping) and Python tracebacks switch to a line-by-line mode until they close.
 
 The line forms and their sources are in :mod:`bridgebench.logs.formats`; outcome classes and precedence in
 :mod:`bridgebench.logs.signals`; windows, warm-up and quality in :mod:`bridgebench.logs.steady`.
@@ -20,15 +22,18 @@ newer attempt's records supersede the older attempt's for the same iterations.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import io
 import math
 import os
 import re
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from typing import Any, BinaryIO, Callable, TextIO
 
 import ahocorasick_rs
+import numpy as np
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.logs import formats as F
@@ -44,12 +49,14 @@ from bridgebench.logs.signals import (
 from bridgebench.logs.steady import (
     QUALITIES,
     SteadyState,
+    _Columns,
     bad_reason,
     log_interval,
     segment_starts,
     steady_state,
     window_summary,
 )
+from bridgebench.logs.templates import DIGITS0, LineTemplate, read_rows, rec_template, st_template
 
 __all__ = [
     "CHUNK_BYTES",
@@ -70,7 +77,7 @@ __all__ = [
 ]
 
 #: Bytes read per chunk; memory is this plus the current line's carry-over plus the steps kept.
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 #: A "line" longer than this with no newline (binary junk, a progress bar rewriting itself) is cut here.
 MAX_LINE_BYTES = 1 << 20
 #: Formats :func:`parse_log` reports (``tensorboard`` for event files, see :mod:`bridgebench.logs.events`).
@@ -85,6 +92,14 @@ _RECORD, _STEP_TIME = _KINDS.index("record"), _KINDS.index("step_time")
 _SCANNER = ahocorasick_rs.BytesAhoCorasick(
     [p for p, _ in F.RECORD_PATTERNS] + list(SIGNAL_PATTERNS), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST
 )
+
+
+_MAX_TEMPLATES = 64  # distinct line skeletons remembered per form (cleared when full)
+_BATCH_MIN_HITS = 256  # chunks with fewer candidate strings are read line by line
+_BATCH_TEMPLATES = 4  # templates per form tried on a chunk, most recently learned first
+_PROBE_ROWS = 32  # rows a template other than the current one is first tried on
+_REBATCH_MISSES = 32  # record / Step Time lines left to the line-by-line path before the chunk's rest is re-read
+_MISS = object()
 
 
 class LogReadError(BridgebenchError):
@@ -143,17 +158,47 @@ class Step:
         return bad_reason(self.complete(), True) is not None
 
 
-_STEP_SLOTS = tuple(Step.__slots__)
+def _fast_step(it, secs, tflops, loss, total, rank, offset, tail) -> Step:
+    """``Step(it, secs, tflops, loss, total_iters=total, rank=rank, offset=offset, _tail=tail)`` -- every other
+    field at its default -- set slot by slot (the dataclass ``__init__`` with its 20 parameters costs more)."""
+    s = _new_step(Step)
+    s.iteration, s.step_time_s, s.tflops_per_gpu, s.lm_loss = it, secs, tflops, loss
+    s.grad_norm = s.skipped = s.nan_iterations = None
+    s.total_iters = total
+    s.consumed_samples = s.global_batch_size = s.learning_rate = s.loss_scale = s.tokens_per_s_per_gpu = None
+    s.extra = {}
+    s.rank, s.segment, s.offset, s.source, s.inferred_iteration, s._tail = rank, 0, offset, "megatron", False, tail
+    return s
+
+
+_new_step = object.__new__
 
 
 def _clone(step: Step, rank: str | None, offset: int) -> Step:
-    new = object.__new__(Step)
-    for name in _STEP_SLOTS:
-        setattr(new, name, getattr(step, name))
-    new.extra = dict(step.extra)
-    new.rank = rank
-    new.offset = offset
-    return new
+    """A copy of ``step`` (its current field values, its own ``extra`` dict) with another rank label and offset."""
+    s = step
+    return Step(
+        s.iteration,
+        s.step_time_s,
+        s.tflops_per_gpu,
+        s.lm_loss,
+        s.grad_norm,
+        s.skipped,
+        s.nan_iterations,
+        s.total_iters,
+        s.consumed_samples,
+        s.global_batch_size,
+        s.learning_rate,
+        s.loss_scale,
+        s.tokens_per_s_per_gpu,
+        dict(s.extra),
+        rank,
+        s.segment,
+        offset,
+        s.source,
+        s.inferred_iteration,
+        s._tail,
+    )
 
 
 def _num(s: str | bytes) -> float | None:
@@ -388,35 +433,389 @@ class _State:
         self._labels: dict[bytes, str | None] = {b"": None}
         self._last_content: bytes | None = None
         self._last_step: Step | None = None
-        self._recent: list[tuple[bytes, str | None]] = []  # (prefix bytes, label), most recent first
+        # line templates of the two hot line forms (templates.rec_template / st_template): skeleton -> template, and the
+        # one used last
+        self._rec_tpls: dict[bytes, LineTemplate] = {}
+        self._st_tpls: dict[bytes, LineTemplate] = {}
+        self._rec_tpl: LineTemplate | None = None
+        self._st_tpl: LineTemplate | None = None
 
     # -- scanning ------------------------------------------------------------------------------------------
     def scan(self, buf: bytes, end: int, base: int) -> None:
-        """Handle the complete lines of ``buf[:end]`` (``base`` = byte offset of ``buf`` in the log)."""
+        """Handle the complete lines of ``buf[:end]`` (``base`` = byte offset of ``buf`` in the log).
+
+        Candidate lines come from the multi-pattern scan; the first candidate of a line decides how it is handled.
+        Record and Step Time lines with the digit skeleton of a line the fast path accepted before
+        (:mod:`bridgebench.logs.templates`) are checked and read for the whole chunk at once (:meth:`_batch`); the
+        rest go line by line (:meth:`_hit`), in log order, with the same state updates either way.
+        """
         pos = 0
         if self.pending or self.tb_lines:
             pos = self._line_mode(buf, 0, end, base)
         hay = buf if end == len(buf) else memoryview(buf)[:end]
-        rfind, find = buf.rfind, buf.find
-        record_fast, step_time_fast = self._record_fast, self._step_time_fast
-        for idx, s, e in _SCANNER.find_matches_as_indexes(hay):
+        hits = _SCANNER.find_matches_as_indexes(hay)
+        hit = self._hit
+        first = 0
+        if len(hits) < _BATCH_MIN_HITS:
+            first = len(hits)
+        elif not (self._rec_tpls or self._st_tpls):  # line by line until the fast path has made templates
+            first = min(len(hits), _BATCH_MIN_HITS)
+        for idx, s, e in hits[:first]:
+            if s >= pos:
+                pos = hit(buf, end, base, idx, s, e, pos)
+        if first == len(hits):
+            return
+        if first:
+            hits = hits[first:]
+        ev = self._batch(buf, hits)
+        code, S = ev["code"].tolist(), ev["s"].tolist()
+        cols = None  # ls, n, it, hit as lists: made when an event outside a run needs them
+        ranks = self.ranks
+        n_templates, misses = len(self._rec_tpls) + len(self._st_tpls), 0
+        i, m = 0, len(code)
+        while i < m:
+            s = S[i]
             if s < pos:
+                i += 1
                 continue
-            ls = rfind(b"\n", 0, s) + 1
-            le = find(b"\n", s, end)
-            if le < 0:
-                le = end
-            if idx == _RECORD:
-                done = record_fast(buf, ls, s, le, base)
-            elif idx == _STEP_TIME:
-                done = step_time_fast(buf, ls, s, e, le, base)
-            else:
-                done = False
-            if not done:
-                self.line(buf[ls:le].decode("utf-8", "replace"), base + ls)
-            pos = le + 1
-            if self.pending or self.tb_lines:
-                pos = self._line_mode(buf, pos, end, base)
+            c = code[i]
+            if c == 1:  # a Step Time line read by its template
+                last = self._last_step
+                j = int(ev["runend"][i])
+                if j > i and (last is None or int(ev["it"][i + 1]) != last.iteration):
+                    if j > i + 2 and ev["clone"][i + 2]:
+                        pos = self._groups(buf, base, ev, i, j)
+                        i = j
+                        continue
+                    if self.pending_st is None and self.last_record_has_st:
+                        pos = self._pairs(buf, base, ev, i, j)
+                        i = j
+                        continue
+                if cols is None:
+                    cols = ls_, n_, it_, hit_of = [ev[k].tolist() for k in ("ls", "n", "it", "hit")]
+                label = ev["label"][i]
+                if label is not None and label not in ranks:
+                    ranks.add(label)
+                self.step_time(float(ev["x"][i]), float(ev["y"][i]), base + ls_[i])
+                pos = ls_[i] + n_[i]
+                i += 1
+                continue
+            if cols is None:
+                cols = ls_, n_, it_, hit_of = [ev[k].tolist() for k in ("ls", "n", "it", "hit")]
+            if c == 2:  # a record line read by its template
+                ls, it, label = ls_[i], it_[i], ev["label"][i]
+                if label is not None and label not in ranks:
+                    ranks.add(label)
+                pe, te = int(ev["pe"][i]), int(ev["te"][i])
+                last = self._last_step
+                if last is None or it != last.iteration:
+                    y = None if ev["ynone"][i] else float(ev["y"][i])
+                    step = Step(
+                        it, float(ev["x"][i]), y, None if ev["znone"][i] else float(ev["z"][i]), None, None, None,
+                        int(ev["tot"][i]), None, None, None, None, None, {}, label, 0, base + ls, "megatron", False,
+                        ev["tail"][i],
+                    )  # fmt: skip
+                    self.add_record(step, None)
+                    self._last_content, self._last_step = buf[ls + pe : ls + te], step
+                    pos = ls + n_[i]
+                    i += 1
+                    continue
+                if buf[ls + pe : ls + te] == self._last_content:  # the same record printed by another rank
+                    self.add_record(_clone(last, label, base + ls), None)
+                    pos = ls + n_[i]
+                    i += 1
+                    continue
+            idx, s, e = hits[hit_of[i]]
+            pos = hit(buf, end, base, idx, s, e, pos)
+            i += 1
+            if idx == _RECORD or idx == _STEP_TIME:  # no template fitted this line: a new one may fit the rest
+                misses += 1
+                if misses >= _REBATCH_MISSES and m - i >= _BATCH_MIN_HITS:
+                    if len(self._rec_tpls) + len(self._st_tpls) > n_templates:
+                        hits = hits[hit_of[i] :]
+                        ev = self._batch(buf, hits)
+                        code, S, cols = ev["code"].tolist(), ev["s"].tolist(), None
+                        n_templates, i, m = len(self._rec_tpls) + len(self._st_tpls), 0, len(code)
+                    misses = 0
+
+    def _pairs(self, buf: bytes, base: int, ev: dict[str, np.ndarray], i: int, j: int) -> int:
+        """Events ``i:j``: Step Time line, record line, Step Time line, ... each record a new iteration, starting with
+        no Step Time pending and the last record holding its own.  Each Step Time line then waits for the record
+        after it (:meth:`step_time`), which takes it (:meth:`add_record`: its TFLOP/s where the record has none),
+        so the state afterwards is the same; the steps are made at once.  Returns where the next line starts."""
+        st, rc = slice(i, j, 2), slice(i + 1, j, 2)
+        k = (j - i) // 2
+        ls = ev["ls"][rc]
+        tf = np.where(ev["ynone"][rc], ev["y"][st], ev["y"][rc]).tolist()
+        loss = ev["z"][rc].astype(object)
+        loss[ev["znone"][rc]] = None
+        labels = ev["label"][rc].tolist()
+        tails = ev["tail"][rc].tolist()
+        steps = list(
+            map(
+                _fast_step, ev["it"][rc].tolist(), ev["x"][rc].tolist(), tf, loss.tolist(), ev["tot"][rc].tolist(),
+                labels, (base + ls).tolist(), tails,
+            )
+        )  # fmt: skip
+        self.bridge_marker = True
+        for label in set(ev["label"][i:j].tolist()):
+            if label is not None:
+                self.ranks.add(label)
+        records = self.records
+        if labels.count(labels[0]) == k:
+            records.setdefault(labels[0], []).extend(steps)
+        else:
+            for step, label in zip(steps, labels):
+                records.setdefault(label, []).append(step)
+        last = steps[-1]
+        self.pending_st, self.last_record_has_st, self.last_record, self._last_step = None, True, last, last
+        e = j - 1
+        a = int(ev["ls"][e])
+        self._last_content = buf[a + int(ev["pe"][e]) : a + int(ev["te"][e])]
+        return a + int(ev["n"][e])
+
+    def _groups(self, buf: bytes, base: int, ev: dict[str, np.ndarray], i: int, j: int) -> int:
+        """Events ``i:j``: groups of a Step Time line, a record line of a new iteration and the same record printed
+        by other ranks (clones), every record with its own TFLOP/s.  The first Step Time line is handled as such
+        (:meth:`step_time`); after it no Step Time value reaches a step -- each waits for the next new record
+        (which has its TFLOP/s) or goes onto a clone that has it -- so the steps are made at once: each new record
+        as :meth:`_pairs` makes it, each clone a copy of it (:func:`_clone`).  Returns where the next line
+        starts."""
+        label = ev["label"][i]
+        if label is not None:
+            self.ranks.add(label)
+        self.step_time(float(ev["x"][i]), float(ev["y"][i]), base + int(ev["ls"][i]))
+        code, clone = ev["code"][i:j], ev["clone"][i:j]
+        recs = np.flatnonzero(code == 2) + i
+        news = np.flatnonzero((code == 2) & ~clone) + i
+        of = news[np.searchsorted(news, recs, "right") - 1]  # each record's new record
+        loss = ev["z"][of].astype(object)
+        loss[ev["znone"][of]] = None
+        labels = ev["label"][recs].tolist()
+        steps = list(
+            map(
+                _fast_step, ev["it"][of].tolist(), ev["x"][of].tolist(), ev["y"][of].tolist(), loss.tolist(),
+                ev["tot"][of].tolist(), labels, (base + ev["ls"][recs]).tolist(), ev["tail"][of].tolist(),
+            )
+        )  # fmt: skip
+        self.bridge_marker = True
+        for label in set(ev["label"][i:j].tolist()):
+            if label is not None:
+                self.ranks.add(label)
+        records = self.records
+        for step, label in zip(steps, labels):
+            recs_of = records.get(label)
+            if recs_of is None:
+                recs_of = records[label] = []
+            recs_of.append(step)
+        last_new = int(news[-1])
+        a = int(ev["ls"][last_new])
+        self._last_content = buf[a + int(ev["pe"][last_new]) : a + int(ev["te"][last_new])]
+        self._last_step = steps[int(np.searchsorted(recs, last_new))]
+        self.pending_st, self.last_record_has_st, self.last_record = None, False, steps[-1]
+        e = j - 1
+        return int(ev["ls"][e]) + int(ev["n"][e])
+
+    def _batch(self, buf: bytes, hits: list[tuple[int, int, int]]) -> dict[str, np.ndarray]:
+        """The chunk's candidates as events, in log order (arrays): ``code`` 2: a record line with a known skeleton
+        (``x``, ``y``, ``z`` = step time in s, TFLOP/s, loss; ``ynone`` / ``znone`` where the form has none; ``it``,
+        ``tot``), 1: a Step Time line (``x``, ``y`` = seconds, TFLOP/s), 0: anything else (for :meth:`_hit`); ``hit``:
+        index into ``hits``; ``s``: its start; ``ls``, ``n``, ``pe``, ``tl``, ``te``: line start, length, and the
+        prefix end, tail start and line end relative to it; ``label``: rank label; ``runend``: for a Step Time event
+        starting a run of (Step Time, record) pairs whose records are all new iterations, the index after the run
+        (else -1).  The other candidates inside a code 1/2 line are dropped, as the line-by-line loop skips them."""
+        nh = len(hits)
+        kinds = np.fromiter(map(_FIRST, hits), np.int64, nh)
+        S = np.fromiter(map(_SECOND, hits), np.int64, nh)
+        arr = np.frombuffer(buf, np.uint8)
+        code = np.zeros(nh, np.int8)
+        ls = np.zeros(nh, np.int64)
+        tid = np.zeros(nh, np.int64)
+        xs, ys, zs = np.zeros(nh), np.zeros(nh), np.zeros(nh)
+        its = np.zeros(nh, np.int64)
+        tots = np.zeros(nh, np.int64)
+        ynone = np.zeros(nh, bool)
+        znone = np.zeros(nh, bool)
+        labels = np.full(nh, None, object)
+        tails = np.full(nh, None, object)
+        row_of = np.zeros(nh, np.int64)  # row of the line in its template's content matrix
+        contents: dict[int, np.ndarray] = {}
+        used: list[LineTemplate] = []
+        for kind, c, current, cache in (
+            (_RECORD, 2, self._rec_tpl, self._rec_tpls),
+            (_STEP_TIME, 1, self._st_tpl, self._st_tpls),
+        ):
+            sel = np.flatnonzero(kinds == kind)
+            tpls = [current] if current is not None else []
+            tpls += [tp for tp in reversed(cache.values()) if tp is not current][: _BATCH_TEMPLATES - len(tpls)]
+            latest, latest_row = None, -1
+            for tpl in tpls:
+                if not len(sel) or not tpl.vector:
+                    continue
+                if len(sel) > 2 * _PROBE_ROWS and tpl is not current:  # try a few rows first
+                    if not read_rows(arr, S[sel[:_PROBE_ROWS]] - tpl.rs, tpl)[0].any():
+                        continue
+                ok, vals, pfx = read_rows(arr, S[sel] - tpl.rs, tpl)
+                if not ok.any():
+                    continue
+                rows, sel = sel[ok], sel[~ok]
+                row_of[rows] = np.arange(len(rows))
+                cache[tpl.skel] = cache.pop(tpl.skel, tpl)  # most recently used last
+                if rows[-1] > latest_row:
+                    latest, latest_row = tpl, rows[-1]
+                code[rows] = c
+                ls[rows] = S[rows] - tpl.rs
+                tid[rows] = len(used)
+                used.append(tpl)
+                if c == 2:
+                    tails[rows] = vals["tail"]
+                    contents[len(used) - 1] = vals["content"]
+                    its[rows], tots[rows], xs[rows] = vals["it"], vals["tot"], vals["ms"] / 1000.0
+                    ys[rows] = vals.get("tf", 0.0)
+                    zs[rows] = vals.get("loss", 0.0)
+                    ynone[rows] = "tf" not in vals
+                    znone[rows] = "loss" not in vals
+                else:
+                    xs[rows], ys[rows] = vals["secs"], vals["tf"]
+                if tpl.pe:
+                    labels[rows] = self._labels_of(pfx)
+            if latest is not None:  # the form of the chunk's last such line: the likeliest for the next chunk
+                if c == 2:
+                    self._rec_tpl = latest
+                else:
+                    self._st_tpl = latest
+        hot = np.flatnonzero(code)
+        if len(hot):  # drop the candidates inside a hot line other than its first
+            starts = ls[hot]
+            ends = starts + np.array([tp.n for tp in used])[tid[hot]]
+            k = np.searchsorted(starts, S, "right") - 1
+            kc = np.maximum(k, 0)
+            keep = (k < 0) | (S >= ends[kc]) | (S == S[hot][kc])
+        else:
+            keep = np.ones(nh, bool)
+        ev = np.flatnonzero(keep)
+        tid = tid[ev]
+        per = {
+            name: np.array([getattr(tp, attr) if not idx else getattr(tp, attr)[idx - 1] for tp in used] or [0])[tid]
+            for name, attr, idx in (("n", "n", 0), ("pe", "pe", 0), ("tl", "tail", 1), ("te", "tail", 2))
+        }
+        out = {
+            "code": code[ev],
+            "kind": kinds[ev],
+            "hit": ev,
+            "s": S[ev],
+            "ls": ls[ev],
+            "x": xs[ev],
+            "y": ys[ev],
+            "z": zs[ev],
+            "ynone": ynone[ev],
+            "znone": znone[ev],
+            "it": its[ev],
+            "tot": tots[ev],
+            "label": labels[ev],
+            "tail": tails[ev],
+            **per,
+        }
+        # a record line that repeats the record line before it (same form, same bytes after the rank prefix): the
+        # same record printed by another rank, i.e. a clone of the last new record
+        c, it, m = out["code"], out["it"], len(ev)
+        clone = np.zeros(m, bool)
+        cand = np.flatnonzero((c[1:] == 2) & (c[:-1] == 2) & (tid[1:] == tid[:-1]) & (it[1:] == it[:-1])) + 1
+        for t in np.unique(tid[cand]).tolist():
+            sel = cand[tid[cand] == t]
+            content, rows = contents[t], row_of[ev]
+            clone[sel[(content[rows[sel]] == content[rows[sel - 1]]).all(axis=1)]] = True
+        out["clone"] = clone
+        # runs of groups (Step Time line, new record line, its clones): runend[i] = index after the run starting at
+        # i (else -1).  A run's groups all have clones or none has; its records are new iterations one after the
+        # other; in a run with clones every new record has its TFLOP/s (so no Step Time value reaches a step).
+        idx = np.arange(m)
+        nonclone = np.append(np.flatnonzero(~clone), m)
+        e = nonclone[np.minimum(np.searchsorted(nonclone, idx + 2), len(nonclone) - 1)]  # where group i ends
+        group = np.zeros(m + 1, bool)
+        group[: m - 1] = (c[:-1] == 1) & (c[1:] == 2) & ~clone[1:]
+        has_cl = e > idx + 2
+        new_it = np.full(m + 1, -1, np.int64)
+        new_it[: m - 1] = it[1:]
+        new_tf = np.zeros(m + 1, bool)
+        new_tf[: m - 1] = ~out["ynone"][1:]
+        group[:m] &= ~has_cl | new_tf[:m]
+        has_cl = np.append(has_cl, False)
+        link = group[:m] & group[e] & (new_it[e] != new_it[:m]) & (has_cl[e] == has_cl[:m])
+        ptr = np.where(link, e, idx)
+        while True:  # follow the links to the last group of each run (pointer doubling)
+            nxt = ptr[ptr]
+            if (nxt == ptr).all():
+                break
+            ptr = nxt
+        runend = np.where(group[:m], e[ptr], -1)
+        out["runend"] = runend
+        return out
+
+    def _hit(self, buf: bytes, end: int, base: int, idx: int, s: int, e: int, pos: int) -> int:
+        """Handle the line of the candidate ``idx`` found at ``buf[s:e]`` (its first candidate); ``pos`` = start of
+        the line after the last one handled.  Returns where the next line starts (past any lines a split record or
+        a traceback consumed)."""
+        if idx == _RECORD and self._rec_tpl is not None:
+            sk, n, rs, pe, ia, ib, ta, tb, ma, mb, fa, fb, la, lb, bar, le, za, zb = self._rec_tpl.tuple
+            ls = pos if s - pos == rs else buf.rfind(b"\n", 0, s) + 1
+            reg = buf[ls : ls + n]
+            if reg.translate(DIGITS0) == sk and reg[za:zb] == F.ZERO_COUNTS_B:
+                label = self._label(reg[:pe])
+                it = int(reg[ia:ib])
+                last = self._last_step
+                if last is None or it != last.iteration:
+                    step = Step(
+                        it, float(reg[ma:mb]) / 1000.0, None if fa is None else float(reg[fa:fb]),
+                        None if la is None else float(reg[la:lb]), None, None, None, int(reg[ta:tb]), None, None, None,
+                        None, None, {}, label, 0, base + ls, "megatron", False, reg[bar:le],
+                    )  # fmt: skip
+                    self.add_record(step, None)
+                    self._last_content, self._last_step = reg[pe:le], step
+                    return ls + n
+                if reg[pe:le] == self._last_content:  # the same record printed by another rank
+                    self.add_record(_clone(last, label, base + ls), None)
+                    return ls + n
+        elif idx == _STEP_TIME and self._st_tpl is not None:
+            sk, n, rs, pe, sa, sb, fa, fb = self._st_tpl.tuple
+            ls = pos if s - pos == rs else buf.rfind(b"\n", 0, s) + 1
+            reg = buf[ls : ls + n]
+            if reg.translate(DIGITS0) == sk:
+                self._label(reg[:pe])
+                self.step_time(float(reg[sa:sb]), float(reg[fa:fb]), base + ls)
+                return ls + n
+        ls = buf.rfind(b"\n", 0, s) + 1
+        le = buf.find(b"\n", s, end)
+        if le < 0:
+            le = end
+        if idx == _RECORD:
+            prev = self._last_step
+            done = self._record_fast(buf, ls, s, le, base)
+            if done and self._last_step is not prev and le < end:
+                self._rec_tpl = self._learn(self._rec_tpls, rec_template, buf, ls, s, le)
+        elif idx == _STEP_TIME:
+            done = self._step_time_fast(buf, ls, s, e, le, base)
+            if done and le < end:
+                self._st_tpl = self._learn(self._st_tpls, st_template, buf, ls, s, le)
+        else:
+            done = False
+        if not done:
+            self.line(buf[ls:le].decode("utf-8", "replace"), base + ls)
+        pos = le + 1
+        if self.pending or self.tb_lines:
+            pos = self._line_mode(buf, pos, end, base)
+        return pos
+
+    @staticmethod
+    def _learn(cache: dict[bytes, LineTemplate], make: Callable, buf: bytes, ls: int, at: int, le: int):
+        """The template of the line ``buf[ls:le]`` (newline at ``le``), from ``cache`` or made and cached."""
+        tpl = cache.get(buf[ls : le + 1].translate(DIGITS0))
+        if tpl is None:
+            if len(cache) >= _MAX_TEMPLATES:
+                cache.clear()
+            tpl = make(buf, ls, at, le)
+            cache[tpl.skel] = tpl
+        return tpl
 
     def _line_mode(self, buf: bytes, pos: int, end: int, base: int) -> int:
         """Line by line from ``pos`` while a split record or a traceback is open; returns where it stopped."""
@@ -432,27 +831,44 @@ class _State:
                     self.close_all()
         return pos
 
-    def _label(self, prefix: bytes) -> str | None:
-        label = self._labels.get(prefix, 0)
-        if label == 0:
+    def _label_for(self, prefix: bytes) -> str | None:
+        """Rank label of a prefix (cached)."""
+        label = self._labels.get(prefix, _MISS)
+        if label is _MISS:
             label = self._labels[prefix] = _label_of(prefix.decode("utf-8", "replace"))
+        return label
+
+    def _labels_of(self, prefixes: np.ndarray) -> np.ndarray:
+        """Rank labels (object array) of the prefix bytes in the rows of ``prefixes`` (uint8 matrix)."""
+        if (prefixes == prefixes[0]).all():
+            out = np.empty(len(prefixes), object)
+            out[:] = self._label_for(prefixes[0].tobytes())
+            return out
+        width = prefixes.shape[1]
+        if width <= 8:  # pack each prefix into one integer
+            packed = np.zeros((len(prefixes), 8), np.uint8)
+            packed[:, :width] = prefixes
+            uniq, inv = np.unique(packed.view(np.uint64).ravel(), return_inverse=True)
+            keys = [u.tobytes()[:width] for u in uniq.view(np.uint8).reshape(-1, 8)]
+        else:
+            uniq, inv = np.unique(prefixes, axis=0, return_inverse=True)
+            keys = [u.tobytes() for u in uniq]
+        labs = np.empty(len(keys), object)
+        labs[:] = [self._label_for(k) for k in keys]
+        return labs[inv.ravel()]
+
+    def _label(self, prefix: bytes) -> str | None:
+        """Rank label of a prefix, counted among the ranks seen."""
+        label = self._label_for(prefix)
         if label is not None:
             self.ranks.add(label)
         return label
 
     # -- fast paths (bytes) ------------------------------------------------------------------------------
     def _prefix_label(self, buf: bytes, ls: int, limit: int) -> tuple[int, str | None]:
-        """(end of the rank prefix, its label) of the line starting at ``ls``.  The few prefixes seen last are
-        reused when the line starts with one of them and no further prefix follows; else the prefix regex runs."""
-        for prefix, label in self._recent:
-            n = ls + len(prefix)
-            if buf.startswith(prefix, ls) and buf[n : n + 1] not in (b"[", b" ") and n <= limit:
-                return n, label
+        """(end of the rank prefix, its label) of the line starting at ``ls`` (:data:`F.PREFIX_RE_B`)."""
         pe = F.PREFIX_RE_B.match(buf, ls, limit).end()
-        label = self._label(buf[ls:pe])
-        if pe > ls:
-            self._recent = [(buf[ls:pe], label)] + self._recent[:7]
-        return pe, label
+        return pe, self._label(buf[ls:pe])
 
     def _record_fast(self, buf: bytes, ls: int, s: int, le: int, base: int) -> bool:
         """A standard Megatron iteration line whose 'iteration ' starts at ``s``: timed fields now, rest later."""
@@ -789,15 +1205,30 @@ def parse_log(
     the run completed after an in-job restart that followed every failure; otherwise ``completed`` when the final
     iteration or an end-of-training marker was reached, else ``running``.
 
+    The cyclic garbage collector is paused during the parse (and restored after): the parse makes no reference
+    cycles, and collections triggered by the hundreds of thousands of steps it creates cost about a quarter of its
+    time on a long log.
+
     Raises:
         LogReadError: the file cannot be opened, is empty, or is binary (a NUL byte in its first 64 KiB).
     """
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse(path_or_text, warmup_steps, min_steps, skipped_is_nan, progress)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _parse(path_or_text, warmup_steps: int, min_steps: int, skipped_is_nan: bool, progress) -> ParsedLog:
     path, reader, own, size = _open_source(path_or_text)
     name = path or "log text"
     S = _State(skipped_is_nan)
     done = 0
     carry = b""
     first = True
+    rewind = own and size is not None  # a plain file or the log text: seekable, no decompression to redo
     try:
         while True:
             try:
@@ -823,7 +1254,11 @@ def parse_log(
                     cut = len(buf)
             if cut:
                 S.scan(buf, cut, done)
-            carry = buf[cut:]
+            if rewind and cut < len(buf):  # read the cut line again with the next chunk instead of copying
+                reader.seek(cut - len(buf), io.SEEK_CUR)
+                carry = b""
+            else:
+                carry = buf[cut:]
             done += cut
             if progress is not None:
                 progress(done, size)
@@ -841,12 +1276,18 @@ def parse_log(
 # --------------------------------------------------------------------------------------------------------------
 
 
+_ITERATION = attrgetter("iteration")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+
+
 def _pick_rank(records: dict[str | None, list[Step]]) -> str | None:
     def key(label: str | None) -> tuple:
         recs = records[label]
         nums = tuple(int(x) for x in re.findall(r"\d+", label)) if label else ()
         return (sum(r.lm_loss is not None for r in recs), len(recs), nums)
 
+    if len(records) == 1:
+        return next(iter(records))
     return max(records, key=key)
 
 
@@ -860,8 +1301,19 @@ def _finish(S: _State, path: str | None, nbytes: int, warmup: int, min_steps: in
     starts: dict[int, int] = {}
     last_segment_start: int | None = None
     iteration_ranks = sorted(label for label in S.records if label is not None)
-    if S.records:
-        recs = S.records[_pick_rank(S.records)]
+    recs = S.records[_pick_rank(S.records)] if S.records else []
+    its = np.fromiter(map(_ITERATION, recs), np.int64, len(recs)) if recs else None
+    if (
+        recs
+        and all(off < recs[0].offset for off, _ in S.restart_markers)
+        and (len(recs) == 1 or bool((np.diff(its) > 0).all()))
+    ):
+        # one attempt, iterations increasing: no duplicate, no restart; the markers (if any) precede every record
+        # and only the first sets the start of segment 0 (as in the loop below, where they pass with no record yet)
+        if S.restart_markers:
+            starts[0] = S.restart_markers[0][1]
+        steps = list(recs)
+    elif S.records:
         by_iter: dict[int, Step] = {}
         segment = 0
         last: int | None = None
@@ -1014,8 +1466,9 @@ def parsed_from_steps(
     fields.setdefault("memory", {})
     fields.setdefault("ranks_seen", [])
     parsed = ParsedLog(_steps=steps, warmup_steps=warmup_steps, min_steps=min_steps, **fields)
-    interval = log_interval(steps)
-    base = segment_starts(steps, parsed.starts, interval)
+    cols = _Columns(steps)
+    interval = log_interval(steps, cols)
+    base = segment_starts(steps, parsed.starts, interval, cols)
     for metric in ("step_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu"):
         parsed.steady[metric] = steady_state(
             steps,
@@ -1027,6 +1480,7 @@ def parsed_from_steps(
             starts=parsed.starts,
             _base=base,
             _interval=interval,
+            _cols=cols,
         )
     return parsed
 
@@ -1038,6 +1492,17 @@ def parsed_from_steps(
 
 def _fin(v: float | None) -> float | None:
     return v if v is None or math.isfinite(v) else None
+
+
+_STEP_TIME_S, _TFLOPS = attrgetter("step_time_s"), attrgetter("tflops_per_gpu")
+
+
+def _finite_list(values) -> list[float | None]:
+    """``[_fin(v) for v in values]``; one numpy check when every value is a finite float (the common case)."""
+    vals = list(values)
+    if vals and np.isfinite(np.array(vals, dtype=float)).all():  # None -> nan, so this also rules None out
+        return vals
+    return [_fin(v) for v in vals]
 
 
 def to_json(parsed: ParsedLog, *, series: bool = True) -> dict[str, Any]:
@@ -1077,9 +1542,9 @@ def to_json(parsed: ParsedLog, *, series: bool = True) -> dict[str, Any]:
     }
     if series:
         out["series"] = {
-            "iteration": [s.iteration for s in steps],
-            "step_time_s": [_fin(s.step_time_s) for s in steps],
-            "tflops_per_gpu": [_fin(s.tflops_per_gpu) for s in steps],
+            "iteration": list(map(_ITERATION, steps)),
+            "step_time_s": _finite_list(map(_STEP_TIME_S, steps)),
+            "tflops_per_gpu": _finite_list(map(_TFLOPS, steps)),
         }
     out["detail"] = {
         "total_iters": parsed.total_iters,

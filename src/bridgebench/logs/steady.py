@@ -75,25 +75,77 @@ class SteadyState:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-def log_interval(steps: list) -> int:
+class _Columns:
+    """Per-step columns of one step list, shared by its windows: ``its`` / ``segs`` (int64 iteration and segment
+    of every step), metric values and which steps still hold an unparsed tail, read once each."""
+
+    __slots__ = ("steps", "its", "segs", "_values", "_tail_none")
+
+    def __init__(self, steps: list) -> None:
+        self.steps = steps
+        n = len(steps)
+        self.its = np.fromiter(map(_ITERATION, steps), np.int64, n)
+        self.segs = np.fromiter(map(_SEGMENT, steps), np.int64, n)
+        self._values: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._tail_none: np.ndarray | None = None
+
+    def values(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(has the metric, its value as float: nan where absent) for every step; ``float(v)`` of each value."""
+        got = self._values.get(metric)
+        if got is None:
+            vals = list(map(attrgetter(metric), self.steps))
+            n = len(vals)
+            arr = np.array(vals, dtype=float) if n and vals[0] is not None else None  # None -> nan
+            if arr is not None and not np.isnan(arr).any():  # every step has it (and none is NaN)
+                got = (np.ones(n, bool), arr)
+            elif vals.count(None) == n:
+                got = (np.zeros(n, bool), np.full(n, np.nan))
+            else:
+                obj = np.empty(n, object)
+                obj[:] = vals
+                timed = np.not_equal(obj, None)
+                arr = np.full(n, np.nan)
+                arr[timed] = obj[timed].astype(float)
+                got = (timed, arr)
+            self._values[metric] = got
+        return got
+
+    def tail_none(self) -> np.ndarray:
+        """True for the steps whose fields are all parsed (no lazily kept tail)."""
+        if self._tail_none is None:
+            tails = list(map(attrgetter("_tail"), self.steps))
+            n, nones = len(tails), tails.count(None)
+            if nones in (0, n):
+                self._tail_none = np.full(n, nones == n)
+            else:
+                self._tail_none = np.fromiter((x is None for x in tails), bool, n)
+        return self._tail_none
+
+
+_ITERATION, _SEGMENT = attrgetter("iteration"), attrgetter("segment")
+
+
+def log_interval(steps: list, _cols: _Columns | None = None) -> int:
     """Smallest positive spacing between consecutive logged iterations of one segment (1 when unknown)."""
-    best = 0
-    prev = None
-    for s in steps:
-        if prev is not None and s.segment == prev.segment:
-            d = s.iteration - prev.iteration
-            if d > 0 and (best == 0 or d < best):
-                best = d
-        prev = s
-    return best or 1
+    if len(steps) < 2:
+        return 1
+    cols = _cols if _cols is not None else _Columns(steps)
+    d = np.diff(cols.its)
+    d = d[(cols.segs[1:] == cols.segs[:-1]) & (d > 0)]
+    return int(d.min()) if len(d) else 1
 
 
-def segment_starts(steps: list, starts: dict[int, int] | None = None, interval: int | None = None) -> dict[int, int]:
+def segment_starts(
+    steps: list, starts: dict[int, int] | None = None, interval: int | None = None, _cols: _Columns | None = None
+) -> dict[int, int]:
     """Start iteration of each segment: ``starts`` where known (Bridge start lines), else 0 (or -1 for 0-based NeMo
     ``global_step``) for segment 0 and ``first logged - log interval`` for later segments."""
     out: dict[int, int] = dict(starts or {})
-    interval = interval or log_interval(steps)
-    for s in steps:
+    cols = _cols if _cols is not None else _Columns(steps)
+    interval = interval or log_interval(steps, cols)
+    _, first = np.unique(cols.segs, return_index=True)
+    for i in np.sort(first).tolist():  # each segment's first step, in log order
+        s = steps[i]
         if s.segment in out:
             continue
         if s.segment == 0:
@@ -135,6 +187,7 @@ def steady_state(
     starts: dict[int, int] | None = None,
     _base: dict[int, int] | None = None,
     _interval: int | None = None,
+    _cols: _Columns | None = None,
 ) -> SteadyState:
     """Window statistics of ``metric`` ('step_time_s', 'tflops_per_gpu', or any numeric Step attribute).
 
@@ -146,32 +199,33 @@ def steady_state(
     values (mean, median, numpy ``std(ddof=1)`` and ``percentile(25, 75)``; one value gives zero spread).
     """
     steps = steps if isinstance(steps, list) else list(steps)
-    base = _base if _base is not None else segment_starts(steps, starts)
-    interval = _interval if _interval is not None else log_interval(steps)
-    get = attrgetter(metric)
-    timed = [s for s in steps if get(s) is not None]
+    cols = _cols if _cols is not None else _Columns(steps)
+    base = _base if _base is not None else segment_starts(steps, starts, _cols=cols)
+    interval = _interval if _interval is not None else log_interval(steps, cols)
+    timed, vals = cols.values(metric)
+    its, segs = cols.its, cols.segs
     if len(base) <= 1:  # one segment: one threshold
         threshold = next(iter(base.values()), 0) + warmup
-        window = [s for s in timed if s.iteration > threshold]
+        in_window = timed & (its > threshold)
     else:
-        window = [s for s in timed if s.iteration - base.get(s.segment, 0) > warmup]
-    fallback = bool(timed) and not window
-    if fallback:
-        window = timed
-    skipped = 0 if fallback else len(timed) - len(window)
-    values = [float(get(s)) for s in window]
-    arr = np.asarray(values, dtype=float)
+        uniq, inv = np.unique(segs, return_inverse=True)
+        seg_base = np.array([base.get(s, 0) for s in uniq.tolist()], np.int64)[inv.ravel()]
+        in_window = timed & (its - seg_base > warmup)
+    n_timed = int(timed.sum())
+    fallback = n_timed > 0 and not in_window.any()
+    widx = np.flatnonzero(timed if fallback else in_window)
+    skipped = 0 if fallback else n_timed - len(widx)
+    arr = vals[widx]
     finite_mask = np.isfinite(arr)
     finite_arr = arr[finite_mask]
-    count = len(values)
+    count = len(widx)
 
     gaps = 0
-    if len(window) > 1:
-        its = np.fromiter((s.iteration for s in window), dtype=np.int64, count=len(window))
-        segs = np.fromiter((s.segment for s in window), dtype=np.int64, count=len(window))
-        d = np.diff(its)
-        same = segs[1:] == segs[:-1]
-        odd = same & (d != interval) & ~((its[:-1] == 1) & (d == interval - 1))
+    if count > 1:
+        its_w, segs_w = its[widx], segs[widx]
+        d = np.diff(its_w)
+        same = segs_w[1:] == segs_w[:-1]
+        odd = same & (d != interval) & ~((its_w[:-1] == 1) & (d == interval - 1))
         gaps = int(odd.sum())
 
     problems: list[str] = []
@@ -185,7 +239,8 @@ def steady_state(
         problems.append(f"insufficient: {count} steps after warmup={warmup}, need min_steps={min_steps}")
     if gaps:
         problems.append(f"{gaps} gap{'s' * (gaps != 1)} in the logged iterations (log interval {interval})")
-    bad = [s for s in window if s._tail is None and bad_reason(s, skipped_is_nan) is not None]
+    parsed_idx = widx[cols.tail_none()[widx]].tolist()
+    bad = [steps[i] for i in parsed_idx if bad_reason(steps[i], skipped_is_nan) is not None]
     if bad:
         problems.append(f"{len(bad)} NaN/skipped steps in window (first at iteration {bad[0].iteration})")
     n_finite = int(finite_mask.sum())
@@ -228,14 +283,14 @@ def steady_state(
         iqr=iqr,
         min=lo,
         max=hi,
-        first_iteration=window[0].iteration if window else None,
-        last_iteration=window[-1].iteration if window else None,
+        first_iteration=steps[widx[0]].iteration if count else None,
+        last_iteration=steps[widx[-1]].iteration if count else None,
         warmup=warmup,
         min_steps=min_steps,
         insufficient=insufficient,
         window_ok=ok,
         reason="; ".join(problems) if problems else "ok",
-        segments=len({s.segment for s in window}),
+        segments=len(np.unique(segs[widx])),
         quality=quality,
         warmup_skipped=skipped,
         fallback=fallback,
