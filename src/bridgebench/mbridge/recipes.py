@@ -1,0 +1,371 @@
+"""Generate bridgebench recipes from Megatron-Bridge's own perf recipes, release by release, and compare containers.
+
+``recipes/<recipe>/<release>.yaml`` holds exactly the ``ConfigContainer`` fields where that release's upstream perf
+recipe differs from what :func:`bridgebench.mbridge.build.build` makes without it (the *start*: the model's base
+recipe of the installed Megatron-Bridge + ``configs/`` defaults). Building with the file therefore reproduces the
+upstream container field by field (``tests/mbridge/test_fidelity.py`` checks it). The upstream side is
+:mod:`bridgebench.mbridge.upstream`: the installed perf recipe functions (26.08) or a shipped dump (older releases).
+
+``recipes/optimizer_switch/<release>/muon.yaml`` holds Kimi K2's Muon changes at that release
+(:func:`muon_switch`), applied over any recipe's AdamW values when ``optimizer=muon``.
+
+Command: ``bridgebench recipes generate --release 26.08`` (``bridgebench.cli.recipes``).
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bridgebench.errors import BridgebenchError
+from bridgebench.mbridge import compat, upstream
+from bridgebench.mbridge.flatten import expand_layout, flatten, layout_string
+from bridgebench.paths import RECIPES_DIR
+
+#: optimizer fields ``_apply_kimi_k2_optimizer(cfg, "muon")`` sets: the arguments of
+#: ``recipes/utils/optimizer_utils.py::distributed_muon_with_cosine_annealing`` and the switch's own assignments
+#: (Megatron-Bridge 0.6.2 ``recipes/kimi/h100/kimi_k2.py``; the same list at v0.3.1
+#: ``scripts/performance/configs/kimi/kimi_llm_pretrain.py``). Their Kimi K2 Muon values are always part of the switch.
+MUON_SWITCH_FIELDS = (
+    "optimizer",
+    "lr",
+    "min_lr",
+    "weight_decay",
+    "bf16",
+    "fp16",
+    "muon_momentum",
+    "muon_nesterov",
+    "muon_scale_mode",
+    "muon_fp32_matmul_prec",
+    "muon_num_ns_steps",
+    "muon_tp_mode",
+    "clip_grad",
+    "use_precision_aware_optimizer",
+    "main_grads_dtype",
+    "main_params_dtype",
+    "exp_avg_dtype",
+    "exp_avg_sq_dtype",
+)
+#: Older APIs' field names -> bridgebench's (Megatron-Bridge 0.6) names, from :data:`compat.APIS`.
+OLD_NAMES = {f"optimizer.{old}": f"optimizer.{new}" for new, old in compat.APIS["0.3"].optimizer_renames.items()}
+
+
+class RecipeGenError(BridgebenchError):
+    """A recipe cannot be generated (no upstream source for it, or a value that cannot be written)."""
+
+
+def _normalize(key: str, value: Any) -> Any:
+    """Comparable form: layouts expanded, env values as strings, integral floats as ints are left alone."""
+    if key.endswith("pipeline_model_parallel_layout"):
+        return expand_layout(value)
+    if key.startswith("env_vars."):
+        return None if value is None else str(value)
+    return value
+
+
+def normalized(flat: dict[str, Any]) -> dict[str, Any]:
+    """``flat`` with older field names renamed to bridgebench's and values in comparable form."""
+    return {OLD_NAMES.get(k, k): _normalize(OLD_NAMES.get(k, k), v) for k, v in flat.items()}
+
+
+def _unsettable(value: Any) -> str | None:
+    """Why a flattened value cannot be written into a config, or None."""
+    text = value if isinstance(value, str) else ""
+    if "${CWD}" in text:
+        return "a path under the upstream working directory"
+    if text.startswith(("<callable", "partial(", "<error", "<")):
+        return "not a plain value"
+    return None
+
+
+@dataclass
+class Diff:
+    """Fields where an upstream container differs from bridgebench's start, sorted into what can be written."""
+
+    values: dict[str, Any] = field(default_factory=dict)  # dotted key -> upstream value (settable)
+    skipped: dict[str, str] = field(default_factory=dict)  # dotted key -> why it is not written
+    upstream_only: list[str] = field(default_factory=list)  # fields the installed Megatron-Bridge lacks
+
+
+def diff(upstream_flat: dict[str, Any], start_flat: dict[str, Any]) -> Diff:
+    """Fields to write so that ``start`` + them = ``upstream`` (both normalized flat maps)."""
+    out = Diff()
+    up_env = {k for k in upstream_flat if k.startswith("env_vars.")}
+    for key, value in upstream_flat.items():
+        if key.startswith("env_vars."):
+            continue
+        if key not in start_flat:
+            out.upstream_only.append(key)
+            continue
+        if value == start_flat[key]:
+            continue
+        why = "a class, not a field value" if key.endswith(".__class__") else _unsettable(value)
+        if why:
+            out.skipped[key] = why
+        else:
+            out.values[key] = value
+    # env_vars: upstream recipes assign the whole environment; written whole when it differs at all
+    start_env = {k: v for k, v in start_flat.items() if k.startswith("env_vars.")}
+    if {k: upstream_flat[k] for k in up_env} != start_env:
+        for k in sorted(up_env):
+            out.values[k] = upstream_flat[k]
+    return out
+
+
+def with_empty_sections(start: dict[str, Any]) -> dict[str, Any]:
+    """A start whose ``comm_overlap`` is None (some base recipes have none) gets the fields of the
+    ``CommOverlapConfig`` that :func:`bridgebench.mbridge.build.apply_config` creates when a config sets any."""
+    if start.get("comm_overlap", "") is not None:
+        return start
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+    out = {k: v for k, v in start.items() if k != "comm_overlap"}
+    out.update(normalized(flatten(_Holder(CommOverlapConfig(tp_comm_overlap=False)))))
+    return out
+
+
+@dataclass
+class _Holder:
+    comm_overlap: Any
+
+
+def nest(values: dict[str, Any]) -> dict[str, Any]:
+    """Dotted keys -> nested sections (``model.x`` -> ``{"model": {"x": ...}}``); layouts as compact strings."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        section, name = key.split(".", 1)
+        if name == "pipeline_model_parallel_layout" and isinstance(value, list):
+            value = layout_string([[{"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}[c] for c in s] for s in value])
+        out.setdefault(section, {})[name] = value
+    return out
+
+
+def entry_groups(recipe: str) -> dict[str, str]:
+    """``{"model": ..., "gpu": ..., "precision": ...}`` chosen by a recipe's entry file ``recipes/<recipe>.yaml``."""
+    path = RECIPES_DIR / f"{recipe}.yaml"
+    if not path.exists():
+        raise RecipeGenError(f"no recipe entry {path}")
+    out = {}
+    for item in yaml.safe_load(path.read_text()).get("defaults", []):
+        if isinstance(item, dict):
+            for k, v in item.items():
+                out[k.replace("override ", "").strip("/ ")] = str(v)
+    return out
+
+
+def start_container(recipe: str, release: str, optimizer: str = "adamw"):
+    """What ``build`` makes for ``recipe`` with no release values and no optimizer switch (policies off)."""
+    from bridgebench.config.compose import compose
+    from bridgebench.mbridge.build import build
+
+    groups = entry_groups(recipe)
+    cfg = compose([f"{g}={v}" for g, v in groups.items()] + [f"release={release}", f"optimizer={optimizer}"])
+    return build(cfg, validate=False, policies=False).container
+
+
+def built_flat(overrides: list[str], *, policies: bool = True) -> dict[str, Any]:
+    """Flattened, normalized container that bridgebench builds for ``overrides`` (not validated: as recipes return)."""
+    from bridgebench.config.compose import compose
+    from bridgebench.mbridge.build import build
+
+    return normalized(flatten(build(compose(overrides), validate=False, policies=policies).container))
+
+
+def upstream_flat(recipe: str, release: str, optimizer: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(normalized flat upstream container, meta) for (recipe, release, optimizer family).
+
+    The installed Megatron-Bridge's perf recipes stand for ``installed_release()``; other releases come from dumps.
+    """
+    if release == installed_release():
+        import megatron.bridge
+
+        container, source = upstream.perf_container(recipe, optimizer)
+        spec = upstream.PERF_RECIPES_0_6[recipe]
+        meta = {
+            "source": source,
+            "megatron_bridge": megatron.bridge.__version__.split("+")[0],
+            "num_gpus": spec.num_gpus,
+            "upstream_optimizers": list(spec.optimizers),
+        }
+        return normalized(flatten(container)), meta
+    dump = upstream.load_dump(release, recipe, optimizer)
+    opts = sorted(p.stem.split("__")[1] for p in dump.path.parent.glob(f"{recipe}__*.yaml"))
+    meta = {
+        "source": dump.meta["source"],
+        "megatron_bridge": str(dump.meta["megatron_bridge_version"]),
+        "num_gpus": int(dump.meta["source"].split(" -ng ")[1].split()[0]),
+        "upstream_optimizers": ["adamw" if o == "adam" else o for o in opts],
+        "dump": str(dump.path.relative_to(upstream.DUMPS.parents[2])),
+    }
+    return normalized(dump.values), meta
+
+
+def installed_release() -> str:
+    """The NeMo release whose Megatron-Bridge is installed here (``configs/release/*.yaml`` by version)."""
+    from bridgebench.mbridge import setup
+
+    setup()
+    import megatron.bridge
+
+    version = megatron.bridge.__version__.split("+")[0]
+    from bridgebench.paths import CONFIG_DIR
+
+    for path in sorted(CONFIG_DIR.glob("release/*.yaml")):
+        if str(yaml.safe_load(path.read_text()).get("megatron_bridge_version")) == version:
+            return path.stem
+    raise RecipeGenError(f"no configs/release/*.yaml names Megatron-Bridge {version} (megatron_bridge_version)")
+
+
+def _yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=118, allow_unicode=True)
+
+
+def _header_notes(d: Diff) -> list[str]:
+    notes = []
+    if d.skipped:
+        notes.append("Not written (the start keeps its value; tests/mbridge/test_fidelity.py allow-lists them):")
+        notes += [f"  {k}: {why}" for k, why in sorted(d.skipped.items())]
+    if d.upstream_only:
+        notes.append(f"Fields of that release the installed Megatron-Bridge does not have ({len(d.upstream_only)}):")
+        line = "  "
+        for k in sorted(d.upstream_only):
+            if len(line) + len(k) > 110:
+                notes.append(line.rstrip())
+                line = "  "
+            line += k + " "
+        notes.append(line.rstrip())
+    return notes
+
+
+def generate_recipe(recipe: str, release: str) -> tuple[Path, str]:
+    """(path, text) of ``recipes/<recipe>/<release>.yaml`` from upstream (AdamW variant; Muon via the switch).
+
+    Raises:
+        UpstreamError: no upstream recipe / dump for it.
+    """
+    up, meta = upstream_flat(recipe, release, "adamw")
+    start = with_empty_sections(normalized(flatten(start_container(recipe, release))))
+    d = diff(up, start)
+    body = {
+        "num_gpus": meta["num_gpus"],
+        "recipe_meta": {
+            "name": recipe,
+            "release": release,
+            "megatron_bridge": meta["megatron_bridge"],
+            "source": meta["source"],
+            "upstream_optimizers": meta["upstream_optimizers"],
+            "generated_by": f"bridgebench recipes generate --release {release} --recipe {recipe}",
+        },
+        **nest(d.values),
+    }
+    if "env_vars" in body:
+        body["env_vars"] = {k: str(v) for k, v in body["env_vars"].items()}
+    head = [
+        "# @package _global_",
+        f"# {recipe} at NeMo release {release}: the fields where Megatron-Bridge {meta['megatron_bridge']}'s own perf",
+        "# recipe differs from what bridgebench builds without this file (base model recipe + configs/ defaults).",
+        f"# Source: {meta['source']}",
+    ]
+    if "dump" in meta:
+        head.append(f"# Executed once with that release's code; dump: {meta['dump']} (see its SOURCES.md).")
+    head.append(f"# Generated by: bridgebench recipes generate --release {release} --recipe {recipe} (do not edit).")
+    head += [f"# {n}" for n in _header_notes(d)]
+    return RECIPES_DIR / recipe / f"{release}.yaml", "\n".join(head) + "\n" + _yaml(body)
+
+
+def muon_switch(release: str) -> tuple[Path, str]:
+    """(path, text) of ``recipes/optimizer_switch/<release>/muon.yaml``: Kimi K2's Muon changes at ``release``.
+
+    The changes are the :data:`MUON_SWITCH_FIELDS` with Kimi K2 Muon's values plus every other field in which Kimi
+    K2's Muon and AdamW containers differ at that release. Applied over Kimi K2's AdamW values they give exactly
+    upstream's Kimi K2 Muon; over another recipe's AdamW values they make bridgebench's Muon variant of it.
+
+    Raises:
+        UpstreamError: no Kimi K2 Muon / AdamW source at that release.
+    """
+    ref = upstream.MUON_REFERENCE
+    muon, meta = upstream_flat(ref, release, "muon")
+    adam, _ = upstream_flat(ref, release, "adamw")
+    values = {f"optimizer.{f}": muon[f"optimizer.{f}"] for f in MUON_SWITCH_FIELDS if f"optimizer.{f}" in muon}
+    for key, value in muon.items():
+        if not key.startswith("env_vars.") and adam.get(key) != value and not _unsettable(value):
+            values[key] = value
+    body = {
+        "optimizer_variant": {"name": "muon", "source": f"Kimi K2 Muon at {release}: {meta['source']}"},
+        **nest(values),
+    }
+    head = [
+        "# @package _global_",
+        f"# Muon at NeMo release {release}: Kimi K2's Muon changes (the optimizer switch _apply_kimi_k2_optimizer sets",
+        "# these fields; plus every other field in which Kimi K2's Muon and AdamW configurations differ).",
+        "# Applied after the recipe's release values when optimizer=muon (configs/config.yaml).",
+        f"# Source: {meta['source']}",
+        f"# Generated by: bridgebench recipes generate --release {release} (do not edit).",
+    ]
+    return RECIPES_DIR / "optimizer_switch" / release / "muon.yaml", "\n".join(head) + "\n" + _yaml(body)
+
+
+def field_catalog(provider_classes: list[type] | None = None) -> dict[str, Any]:
+    """The installed Megatron-Bridge's field names and plain types per ``ConfigContainer`` section
+    (``src/bridgebench/config/mbridge_fields.json``; the model section is the union of the providers' fields)."""
+    import dataclasses
+
+    import megatron.bridge
+    from megatron.bridge.models.gpt_provider import GPTModelProvider
+    from megatron.bridge.models.mla_provider import MLAModelProvider
+    from megatron.bridge.training.config import ConfigContainer
+
+    from bridgebench.config.schema import MB_SECTIONS
+
+    def kind(tp: Any) -> tuple[str, bool]:
+        args = typing.get_args(tp)
+        origin = typing.get_origin(tp)
+        nullable = type(None) in args
+        inner = [a for a in args if a is not type(None)] if args and origin in (typing.Union, getattr(__import__("types"), "UnionType")) else [tp]
+        names = set()
+        for a in inner:
+            o = typing.get_origin(a) or a
+            names.add({bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict"}.get(o, "any"))
+        if names == {"int", "float"}:
+            names = {"float"}
+        return (names.pop() if len(names) == 1 else "any"), nullable or tp is Any
+
+    def fields_of(cls: type) -> dict[str, Any]:
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001  (unresolvable forward references: types unknown, names still checked)
+            hints = {}
+        out = {}
+        for f in dataclasses.fields(cls):
+            k, n = kind(hints.get(f.name, Any))
+            out[f.name] = {"type": k, "nullable": n}
+        return out
+
+    containers = {f.name: f.type for f in dataclasses.fields(ConfigContainer)}
+    hints = typing.get_type_hints(ConfigContainer)
+    sections: dict[str, Any] = {}
+    for section in MB_SECTIONS:
+        if section == "model":
+            merged: dict[str, Any] = {}
+            for cls in [GPTModelProvider, MLAModelProvider, *(provider_classes or [])]:
+                merged.update(fields_of(cls))
+            sections[section] = merged
+            continue
+        tp = hints.get(section, containers[section])
+        classes = [a for a in (typing.get_args(tp) or (tp,)) if dataclasses.is_dataclass(a)]
+        merged = {}
+        for cls in classes[:1] if section != "dataset" else classes[:1]:
+            merged.update(fields_of(cls))
+        sections[section] = merged
+    return {"megatron_bridge": megatron.bridge.__version__.split("+")[0], "sections": sections}
+
+
+def write_catalog(path: Path) -> Path:
+    """Write :func:`field_catalog` as JSON (sorted, stable) to ``path``."""
+    path.write_text(json.dumps(field_catalog(), indent=1, sort_keys=True) + "\n")
+    return path
