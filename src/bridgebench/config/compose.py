@@ -147,6 +147,27 @@ def check_recipe_release(cfg: DictConfig) -> None:
         )
 
 
+def variant_provenance(cfg: DictConfig) -> tuple[str, str]:
+    """Whose configuration a run is: ``("nvidia", why)`` when its recipe and optimizer are Megatron-Bridge's own perf
+    recipe of the release, ``("bridgebench", why)`` otherwise (a Muon variant no release ships, or no recipe).
+
+    The optimizer family is :class:`bridgebench.model.optimizer.OptimizerKind`'s; a recipe's upstream families are
+    ``recipe_meta.upstream_optimizers`` (written by ``bridgebench recipes generate``).
+    """
+    family = OptimizerKind(str(cfg.optimizer.optimizer)).family
+    meta = cfg.recipe_meta
+    if not meta.get("name"):
+        return "bridgebench", f"no recipe: {family} settings from configs/optimizer (bridgebench's, not a NVIDIA recipe)"
+    where = f"{meta.name} at {meta.release}"
+    if family in list(meta.upstream_optimizers):
+        return "nvidia", f"NVIDIA's: {where} with {family} is Megatron-Bridge's own perf recipe ({meta.source})"
+    switch = cfg.get("optimizer_variant", {}).get("source") or "configs/optimizer"
+    return "bridgebench", (
+        f"bridgebench's, not NVIDIA's: no Megatron-Bridge release ships {meta.name} with {family}; this is its "
+        f"{'/'.join(meta.upstream_optimizers)} recipe at {meta.release} with Kimi K2's {family} changes ({switch})"
+    )
+
+
 def _explain(err: BaseException) -> str:
     """One line from an exception and its causes (Hydra wraps OmegaConf's precise message as __cause__)."""
     parts = []

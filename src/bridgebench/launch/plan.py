@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Callable
@@ -25,7 +25,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from bridgebench.config import rules
-from bridgebench.config.compose import compose, expand_sweep, run_facts
+from bridgebench.config.compose import compose, expand_sweep, run_facts, variant_provenance
 from bridgebench.config.hashing import config_hash
 from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
 from bridgebench.errors import BridgebenchError
@@ -63,6 +63,14 @@ class PlannedRun:
     newton_schulz_flops_per_step: float
     skipped_checks: list[str]
     dir: str = ""
+    recipe: str | None = None  # recipe_meta.name (None: no recipe)
+    release: str = ""
+    #: "nvidia" (Megatron-Bridge's own perf recipe of the release) or "bridgebench" (e.g. Qwen3 30B-A3B Muon)
+    variant_of: str = ""
+    variant_note: str = ""  # whose configuration this is and where its values come from
+    policies: list[str] = field(default_factory=list)  # bridgebench run policies applied (build.apply_policies)
+    #: TensorBoard events: <the run's nemo-run job directory>/<job.tensorboard_subdir> (None: off)
+    tensorboard_subdir: str | None = None
 
 
 def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
@@ -142,7 +150,14 @@ def plan(
                 if container and final.resolve().is_relative_to(REPO_ROOT)
                 else str(final.resolve() / name / "config.yaml")
             )
-            env = {**OmegaConf.to_container(cfg.env_vars, resolve=True), "BRIDGEBENCH_CONFIG_HASH": h}
+            from bridgebench.mbridge.build import NODE_JOB_DIR
+
+            env = {
+                **OmegaConf.to_container(cfg.env_vars, resolve=True),
+                "BRIDGEBENCH_CONFIG_HASH": h,
+                # the run's job dir on the node: nemo-run mounts it at /nemo_run, or writes its host path there
+                "BRIDGEBENCH_JOB_DIR": NODE_JOB_DIR,
+            }
             executor = ex.make_executor(
                 cfg.cluster,
                 nodes=nodes,
@@ -165,6 +180,7 @@ def plan(
             (run_dir / "submit.sh").write_text(script)
             (run_dir / "payload.sh").write_text(payload)
             facts = run_facts(cfg)
+            provenance = variant_provenance(cfg)
             flops = float(step_flops(facts).total)
             ns = float(ns_load(facts.model, parallelism(facts), ns_policy(facts)).total) if facts.is_muon else 0.0
             m = cfg.model
@@ -192,6 +208,12 @@ def plan(
                 newton_schulz_flops_per_step=ns,
                 skipped_checks=result.skipped_checks if result else [],
                 dir=str(final / name),
+                recipe=cfg.recipe_meta.name,
+                release=str(cfg.release.name),
+                variant_of=provenance[0],
+                variant_note=provenance[1],
+                policies=result.policies if result else [],
+                tensorboard_subdir=cfg.job.tensorboard_subdir if cfg.job.type == "pretrain" else None,
             )
             (run_dir / "run.json").write_text(json.dumps(asdict(run), indent=2))
             runs.append(run)

@@ -81,12 +81,38 @@ def _set(obj: Any, section: str, key: str, value: Any) -> None:
         raise BuildError(f"{section}.{key}: this Megatron-Bridge recipe has no {section} section")
     if not hasattr(obj, key):
         raise BuildError(f"{section}.{key} is not a field of Megatron-Bridge's {type(obj).__name__}")
+    setattr(obj, key, _coerce(obj, key, value))
+
+
+def _coerce(obj: Any, key: str, value: Any) -> Any:
+    """Configs write dtypes as ``"torch.bfloat16"`` and enum members as ``"AttnBackend.auto"``
+    (:mod:`bridgebench.mbridge.flatten`); turn them back into the objects the field holds."""
+    import enum
+    import re
+
+    if not isinstance(value, str):
+        return value
     current = getattr(obj, key)
-    if isinstance(value, str) and value.startswith("torch.") and type(current).__name__ == "dtype":
+    if value.startswith("torch.") and (current is None or type(current).__name__ == "dtype"):
         import torch
 
-        value = getattr(torch, value.removeprefix("torch."))  # dtypes are written "torch.bfloat16" in configs
-    setattr(obj, key, value)
+        if isinstance(getattr(torch, value.removeprefix("torch."), None), torch.dtype):
+            return getattr(torch, value.removeprefix("torch."))
+    m = re.fullmatch(r"([A-Z]\w*)\.(\w+)", value)
+    if m:
+        import typing
+
+        classes = [type(current)] if isinstance(current, enum.Enum) else []
+        if not classes:
+            try:
+                hint = typing.get_type_hints(type(obj)).get(key)
+            except Exception:  # noqa: BLE001  (unresolvable annotations: leave the string)
+                hint = None
+            classes = [a for a in (typing.get_args(hint) or (hint,)) if isinstance(a, type) and issubclass(a, enum.Enum)]
+        for cls in classes:
+            if cls.__name__ == m.group(1) and m.group(2) in cls.__members__:
+                return cls[m.group(2)]
+    return value
 
 
 def _model_fields(cfg: DictConfig) -> dict[str, Any]:
@@ -124,7 +150,7 @@ def apply_config(container: Any, cfg: DictConfig, api_name: str) -> None:
             container.comm_overlap = CommOverlapConfig(tp_comm_overlap=bool(fields.get("tp_comm_overlap", False)))
         obj = getattr(container, section, None)
         for key, value in compat.section_fields(section, fields, api_name).items():
-            if section == "model" and key == "mtp_num_layers" and not value and not getattr(obj, key, None):
+            if section == "model" and key == "mtp_num_layers" and value == 0 and getattr(obj, key, 0) is None:
                 continue  # 0 and None both mean "no MTP" (configs/model writes 0): keep the recipe's own encoding
             _set(obj, section, key, value)
         if section == "model":

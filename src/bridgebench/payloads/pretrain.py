@@ -69,7 +69,10 @@ def prepare(config_path: Path) -> Prepared:
     import megatron.core
     import torch
 
-    result = build(cfg)
+    from bridgebench.mbridge.build import NODE_JOB_DIR
+
+    # the run's job directory as this node sees it (the plan exports it; nemo-run rewrites /nemo_run without a container)
+    result = build(cfg, job_dir=os.environ.get("BRIDGEBENCH_JOB_DIR", NODE_JOB_DIR))
     import importlib
 
     forward_step = getattr(importlib.import_module(FORWARD_STEP[0]), FORWARD_STEP[1])
@@ -84,6 +87,7 @@ def prepare(config_path: Path) -> Prepared:
         "nvidia_pytorch_version": os.environ.get("NVIDIA_PYTORCH_VERSION"),
         "api": result.api,
         "skipped_checks": result.skipped_checks,
+        "policies": result.policies,
         "rank": int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))),
         "world_size": int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1"))),
     }
