@@ -245,17 +245,35 @@ class PathsSchema:
     job_dir: str = MISSING
 
 
+def _declared(schema: type) -> Any:
+    """A default factory: the declared fields of a section schema with their defaults (``???`` when required), so
+    Hydra's composed config has them and ``model.context_parallel_size=2`` needs no ``+``."""
+
+    def make() -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(schema):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                out[f.name] = f.default_factory()  # type: ignore[misc]
+            else:
+                out[f.name] = MISSING
+        return out
+
+    return field(default_factory=make)
+
+
 @dataclass
 class RootSchema:
     num_gpus: int = MISSING
     # Megatron-Bridge sections (MB_SECTIONS): open maps here, checked by check_sections after composing
-    model: Dict[str, Any] = field(default_factory=dict)
-    train: Dict[str, Any] = field(default_factory=dict)
+    model: Dict[str, Any] = _declared(ModelSchema)
+    train: Dict[str, Any] = _declared(TrainSchema)
     validation: Dict[str, Any] = field(default_factory=dict)
-    optimizer: Dict[str, Any] = field(default_factory=dict)
+    optimizer: Dict[str, Any] = _declared(OptimizerSchema)
     scheduler: Dict[str, Any] = field(default_factory=dict)
-    ddp: Dict[str, Any] = field(default_factory=dict)
-    mixed_precision: Dict[str, Any] = field(default_factory=dict)
+    ddp: Dict[str, Any] = _declared(DDPSchema)
+    mixed_precision: Dict[str, Any] = _declared(MixedPrecisionSchema)
     comm_overlap: Dict[str, Any] = field(default_factory=dict)
     checkpoint: Dict[str, Any] = field(default_factory=dict)
     logger: Dict[str, Any] = field(default_factory=dict)

@@ -53,9 +53,14 @@ NODE_ONLY_SETTINGS = [
     ("model", "moe_permute_fusion", False, "needs Transformer Engine's fused permute kernels"),
     ("model", "moe_router_fusion", False, "needs Transformer Engine's fused router kernels"),
     ("model", "apply_rope_fusion", False, "needs Transformer Engine's fused RoPE kernel"),
+    # validate() checks it against the model's FP8 mode, which runtime_config_update() copies from mixed_precision on
+    # the node -- and that step needs Transformer Engine >= 1.7 for MoE FP8 (megatron-core 0.19.2 TransformerConfig)
+    ("model", "fp8_output_proj", False, "checked against the FP8 mode runtime_config_update sets on the node"),
     ("optimizer", "use_precision_aware_optimizer", False, "needs Transformer Engine's FusedAdam"),
     ("model", "moe_token_dispatcher_type", "alltoall", "the flex dispatcher queries the GPU's properties"),
     ("model", "moe_flex_dispatcher_backend", None, "the flex dispatcher queries the GPU's properties"),
+    ("model", "moe_expert_rank_capacity_factor", None, "needs the flex dispatcher (hybridep / ncclep)"),
+    ("model", "moe_paged_stash", False, "needs moe_expert_rank_capacity_factor, i.e. the flex dispatcher"),
 ]
 
 
@@ -196,6 +201,23 @@ def apply_policies(container: Any, cfg: DictConfig, job_dir: str = NODE_JOB_DIR)
     return applied
 
 
+def _unify_sm_knobs(checked: Any) -> list[str]:
+    """Recipes of Megatron-Bridge 0.3-0.5 set both per-backend SM counts (``moe_deepep_num_sms`` 20,
+    ``moe_hybridep_num_sms`` 32); Megatron-Core 0.19 (``transformer_config.py``) merged them into
+    ``moe_flex_dispatcher_num_sms`` and rejects two different values. On the validation copy only, the merged knob
+    gets the active backend's count (what that release used); the container keeps the release's own fields."""
+    m = checked.model
+    deepep, hybridep = getattr(m, "moe_deepep_num_sms", None), getattr(m, "moe_hybridep_num_sms", None)
+    if None in (deepep, hybridep) or deepep == hybridep or getattr(m, "moe_flex_dispatcher_num_sms", 0) is not None:
+        return []
+    backend = getattr(m, "moe_flex_dispatcher_backend", None)
+    m.moe_flex_dispatcher_num_sms = hybridep if backend == "hybridep" else deepep
+    return [
+        f"model.moe_flex_dispatcher_num_sms={m.moe_flex_dispatcher_num_sms} on the validation copy (this release's "
+        f"recipe sets both per-backend SM counts, which the installed Megatron-Core merged into one)"
+    ]
+
+
 def build(
     cfg: DictConfig,
     *,
@@ -230,6 +252,7 @@ def build(
         import copy
 
         checked = copy.deepcopy(container)
+        skipped += _unify_sm_knobs(checked)
         if not te_stub.te_available():
             for section, key, off, why in NODE_ONLY_SETTINGS:
                 obj = getattr(checked, section)
