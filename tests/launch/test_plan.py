@@ -84,7 +84,10 @@ def test_kimi_muon_run_is_the_published_configuration(table1_plan):
         (["experiment=table1", "model.tensr_model_parallel_size=2"], "tensr_model_parallel_size"),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "model.tensor_model_parallel_size=3"], "heads_divisible_tp"),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "train.global_batch_size=100"], "gbs_divisible"),
-        (["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon", "ddp.use_distributed_optimizer=true"], "muon_dist_optimizer"),
+        (
+            ["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "optimizer=muon", "ddp.use_distributed_optimizer=true"],
+            "muon_dist_optimizer",
+        ),
         (["experiment=table1", "release=27.01"], "unknown release '27.01'"),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "+env_vars.HF_TOKEN=abc"], "HF_TOKEN is a secret"),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "release=26.02,26.04"], "--multirun"),

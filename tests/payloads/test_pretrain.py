@@ -44,7 +44,7 @@ def test_prepare_builds_the_container_and_resolves_pretrain(tmp_path):
 
 
 def test_dry_run_command_prints_versions_and_hash(tmp_path):
-    path = _write(tmp_path, ["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon"])
+    path = _write(tmp_path, ["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "optimizer=muon"])
     res = subprocess.run(
         [sys.executable, "-m", "bridgebench.payloads.pretrain", "--config", str(path), "--dry-run"],
         capture_output=True,

@@ -369,7 +369,15 @@ def check_sections(plain: dict[str, Any]) -> dict[str, Any]:
                     f"{'Optional[' + info['type'] + ']' if info['nullable'] else info['type']}"
                 )
         if schema is not None:
-            typed = OmegaConf.merge(OmegaConf.structured(schema), {k: v for k, v in values.items() if k in declared})
+            from omegaconf.errors import OmegaConfBaseException
+
+            typed = OmegaConf.structured(schema)
+            for key in [k for k in values if k in declared]:
+                try:
+                    typed = OmegaConf.merge(typed, {key: values[key]})
+                except OmegaConfBaseException as err:
+                    msg = str(err).splitlines()[0]
+                    raise SectionError(f"{section}.{key}={values[key]} -- {msg}") from err
             values.update(OmegaConf.to_container(typed, resolve=False))
         plain[section] = values
     return plain
