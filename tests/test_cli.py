@@ -18,6 +18,12 @@ BB = [sys.executable, "-m", "bridgebench.cli"]
         (["report"], "no optimizer-step results in the store"),
         (["table", "--source", "nope"], "--source must be runs, published or auto"),
         (["plan", "job.type=train"], "job.type must be 'pretrain' or 'optstep'"),
+        (["diff-config", "recipe=qwen3_30b_a3b_gb300_mxfp8", "nonsense"], "each side is space-separated Hydra"),
+        (
+            ["diff-config", "recipe=kimi_k2_gb300_mxfp8 release=26.02", "recipe=kimi_k2_gb300_mxfp8"],
+            "recipe kimi_k2_gb300_mxfp8 has no values for release 26.02",
+        ),
+        (["plan", "recipe=qwen3_30b_a3b_gb300_mxfp8", "+ddp.overlap_grad_reduc=true"], "did you mean overlap_grad_reduce"),
     ],
 )
 def test_bad_input(tmp_path, args, message):

@@ -151,3 +151,25 @@ def test_multirun_sweep(tmp_path):
     )
     assert res.returncode == 0, res.stderr[-2000:]
     assert sorted(r["gbs"] for r in json.loads(res.stdout)["runs"]) == [256, 512]
+
+
+def test_table1_plan_says_whose_configuration_each_run_is(table1_plan):
+    out, data = table1_plan
+    runs = {r["name"].split("-")[0] + "-" + r["name"].split("-")[1]: r for r in data["runs"]}
+    assert {k: (r["release"], r["variant_of"]) for k, r in runs.items()} == {
+        "kimi_k2-adamw": ("26.02.01", "nvidia"),
+        "kimi_k2-muon": ("26.02.01", "nvidia"),
+        "qwen3_30b_a3b-adamw": ("26.02", "nvidia"),
+        "qwen3_30b_a3b-muon": ("26.02", "bridgebench"),
+    }
+    assert "bridgebench's, not NVIDIA's" in runs["qwen3_30b_a3b-muon"]["variant_note"]
+    qwen = runs["qwen3_30b_a3b-muon"]
+    run = json.loads((out / qwen["name"] / "run.json").read_text())
+    assert run["variant_of"] == "bridgebench" and run["tensorboard_subdir"] == "tensorboard"
+    mb = yaml.safe_load((out / qwen["name"] / "megatron_bridge.yaml").read_text())
+    assert mb["checkpoint"]["save"] is None and mb["checkpoint"]["load"] is None and mb["train"]["eval_iters"] == 0
+    assert mb["logger"]["tensorboard_dir"] == "/nemo_run/tensorboard" and mb["logger"]["log_interval"] == 1
+    assert mb["tokenizer"]["tokenizer_type"] == "NullTokenizer" and mb["tokenizer"]["vocab_size"] == 151936
+    # the 26.02 values the blog ran: TransformerEngine CUDA graphs of the router, not 26.08's full-iteration graphs
+    assert mb["model"]["cuda_graph_impl"] == "transformer_engine"
+    assert "BRIDGEBENCH_JOB_DIR" in (out / qwen["name"] / "submit.sh").read_text()

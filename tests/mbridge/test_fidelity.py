@@ -145,3 +145,68 @@ def test_release_without_the_recipe_is_refused():
 
     with pytest.raises(ConfigError, match=r"kimi_k2_gb300_mxfp8 has no values for release 26\.02: .*26\.02\.01"):
         compose(["recipe=kimi_k2_gb300_mxfp8", "release=26.02"])
+
+
+def test_release_plans_differ_exactly_where_upstream_changed():
+    """Qwen3 30B-A3B on GB300: the 26.02 and 26.08 containers differ in exactly the fields in which upstream's 26.02
+    and 26.08 configurations differ (fields all four share; allow-listed ones aside) -- and that includes the
+    full-iteration CUDA graphs, paged stash and HybridEP / a2a-overlap changes."""
+    recipe = "qwen3_30b_a3b_gb300_mxfp8"
+    ours_a, ours_b = built(recipe, "26.02", "adamw"), built(recipe, INSTALLED, "adamw")
+    up_a, up_b = reference(recipe, "26.02", "adamw"), reference(recipe, INSTALLED, "adamw")
+    shared = set(ours_a) & set(ours_b) & set(up_a) & set(up_b)
+    skip = set(ALLOWED) | set(ALLOWED_OLDER)
+    ours = {d.field for d in compare(ours_a, ours_b) if d.field in shared and d.field not in skip}
+    theirs = {d.field for d in compare(up_a, up_b) if d.field in shared and d.field not in skip}
+    assert ours == theirs
+    assert {
+        "model.cuda_graph_impl",
+        "model.cuda_graph_scope",
+        "model.use_transformer_engine_op_fuser",
+        "mixed_precision.fp8_dot_product_attention",
+        "comm_overlap.overlap_moe_expert_parallel_comm",
+        "comm_overlap.delay_wgrad_compute",
+        "env_vars.TORCH_NCCL_AVOID_RECORD_STREAMS",
+    } <= ours
+    # the paged stash exists from 26.06 on: absent from the 26.02 dump, on in 26.08
+    assert ours_b["model.moe_paged_stash"] is True and ours_a["model.moe_paged_stash"] is False
+
+
+def test_qwen3_tokenizer_builds_offline():
+    """The planned Qwen3 container's tokenizer builds with Megatron-Bridge's own build_tokenizer, offline."""
+    import os
+
+    from bridgebench.config.compose import compose
+    from bridgebench.mbridge.build import build
+
+    result = build(compose(["recipe=qwen3_30b_a3b_gb300_mxfp8", "release=26.02"]), validate=False)
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer
+
+    tok = build_tokenizer(result.container.tokenizer)
+    assert tok.vocab_size == result.container.model.vocab_size == 151936
+    assert any("NullTokenizer" in p for p in result.policies)
+
+
+def test_no_checkpoint_no_eval_and_user_overrides_reach_the_container():
+    from bridgebench.config.compose import ConfigError, compose
+    from bridgebench.mbridge.build import build
+
+    c = build(compose(["recipe=kimi_k2_gb300_mxfp8", "release=26.08", "optimizer=muon"])).container
+    assert c.checkpoint.save is None and c.checkpoint.load is None
+    assert c.train.eval_iters == 0 and c.logger.log_interval == 1
+    c = build(
+        compose(
+            [
+                "recipe=kimi_k2_gb300_mxfp8",
+                "release=26.08",
+                "scheduler.lr_warmup_iters=7",
+                "checkpoint.save=/ckpt",
+                "+model.moe_router_dtype=fp64",
+            ]
+        ),
+        validate=False,
+    ).container
+    assert (c.scheduler.lr_warmup_iters, c.checkpoint.save, c.model.moe_router_dtype) == (7, "/ckpt", "fp64")
+    with pytest.raises(ConfigError, match="scheduler.lr_warmup_iterations is not a field of Megatron-Bridge"):
+        compose(["recipe=kimi_k2_gb300_mxfp8", "release=26.08", "+scheduler.lr_warmup_iterations=7"])

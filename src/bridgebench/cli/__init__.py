@@ -13,7 +13,7 @@ import sys
 import typer
 
 from bridgebench import __version__
-from bridgebench.cli import analysis, logs, recipes, runs  # noqa: F401  (register the commands)
+from bridgebench.cli import analysis, diff_config, logs, recipes, runs  # noqa: F401  (register the commands)
 from bridgebench.cli.app import app
 from bridgebench.errors import BridgebenchError
 
