@@ -53,7 +53,9 @@ def test_dry_run_command_prints_versions_and_hash(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("BRIDGEBENCH_RUN "))
     info = json.loads(line.split(" ", 1)[1])
-    assert info["megatron_core"] and info["planned_container_image"] == "nvcr.io/nvidia/nemo:26.02"
+    # Kimi K2's first recipe is 26.02.01's (Megatron-Bridge v0.3.1), so its container image too
+    assert info["megatron_core"] and info["planned_container_image"] == "nvcr.io/nvidia/nemo:26.02.01"
+    assert any(p.startswith("logger.tensorboard_dir = /nemo_run/tensorboard") for p in info["policies"])
 
 
 def test_missing_config_is_a_clear_error(tmp_path):
