@@ -23,7 +23,10 @@ BB = [sys.executable, "-m", "bridgebench.cli"]
             ["diff-config", "recipe=kimi_k2_gb300_mxfp8 release=26.02", "recipe=kimi_k2_gb300_mxfp8"],
             "recipe kimi_k2_gb300_mxfp8 has no values for release 26.02",
         ),
-        (["plan", "recipe=qwen3_30b_a3b_gb300_mxfp8", "+ddp.overlap_grad_reduc=true"], "did you mean overlap_grad_reduce"),
+        (
+            ["plan", "recipe=qwen3_30b_a3b_gb300_mxfp8", "+ddp.overlap_grad_reduc=true"],
+            "did you mean overlap_grad_reduce",
+        ),
     ],
 )
 def test_bad_input(tmp_path, args, message):

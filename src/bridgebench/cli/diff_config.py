@@ -23,7 +23,9 @@ def _side(text: str) -> list[str]:
     except ValueError as err:
         raise DiffConfigError(f"cannot split {text!r} into overrides: {err}") from err
     if not parts or any("=" not in p for p in parts):
-        raise DiffConfigError(f"{text!r}: each side is space-separated Hydra overrides such as 'recipe=X release=26.08'")
+        raise DiffConfigError(
+            f"{text!r}: each side is space-separated Hydra overrides such as 'recipe=X release=26.08'"
+        )
     return parts
 
 
@@ -36,12 +38,11 @@ def diff_config(
     a: str = typer.Argument(..., help='overrides of side A, quoted: "recipe=qwen3_30b_a3b_gb300_mxfp8 release=26.02"'),
     b: str = typer.Argument(..., help='overrides of side B, quoted: "recipe=qwen3_30b_a3b_gb300_mxfp8 release=26.08"'),
     as_json: bool = typer.Option(False, "--json", help="print the differing fields as JSON"),
-    shared_only: bool = typer.Option(
-        False, "--shared-only", help="leave out fields that exist on one side only"
-    ),
+    shared_only: bool = typer.Option(False, "--shared-only", help="leave out fields that exist on one side only"),
 ) -> None:
     """Fields in which the two resolved ConfigContainers differ (built as `bridgebench plan` builds them)."""
-    from bridgebench.mbridge.diff import MISSING, diff_config as compute, to_rows
+    from bridgebench.mbridge.diff import MISSING, to_rows
+    from bridgebench.mbridge.diff import diff_config as compute
 
     warnings.filterwarnings("ignore")
     side_a, side_b = _side(a), _side(b)

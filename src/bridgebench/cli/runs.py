@@ -97,7 +97,9 @@ def plan(
         )
     policies = sorted({p for r in runs for p in r.policies})
     if policies:
-        out_console.print("bridgebench run policies (the only departures from the upstream recipes): " + "; ".join(policies))
+        out_console.print(
+            "bridgebench run policies (the only departures from the upstream recipes): " + "; ".join(policies)
+        )
     skipped = sorted({s for r in runs for s in r.skipped_checks})
     if skipped:
         out_console.print("validated off-GPU; checks that need the compute node were skipped: " + "; ".join(skipped))

@@ -157,7 +157,10 @@ def variant_provenance(cfg: DictConfig) -> tuple[str, str]:
     family = OptimizerKind(str(cfg.optimizer.optimizer)).family
     meta = cfg.recipe_meta
     if not meta.get("name"):
-        return "bridgebench", f"no recipe: {family} settings from configs/optimizer (bridgebench's, not a NVIDIA recipe)"
+        return (
+            "bridgebench",
+            f"no recipe: {family} settings from configs/optimizer (bridgebench's, not a NVIDIA recipe)",
+        )
     where = f"{meta.name} at {meta.release}"
     if family in list(meta.upstream_optimizers):
         return "nvidia", f"NVIDIA's: {where} with {family} is Megatron-Bridge's own perf recipe ({meta.source})"

@@ -20,9 +20,9 @@ a model.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from contextlib import contextmanager
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -113,7 +113,9 @@ def _coerce(obj: Any, key: str, value: Any) -> Any:
                 hint = typing.get_type_hints(type(obj)).get(key)
             except Exception:  # noqa: BLE001  (unresolvable annotations: leave the string)
                 hint = None
-            classes = [a for a in (typing.get_args(hint) or (hint,)) if isinstance(a, type) and issubclass(a, enum.Enum)]
+            classes = [
+                a for a in (typing.get_args(hint) or (hint,)) if isinstance(a, type) and issubclass(a, enum.Enum)
+            ]
         for cls in classes:
             if cls.__name__ == m.group(1) and m.group(2) in cls.__members__:
                 return cls[m.group(2)]
@@ -186,7 +188,9 @@ def apply_policies(container: Any, cfg: DictConfig, job_dir: str = NODE_JOB_DIR)
     subdir = cfg.job.get("tensorboard_subdir")
     if subdir:
         container.logger.tensorboard_dir = f"{job_dir.rstrip('/')}/{subdir}"
-        applied.append(f"logger.tensorboard_dir = {container.logger.tensorboard_dir} (TensorBoard events in the job dir)")
+        applied.append(
+            f"logger.tensorboard_dir = {container.logger.tensorboard_dir} (TensorBoard events in the job dir)"
+        )
     tok = container.tokenizer
     if cfg.job.get("offline_tokenizer") and getattr(tok, "tokenizer_type", None) == "HuggingFaceTokenizer":
         upstream = f"{tok.tokenizer_model}"

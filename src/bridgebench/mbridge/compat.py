@@ -75,7 +75,10 @@ def api_of_version(version: str) -> str:
 #: ``qwen3_30b_a3b_pretrain_config``, while ``recipes/qwen/qwen3_moe.py``'s alias of that name is the 16-GPU one.
 RECIPES_BY_API: dict[str, dict[str, tuple[str, str]]] = {
     "0.6": {
-        "qwen3_30b_a3b": ("megatron.bridge.recipes.qwen.h100.qwen3_moe", "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config"),
+        "qwen3_30b_a3b": (
+            "megatron.bridge.recipes.qwen.h100.qwen3_moe",
+            "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config",
+        ),
     },
 }
 

@@ -137,16 +137,19 @@ def expand_layout(value: Any) -> Any:
 
 def layout_string(stages: list[list[str]]) -> str:
     """Megatron-Core's list-of-stages layout as its compact string form: runs of one layer type written ``t*4``,
-    repeated stages ``(t*4|)*14`` (``[["embedding"] + ["decoder"] * 4] + [["decoder"] * 4] * 14 + [["decoder", "loss"]]``
-    -> ``"Et*4|(t*4|)*14tL"``). :func:`expand_layout` inverts it."""
+    repeated stages ``(t*4|)*14``; e.g. Kimi K2's PP4 VP4 layout
+    ``[["embedding"] + ["decoder"] * 4] + [["decoder"] * 4] * 14 + [["decoder", "loss"]]`` -> ``"Et*4|(t*4|)*14tL"``.
+    :func:`expand_layout` inverts it."""
     import itertools
 
     def stage(s: str) -> str:
-        return "".join(c if len(g) == 1 else f"{c}*{len(g)}" for c, g in ((c, list(g)) for c, g in itertools.groupby(s)))
+        return "".join(
+            c if len(g) == 1 else f"{c}*{len(g)}" for c, g in ((c, list(g)) for c, g in itertools.groupby(s))
+        )
 
     parts = []
     expanded = expand_layout(stages)
-    for i, (s, group) in enumerate((s, list(g)) for s, g in itertools.groupby(expanded)):
+    for s, group in ((s, list(g)) for s, g in itertools.groupby(expanded)):
         parts.append(stage(s) + "|" if len(group) == 1 else f"({stage(s)}|)*{len(group)}")
     text = "".join(parts)
     return text[:-1] if text.endswith("|") else text

@@ -117,7 +117,9 @@ def diff(upstream_flat: dict[str, Any], start_flat: dict[str, Any]) -> Diff:
             continue
         why = "a class, not a field value" if key.endswith(".__class__") else _unsettable(value)
         if key.split(".", 1)[0] == "model" and key.split(".", 1)[1] in MODEL_BOOKKEEPING:
-            why = "bridgebench bookkeeping in configs/model has the same name (provider metadata, no effect on training)"
+            why = (
+                "bridgebench bookkeeping in configs/model has the same name (provider metadata, no effect on training)"
+            )
         if why:
             out.skipped[key] = why
         else:
@@ -153,7 +155,9 @@ def nest(values: dict[str, Any]) -> dict[str, Any]:
     for key, value in values.items():
         section, name = key.split(".", 1)
         if name == "pipeline_model_parallel_layout" and isinstance(value, list):
-            value = layout_string([[{"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}[c] for c in s] for s in value])
+            value = layout_string(
+                [[{"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}[c] for c in s] for s in value]
+            )
         out.setdefault(section, {})[name] = value
     return out
 
@@ -357,7 +361,11 @@ def field_catalog(provider_classes: list[type] | None = None) -> dict[str, Any]:
         args = typing.get_args(tp)
         origin = typing.get_origin(tp)
         nullable = type(None) in args
-        inner = [a for a in args if a is not type(None)] if args and origin in (typing.Union, getattr(__import__("types"), "UnionType")) else [tp]
+        inner = (
+            [a for a in args if a is not type(None)]
+            if args and origin in (typing.Union, __import__("types").UnionType)
+            else [tp]
+        )
         names = set()
         for a in inner:
             o = typing.get_origin(a) or a

@@ -109,17 +109,16 @@ def perf_container(recipe: str, optimizer: str) -> tuple[Any, str]:
     setup()
     import megatron.bridge
 
+    version = megatron.bridge.__version__.split("+")[0]  # "+<hash>" is a local build tag, not a release
     if recipe not in PERF_RECIPES_0_6:
         raise UpstreamError(
-            f"Megatron-Bridge {megatron.bridge.__version__.split('+')[0]} has no perf recipe registered for {recipe!r}; "
-            f"known: {sorted(PERF_RECIPES_0_6)}"
+            f"Megatron-Bridge {version} has no perf recipe registered for {recipe!r}; known: {sorted(PERF_RECIPES_0_6)}"
         )
     spec = PERF_RECIPES_0_6[recipe]
     if optimizer not in spec.optimizers:
         raise UpstreamError(f"upstream builds no {optimizer} variant of {recipe}; it has {list(spec.optimizers)}")
     fn = getattr(importlib.import_module(spec.module), spec.function)
     cfg = fn()
-    version = megatron.bridge.__version__.split("+")[0]  # "+<hash>" is a local build tag, not a release
     where = f"megatron-bridge {version} {source_path(spec.module, spec.function)}"
     if optimizer != spec.optimizers[0]:
         switch = getattr(importlib.import_module(KIMI_SWITCH[0]), KIMI_SWITCH[1])

@@ -71,7 +71,7 @@ def prepare(config_path: Path) -> Prepared:
 
     from bridgebench.mbridge.build import NODE_JOB_DIR
 
-    # the run's job directory as this node sees it (the plan exports it; nemo-run rewrites /nemo_run without a container)
+    # the run's job directory as this node sees it (exported by the plan; nemo-run rewrites /nemo_run without container)
     result = build(cfg, job_dir=os.environ.get("BRIDGEBENCH_JOB_DIR", NODE_JOB_DIR))
     import importlib
 

@@ -82,14 +82,29 @@ def _launcher_env(args, family, model, gpu, dtype) -> tuple[dict, list[str]]:
     if gpu == "gb200":
         env.update({"NCCL_NET_GDR_LEVEL": "PHB", "NCCL_NET_GDR_C2C": "1"})
     executor = types.SimpleNamespace(
-        env_vars=env, nodes=max(1, args.num_gpus // 4), ntasks_per_node=4, job_dir="/tmp/job", launcher=None,
-        srun_args=[], setup_lines="",
+        env_vars=env,
+        nodes=max(1, args.num_gpus // 4),
+        ntasks_per_node=4,
+        job_dir="/tmp/job",
+        launcher=None,
+        srun_args=[],
+        setup_lines="",
     )
     fields = getattr(perf_plugins.PerfEnvPlugin, "__dataclass_fields__", {})
     kw = dict(
-        enable_vboost=False, model_family_name=family, model_recipe_name=model, gpu=gpu, compute_dtype=dtype,
-        train_task="pretrain", config_variant=args.config_variant, tp_size=None, pp_size=None, cp_size=None,
-        ep_size=None, moe_a2a_overlap=getattr(args, "moe_a2a_overlap", None), num_gpus=args.num_gpus,
+        enable_vboost=False,
+        model_family_name=family,
+        model_recipe_name=model,
+        gpu=gpu,
+        compute_dtype=dtype,
+        train_task="pretrain",
+        config_variant=args.config_variant,
+        tp_size=None,
+        pp_size=None,
+        cp_size=None,
+        ep_size=None,
+        moe_a2a_overlap=getattr(args, "moe_a2a_overlap", None),
+        num_gpus=args.num_gpus,
     )
     task = run.Script(path="run_script.py", args=[])
     perf_plugins.PerfEnvPlugin(**{k: v for k, v in kw.items() if k in fields}).setup(task, executor)
@@ -120,12 +135,11 @@ def _kimi_dispatch_shim() -> None:
 
 
 def dump(recipe: str, optimizer: str | None, tag: str, release: str, out: Path) -> Path:
+    import megatron.bridge
+    import megatron.core
     from argument_parser import parse_cli_args
     from utils.overrides import set_cli_overrides, set_post_overrides, set_user_overrides
     from utils.utils import get_perf_optimized_recipe
-
-    import megatron.bridge
-    import megatron.core
 
     family, model, gpu, dtype, ngpu, _ = RECIPES[recipe]
     _pretend_gpu(gpu)
@@ -137,8 +151,13 @@ def dump(recipe: str, optimizer: str | None, tag: str, release: str, out: Path) 
     argv += plugin_args
     args, cli_overrides = parser.parse_known_args(argv)
     kw = dict(
-        model_family_name=args.model_family_name, model_recipe_name=args.model_recipe_name, train_task=args.task,
-        gpu=args.gpu, compute_dtype=args.compute_dtype, mock=args.data == "mock", config_variant=args.config_variant,
+        model_family_name=args.model_family_name,
+        model_recipe_name=args.model_recipe_name,
+        train_task=args.task,
+        gpu=args.gpu,
+        compute_dtype=args.compute_dtype,
+        mock=args.data == "mock",
+        config_variant=args.config_variant,
     )
     if "optimizer_type" in inspect.signature(get_perf_optimized_recipe).parameters:
         kw["optimizer_type"] = optimizer
@@ -146,8 +165,15 @@ def dump(recipe: str, optimizer: str | None, tag: str, release: str, out: Path) 
     cfg = set_cli_overrides(cfg, cli_overrides)
     cfg = set_user_overrides(cfg, args)
     cfg = set_post_overrides(
-        cfg, args.model_family_name, args.model_recipe_name, args.gpu, args.num_gpus, args.compute_dtype,
-        args.task, user_gbs=args.global_batch_size, config_variant=args.config_variant,
+        cfg,
+        args.model_family_name,
+        args.model_recipe_name,
+        args.gpu,
+        args.num_gpus,
+        args.compute_dtype,
+        args.task,
+        user_gbs=args.global_batch_size,
+        config_variant=args.config_variant,
     )
     flatten = _load("bb_flatten", REPO / "src" / "bridgebench" / "mbridge" / "flatten.py")
     flat = {k: v for k, v in flatten.flatten(cfg).items() if not k.startswith("env_vars.")}
