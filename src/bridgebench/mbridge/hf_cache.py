@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from bridgebench.paths import load_paths
@@ -54,4 +55,10 @@ def activate(cache_dir: Path | None = None) -> Path:
     os.environ["HF_HUB_CACHE"] = str(cache_dir)
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    # huggingface_hub reads these at import: if something imported it before setup(), point its constants here too
+    # (its download functions read ``constants.HF_HUB_CACHE`` / ``constants.HF_HUB_OFFLINE`` at call time).
+    hub = sys.modules.get("huggingface_hub.constants")
+    if hub is not None:
+        hub.HF_HUB_CACHE = str(cache_dir)
+        hub.HF_HUB_OFFLINE = True
     return cache_dir
