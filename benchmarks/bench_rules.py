@@ -139,9 +139,13 @@ def main() -> None:
     best, med = rate(run_build_check, args.n, args.repeat)
     print(f"Point(**kw) + check    : {best:12,.0f} configs/s best, {med:12,.0f} median  ({1e6 / best:.2f} us/config)")
 
-    from bridgebench.config.compose import compose, group_options
+    from bridgebench.config.compose import compose, group_options, recipe_releases
 
-    overrides = [[f"recipe={p}", f"optimizer={o}"] for p in group_options("recipe") for o in ("adamw", "muon")]
+    overrides = [
+        [f"recipe={p}", f"release={recipe_releases(p)[-1]}", f"optimizer={o}"]
+        for p in group_options("recipe")
+        for o in ("adamw", "muon")
+    ]
     compose(overrides[0])  # warm Hydra up
     todo = [overrides[i % len(overrides)] for i in range(args.compose)]
     t0 = time.perf_counter()

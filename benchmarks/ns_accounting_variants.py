@@ -18,8 +18,8 @@ from bridgebench.results.records import load_blog_table1
 
 def main() -> None:
     blog = load_blog_table1().set_index(["model", "optimizer"])
-    for recipe in ("kimi_k2_gb300_mxfp8", "qwen3_30b_a3b_gb300_mxfp8"):
-        f = run_facts(compose([f"recipe={recipe}", "optimizer=muon"]))
+    for run in ("kimi_k2", "qwen3_30b_a3b"):  # each recipe at the release the blog ran (configs/table1_run)
+        f = run_facts(compose([f"+table1_run={run}", "optimizer=muon"]))
         pub = blog.loc[(f.model.name, "muon")]
         step = float(step_flops(f).total) / (pub["published_model_tflops_per_gpu"] * 1e12 * f.num_gpus)
         mats = muon_matrices(f.model, split_qkv=True)

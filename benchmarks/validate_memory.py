@@ -35,10 +35,12 @@ MIB = 2**20
 COMMON = [
     "optimizer=adamw",
     "precision=bf16",
-    "ddp.grad_reduce_in_fp32=true",
-    "mixed_precision.grad_reduce_in_fp32=true",
-    "model.recompute_granularity=selective",
-    "model.recompute_modules=[core_attn]",
+    "++ddp.grad_reduce_in_fp32=true",
+    "++mixed_precision.grad_reduce_in_fp32=true",
+    "++model.recompute_granularity=selective",
+    "++model.recompute_modules=[core_attn]",
+    "++model.recompute_method=null",  # Qwen3 30B-A3B's base recipe recomputes full layers (uniform, 1)
+    "++model.recompute_num_layers=null",
 ]
 SP = "model.sequence_parallel=true"
 A_CASES = [

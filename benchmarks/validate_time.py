@@ -260,9 +260,10 @@ def part_d(cal) -> list[dict]:
 def part_e(cal) -> list[dict]:
     print("\n(e) blog Table 1 (GB300 MXFP8, 26.02): Muon step-time increase over AdamW, shipped calibration")
     out = []
-    blog = {"kimi_k2_gb300_mxfp8": (1051, 1029), "qwen3_30b_a3b_gb300_mxfp8": (713, 686)}
-    for recipe, (adam_tf, muon_tf) in blog.items():
-        base = engine.base_of([f"recipe={recipe}", "optimizer=muon", "release='26.02'"])
+    blog = {"kimi_k2": (1051, 1029), "qwen3_30b_a3b": (713, 686)}
+    for run, (adam_tf, muon_tf) in blog.items():
+        # each recipe at the release the blog ran (configs/table1_run: Kimi K2 26.02.01, Qwen3 26.02)
+        base = engine.base_of([f"+table1_run={run}", "optimizer=muon"])
         v = engine.effective(base, {})
         cfg = engine.time_config(v, base.gpu)
         muon = predict_time(base.spec, cfg, cal)

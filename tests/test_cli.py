@@ -18,6 +18,15 @@ BB = [sys.executable, "-m", "bridgebench.cli"]
         (["report"], "no optimizer-step results in the store"),
         (["table", "--source", "nope"], "--source must be runs, published or auto"),
         (["plan", "job.type=train"], "job.type must be 'pretrain' or 'optstep'"),
+        (["diff-config", "recipe=qwen3_30b_a3b_gb300_mxfp8", "nonsense"], "each side is space-separated Hydra"),
+        (
+            ["diff-config", "recipe=kimi_k2_gb300_mxfp8 release=26.02", "recipe=kimi_k2_gb300_mxfp8"],
+            "recipe kimi_k2_gb300_mxfp8 has no values for release 26.02",
+        ),
+        (
+            ["plan", "recipe=qwen3_30b_a3b_gb300_mxfp8", "+ddp.overlap_grad_reduc=true"],
+            "did you mean overlap_grad_reduce",
+        ),
     ],
 )
 def test_bad_input(tmp_path, args, message):
@@ -59,6 +68,9 @@ def test_version_and_list():
             subprocess.run([*BB, "list", kind, "--json"], capture_output=True, text=True, check=True).stdout
         )
         assert expected <= {r["name"] for r in rows}, kind
+        if kind == "recipes":  # each recipe with the releases that have its values (Kimi K2: none at 26.02)
+            kimi = next(r for r in rows if r["name"] == "kimi_k2_gb300_mxfp8")
+            assert kimi["num_gpus"] == 256 and "26.02" not in kimi["releases"] and "26.08" in kimi["releases"]
         table = subprocess.run([*BB, "list", kind], capture_output=True, text=True, check=True).stdout
         assert all(name in table for name in expected)
     bad = subprocess.run([*BB, "list", "clusters"], capture_output=True, text=True)

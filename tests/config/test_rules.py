@@ -61,7 +61,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bridgebench.config import rules
-from bridgebench.config.compose import compose, group_options
+from bridgebench.config.compose import compose, group_options, recipe_releases
 from bridgebench.config.rules import Point, RuleError, Violation, check, parse_layout, validate
 
 # ---------------------------------------------------------------------------------------------------- hand-made
@@ -330,7 +330,11 @@ def test_partial_node():
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 @pytest.mark.parametrize("preset", group_options("recipe"))
 def test_shipped_presets_pass(preset, optimizer):
-    cfg = compose([f"recipe={preset}", f"optimizer={optimizer}"])
+    # every release that has the recipe (Kimi K2 has none at the default 26.02)
+    for release in recipe_releases(preset):
+        cfg = compose([f"recipe={preset}", f"release={release}", f"optimizer={optimizer}"])
+        point = Point.from_config(cfg)
+        assert check(point) == [], release
     point = Point.from_config(cfg)
     assert check(point) == []
     assert point.num_gpus == cfg.num_gpus and point.optimizer == cfg.optimizer.optimizer
@@ -347,7 +351,7 @@ def test_shipped_presets_pass(preset, optimizer):
     ],
 )
 def test_muon_overrides_are_rejected(override, rule):
-    cfg = compose(["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon", override])
+    cfg = compose(["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "optimizer=muon", override])
     with pytest.raises(RuleError) as err:
         validate(Point.from_config(cfg))
     assert rule in _ids(err.value.violations)
@@ -355,7 +359,7 @@ def test_muon_overrides_are_rejected(override, rule):
 
 
 def test_composed_parallelism_override_is_rejected():
-    found = rules.check_config(compose(["recipe=kimi_k2_gb300_mxfp8", "num_gpus=250"]))
+    found = rules.check_config(compose(["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "num_gpus=250"]))
     assert Violation("world_size", "world size 250 is not divisible by TP x PP x CP = 1 x 4 x 1 = 4") in found
     assert {"world_size", "gpus_per_node", "expert_grid"} <= _ids(found)
 
@@ -712,7 +716,7 @@ def test_agrees_with_megatron(megatron, p):
 @pytest.mark.megatron
 def test_presets_agree_with_megatron(megatron):
     for preset in group_options("recipe"):
-        p = Point.from_config(compose([f"recipe={preset}"]))
+        p = Point.from_config(compose([f"recipe={preset}", f"release={recipe_releases(preset)[0]}"]))
         compare(megatron, p)
         assert all(v is None for v in megatron_judge(megatron, p).values()), preset
 

@@ -83,11 +83,14 @@ def test_ordinary_values(value):
 
 
 def test_every_shipped_recipe_and_cluster_passes():
-    from bridgebench.config.compose import group_options
+    """Every recipe at every release that has it (each release has its own env vars), and every cluster."""
+    from bridgebench.config.compose import group_options, recipe_releases
 
     for recipe in group_options("recipe"):
-        for cluster in group_options("cluster"):
-            check_secrets(compose([f"recipe={recipe}", f"cluster={cluster}"]))
+        for release in recipe_releases(recipe):
+            check_secrets(compose([f"recipe={recipe}", f"release={release}"]))
+    for cluster in group_options("cluster"):
+        check_secrets(compose(["recipe=kimi_k2_gb300_mxfp8", "release=26.08", f"cluster={cluster}"]))
 
 
 @pytest.mark.parametrize(

@@ -60,11 +60,29 @@ def test_duplicates_by_effective_values():
     assert len({r["point_id"] for r in rows}) == 1
 
 
+def test_fields_the_recipe_leaves_out_are_swept_from_the_value_the_build_keeps():
+    """Megatron-Bridge sections are open maps: a field no config sets (Qwen3's recompute settings) sweeps from the
+    base recipe's value (config/mbridge_starts.json), and a point's overrides add it (``+key=value``)."""
+    sp, bases, rows = _rows(QWEN + ["model.recompute_modules=[moe_act],[layernorm]"])
+    base = bases[0]
+    assert "recompute_modules" not in base.cfg.model and base.flat["model.recompute_modules"] is None
+    for row in rows:
+        ov = engine.point_overrides(base, json.loads(row["delta"]))
+        assert ov[-1].startswith("+model.recompute_modules=")
+        assert ",".join(compose(ov).model.recompute_modules) == row["recompute_modules"]
+    # Kimi K2's base recipe recomputes selectively; its perf recipe leaves the granularity to it
+    kimi = engine.base_of(["recipe=kimi_k2_gb300_mxfp8", "release=26.08"])
+    assert "recompute_granularity" not in kimi.cfg.model and kimi.flat["model.recompute_granularity"] == "selective"
+    with pytest.raises(engine.SweepError, match="unknown field 'model.recompute_modulez'"):
+        engine.compose_bases(engine.parse_space(QWEN + ["model.recompute_modulez=[a],[b]"]))
+
+
 def test_auto_layout_and_sequence_parallel():
     sp = engine.parse_space(
-        ["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon", "model.pipeline_model_parallel_size=2,4",
-         "model.virtual_pipeline_model_parallel_size=null", "model.pipeline_model_parallel_layout=auto",
-         "model.tensor_model_parallel_size=1,2", "model.sequence_parallel=auto"]
+        ["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "optimizer=muon",
+         "model.pipeline_model_parallel_size=2,4", "model.virtual_pipeline_model_parallel_size=null",
+         "model.pipeline_model_parallel_layout=auto", "model.tensor_model_parallel_size=1,2",
+         "model.sequence_parallel=auto"]
     )  # fmt: skip
     rows = engine.enumerate_points(sp, engine.compose_bases(sp))
     for r in rows:
@@ -74,7 +92,9 @@ def test_auto_layout_and_sequence_parallel():
 
 
 def test_space_file_and_command_line_merge():
-    sp = engine.parse_space(["recipe=kimi_k2_gb300_mxfp8", "train.micro_batch_size=1,2"], "kimi_k2_256")
+    sp = engine.parse_space(
+        ["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "train.micro_batch_size=1,2"], "kimi_k2_256"
+    )
     keys = {a.key: a for a in sp.axes}
     assert keys["train.micro_batch_size"].values == (1, 2)  # the command line wins
     assert sp.size >= 5000 and sp.top_k == 8 and sp.source == "configs/sweep/kimi_k2_256.yaml"
@@ -100,7 +120,7 @@ def test_bad_spaces_are_refused(overrides, space, match):
 def test_memory_prunes_and_time_ranks():
     cal = calibration.load()
     sp, bases, rows = _rows(
-        ["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon", "model.expert_model_parallel_size=8,64",
+        ["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "optimizer=muon", "model.expert_model_parallel_size=8,64",
          "model.recompute_granularity=null,selective", "model.pipeline_model_parallel_layout=auto"]
     )  # fmt: skip
     engine.score_memory(rows, bases, cal)
@@ -122,6 +142,10 @@ def test_point_overrides_quote_strings_and_lists():
     assert engine.format_value(["mla_up_proj", "moe_act"]) == "['mla_up_proj','moe_act']"
     assert engine.format_value(None) == "null" and engine.format_value(True) == "true"
     cfg = compose(
-        ["recipe=kimi_k2_gb300_mxfp8", "model.pipeline_model_parallel_layout=" + engine.format_value("E|t*61L")]
+        [
+            "recipe=kimi_k2_gb300_mxfp8",
+            "release=26.02.01",
+            "model.pipeline_model_parallel_layout=" + engine.format_value("E|t*61L"),
+        ]
     )
     assert cfg.model.pipeline_model_parallel_layout == "E|t*61L"

@@ -85,7 +85,10 @@ def test_kimi_muon_run_is_the_published_configuration(table1_plan):
         (["experiment=table1", "model.tensr_model_parallel_size=2"], "tensr_model_parallel_size"),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "model.tensor_model_parallel_size=3"], "heads_divisible_tp"),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "train.global_batch_size=100"], "gbs_divisible"),
-        (["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon", "ddp.use_distributed_optimizer=true"], "muon_dist_optimizer"),
+        (
+            ["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "optimizer=muon", "ddp.use_distributed_optimizer=true"],
+            "muon_dist_optimizer",
+        ),
         (["experiment=table1", "release=27.01"], "unknown release '27.01'"),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "+env_vars.HF_TOKEN=abc"], "secret_in_config: env_vars.HF_TOKEN"),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "release=26.02,26.04"], "--multirun"),
@@ -149,3 +152,29 @@ def test_multirun_sweep(tmp_path):
     )
     assert res.returncode == 0, res.stderr[-2000:]
     assert sorted(r["gbs"] for r in json.loads(res.stdout)["runs"]) == [256, 512]
+
+
+def test_table1_plan_says_whose_configuration_each_run_is(table1_plan):
+    out, data = table1_plan
+    runs = {r["name"].split("-")[0] + "-" + r["name"].split("-")[1]: r for r in data["runs"]}
+    assert {k: (r["release"], r["variant_of"]) for k, r in runs.items()} == {
+        "kimi_k2-adamw": ("26.02.01", "nvidia"),
+        "kimi_k2-muon": ("26.02.01", "nvidia"),
+        "qwen3_30b_a3b-adamw": ("26.02", "nvidia"),
+        "qwen3_30b_a3b-muon": ("26.02", "bridgebench"),
+    }
+    assert "bridgebench's, not NVIDIA's" in runs["qwen3_30b_a3b-muon"]["variant_note"]
+    qwen = runs["qwen3_30b_a3b-muon"]
+    run = json.loads((out / qwen["name"] / "run.json").read_text())
+    assert run["variant_of"] == "bridgebench" and run["tensorboard_subdir"] == "tensorboard"
+    mb = yaml.safe_load((out / qwen["name"] / "megatron_bridge.yaml").read_text())
+    assert mb["checkpoint"]["save"] is None and mb["checkpoint"]["load"] is None and mb["train"]["eval_iters"] == 0
+    assert mb["logger"]["log_interval"] == 1
+    # TensorBoard events in the first attempt's out folder: the BRIDGEBENCH_OUT_DIR its job exports (collect reads it)
+    tb = mb["logger"]["tensorboard_dir"]
+    assert tb.endswith(f"/{qwen['config_hash']}-r0/a0/out/tensorboard")
+    assert mb["tokenizer"]["tokenizer_type"] == "NullTokenizer" and mb["tokenizer"]["vocab_size"] == 151936
+    # the 26.02 values the blog ran: TransformerEngine CUDA graphs of the router, not 26.08's full-iteration graphs
+    assert mb["model"]["cuda_graph_impl"] == "transformer_engine"
+    script = (out / qwen["name"] / "submit.sh").read_text()
+    assert "BRIDGEBENCH_OUT_DIR" in script and tb.removesuffix("/tensorboard") in script

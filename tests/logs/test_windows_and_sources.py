@@ -208,6 +208,23 @@ def test_collect_prefers_tensorboard_events_and_keeps_log_outcome(tmp_path):
     assert no_tb["figures_source"] == "log" and no_tb["step_time_s"] == pytest.approx(rec["step_time_s"], rel=1e-6)
 
 
+def test_collect_reads_events_where_the_run_config_put_them(tmp_path):
+    """job.tensorboard_subdir decides the folder under the attempt's out dir (mbridge/build.py apply_policies puts
+    logger.tensorboard_dir = $BRIDGEBENCH_OUT_DIR/<subdir>); null means the run wrote none."""
+    from omegaconf import OmegaConf
+
+    from bridgebench.launch.figures import record_figures, tensorboard_dir
+
+    log = LOGS / "constructed_mbridge_time_limit_steptime.log"
+    _write_events(tmp_path / "out" / "tb_events", parse_log(log).steps)
+    cfg = OmegaConf.create({"job": {"type": "optstep", "tensorboard_subdir": "tb_events"}})
+    assert tensorboard_dir(str(tmp_path), cfg) == tmp_path / "out" / "tb_events"
+    assert record_figures(str(tmp_path), [log], cfg)["figures_source"] == "tensorboard"
+    off = OmegaConf.create({"job": {"type": "optstep", "tensorboard_subdir": None}})
+    assert tensorboard_dir(str(tmp_path), off) is None
+    assert record_figures(str(tmp_path), [log], off)["figures_source"] == "log"
+
+
 # --------------------------------------------------------------------------------------------------- live view
 def test_live_figures_of_a_running_log():
     from bridgebench.launch.ledger import Attempt

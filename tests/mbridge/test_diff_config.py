@@ -12,28 +12,39 @@ pytestmark = pytest.mark.megatron
 BB = [sys.executable, "-m", "bridgebench.cli"]
 
 
-def test_diff_config_lists_only_the_differing_fields_as_json():
-    a = "recipe=qwen3_30b_a3b_gb300_mxfp8 optimizer=adamw"
-    b = "recipe=qwen3_30b_a3b_gb300_mxfp8 optimizer=muon train.global_batch_size=1024"
+def test_diff_config_shows_the_release_differences_as_json():
+    a = "recipe=kimi_k2_gb300_mxfp8 release=26.02.01 optimizer=muon"
+    b = "recipe=kimi_k2_gb300_mxfp8 release=26.08 optimizer=muon"
     res = subprocess.run([*BB, "diff-config", a, b, "--json"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     data = json.loads(res.stdout)
     assert data["a"] == a.split() and data["b"] == b.split()
     rows = {r["field"]: (r["a"], r["b"]) for r in data["fields"]}
-    assert rows["optimizer.optimizer"] == ("adam", "dist_muon")
-    assert rows["train.global_batch_size"] == (512, 1024)
-    assert rows["ddp.use_distributed_optimizer"] == (True, False)
-    # what did not change is not listed
-    assert not {"model.expert_model_parallel_size", "model.num_layers", "train.micro_batch_size"} & set(rows)
+    # upstream added these between v0.3.1 and 0.6.2 (recipes/kimi_k2_gb300_mxfp8/26.08.yaml env_vars)
+    assert rows["env_vars.NUM_OF_TOKENS_PER_CHUNK_COMBINE_API"] == ("<absent>", "128")
+    assert rows["env_vars.PYTORCH_CUDA_ALLOC_CONF"] == ("<absent>", "expandable_segments:True")
+    # what did not change is not listed: same parallelism, same Muon switch values
+    assert not {"model.expert_model_parallel_size", "train.global_batch_size", "optimizer.muon_nesterov"} & set(rows)
 
 
 def test_diff_config_of_a_configuration_with_itself_is_empty():
     from bridgebench.mbridge.diff import diff_config
 
-    side = ["recipe=qwen3_30b_a3b_gb300_mxfp8"]
+    side = ["recipe=qwen3_30b_a3b_gb300_mxfp8", "release=26.08"]
     assert diff_config(side, side) == []
     changed = diff_config(side, [*side, "train.global_batch_size=1024"])
     assert [(d.field, d.a, d.b) for d in changed] == [("train.global_batch_size", 512, 1024)]
+
+
+def test_diff_config_lists_only_the_differing_fields_of_an_optimizer_switch():
+    from bridgebench.mbridge.diff import diff_config
+
+    side = ["recipe=qwen3_30b_a3b_gb300_mxfp8", "release=26.08"]
+    rows = {d.field: (d.a, d.b) for d in diff_config([*side, "optimizer=adamw"], [*side, "optimizer=muon"])}
+    assert rows["optimizer.optimizer"] == ("adam", "dist_muon")
+    assert rows["ddp.use_distributed_optimizer"] == (True, False)
+    # what did not change is not listed
+    assert not {"model.expert_model_parallel_size", "model.num_layers", "train.micro_batch_size"} & set(rows)
 
 
 def test_diff_config_bad_side_is_refused():

@@ -31,13 +31,15 @@ from bridgebench.model.memory import estimate_memory, parameter_counts
 
 pytestmark = pytest.mark.megatron
 
-COMMON = [
+COMMON = [  # ++: set whether or not the config has the field (Megatron-Bridge sections are open maps)
     "optimizer=adamw",
     "precision=bf16",
-    "ddp.grad_reduce_in_fp32=true",
-    "mixed_precision.grad_reduce_in_fp32=true",
-    "model.recompute_granularity=selective",
-    "model.recompute_modules=[core_attn]",
+    "++ddp.grad_reduce_in_fp32=true",
+    "++mixed_precision.grad_reduce_in_fp32=true",
+    "++model.recompute_granularity=selective",
+    "++model.recompute_modules=[core_attn]",
+    "++model.recompute_method=null",  # Qwen3 30B-A3B's base recipe recomputes full layers (uniform, 1)
+    "++model.recompute_num_layers=null",
 ]
 LLAMA_TP1 = ["model=llama3_70b", "num_gpus=64", "train.global_batch_size=128"]
 LLAMA_TP4_PP4 = LLAMA_TP1 + [

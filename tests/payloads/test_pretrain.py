@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -44,16 +45,21 @@ def test_prepare_builds_the_container_and_resolves_pretrain(tmp_path):
 
 
 def test_dry_run_command_prints_versions_and_hash(tmp_path):
-    path = _write(tmp_path, ["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon"])
+    path = _write(tmp_path, ["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "optimizer=muon"])
+    out_dir = tmp_path / "jobs" / "run-r0" / "a0" / "out"  # what launch/jobspec.py build_job exports
     res = subprocess.run(
         [sys.executable, "-m", "bridgebench.payloads.pretrain", "--config", str(path), "--dry-run"],
         capture_output=True,
         text=True,
+        env={**os.environ, "BRIDGEBENCH_OUT_DIR": str(out_dir)},
     )
     assert res.returncode == 0, res.stderr[-2000:]
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("BRIDGEBENCH_RUN "))
     info = json.loads(line.split(" ", 1)[1])
-    assert info["megatron_core"] and info["planned_container_image"] == "nvcr.io/nvidia/nemo:26.02"
+    # Kimi K2's first recipe is 26.02.01's (Megatron-Bridge v0.3.1), so its container image too
+    assert info["megatron_core"] and info["planned_container_image"] == "nvcr.io/nvidia/nemo:26.02.01"
+    # TensorBoard events in the attempt's out folder, where collect reads them (launch/figures.py)
+    assert any(p.startswith(f"logger.tensorboard_dir = {out_dir}/tensorboard ") for p in info["policies"])
 
 
 def test_missing_config_is_a_clear_error(tmp_path):

@@ -53,17 +53,22 @@ def rows(kind: str) -> list[dict[str, Any]]:
             )
         return out
     if kind == "recipes":
+        from bridgebench.config.compose import recipe_releases
+
         out = []
         for p in sorted(RECIPES_DIR.glob("*.yaml")):
             d = _yaml(p)
             g = _defaults(d)
+            releases = recipe_releases(p.stem)  # recipes/<recipe>/<release>.yaml: that release's values
+            latest = _yaml(RECIPES_DIR / p.stem / f"{releases[-1]}.yaml") if releases else {}
             out.append(
                 {
                     "name": p.stem,
                     "model": g.get("model"),
                     "gpu": g.get("gpu"),
                     "precision": g.get("precision"),
-                    "num_gpus": d.get("num_gpus"),
+                    "num_gpus": latest.get("num_gpus", d.get("num_gpus")),
+                    "releases": releases,
                 }
             )
         return out

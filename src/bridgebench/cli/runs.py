@@ -101,13 +101,21 @@ def plan(
     out_console = Console()
     out_console.width = max(out_console.width, 190)
     out_console.print(t)
+    for r in runs:
+        out_console.print(f"{r.name}: {r.variant_note}")
     if any(family(r.optimizer) == "muon" for r in runs):
         out_console.print(
-            "muon runs: configs/optimizer/muon.yaml sets optimizer.use_distributed_optimizer=false, "
-            "ddp.use_distributed_optimizer=false, ddp.overlap_param_gather=false, mixed_precision.fp8_param_gather="
-            "false and mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false, because dist_muon's layer-wise "
-            "distributed optimizer replaces Megatron-Core's DistributedOptimizer and its param all-gather "
+            "muon runs: the release's Muon switch (recipes/optimizer_switch/<release>/muon.yaml, Kimi K2's Muon "
+            "changes) sets optimizer.use_distributed_optimizer=false, ddp.use_distributed_optimizer=false, "
+            "ddp.overlap_param_gather=false, mixed_precision.fp8_param_gather=false and "
+            "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false, because dist_muon's layer-wise distributed "
+            "optimizer replaces Megatron-Core's DistributedOptimizer and its param all-gather "
             "(bridgebench/rules.py muon_* rules reject overrides that turn them back on)"
+        )
+    policies = sorted({p for r in runs for p in r.policies})
+    if policies:
+        out_console.print(
+            "bridgebench run policies (the only departures from the upstream recipes): " + "; ".join(policies)
         )
     skipped = sorted({s for r in runs for s in r.skipped_checks})
     if skipped:

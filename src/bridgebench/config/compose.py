@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.spec import ModelSpec, ModelSpecError
-from bridgebench.paths import CONFIG_DIR, REPO_ROOT  # noqa: F401  (re-exported for callers)
+from bridgebench.paths import CONFIG_DIR, RECIPES_DIR, REPO_ROOT  # noqa: F401  (re-exported for callers)
 
 #: Keys under ``model`` that are parallel sizes (Megatron-Core ``ModelParallelConfig``), not architecture.
 PARALLEL_KEYS = (
@@ -99,20 +99,76 @@ def compose(overrides: Sequence[str] = (), *, return_hydra_config: bool = False)
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from bridgebench.config.schema import RootSchema, register
+    from bridgebench.config.schema import RootSchema, SectionError, check_sections, register
 
     register()
     overrides = normalize_overrides(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
-        # `+key=value` appends bypass Hydra's struct flag: check the result against the schema once more.
+        if return_hydra_config:
+            return cfg
+        # `+key=value` appends bypass Hydra's struct flag, and Megatron-Bridge sections are open maps in the Hydra
+        # schema: check the result once more (declared fields typed, other keys against Megatron-Bridge's fields).
         plain = OmegaConf.to_container(cfg, resolve=False)
         plain.pop("hydra", None)
+        check_sections(plain)
         checked = OmegaConf.merge(OmegaConf.structured(RootSchema), plain)
+    except SectionError as err:
+        raise ConfigError(str(err)) from err
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         raise ConfigError(f"bad override or config: {_explain(err)}") from err
-    return cfg if return_hydra_config else checked
+    check_recipe_release(checked)
+    return checked
+
+
+def recipe_releases(recipe: str) -> list[str]:
+    """Releases that have values for ``recipe`` (``recipes/<recipe>/<release>.yaml``), oldest first."""
+    folder = RECIPES_DIR / recipe
+    names = [p.stem for p in folder.glob("*.yaml")] if folder.is_dir() else []
+    return sorted(names, key=lambda r: tuple(int(x) for x in r.split(".")))
+
+
+def check_recipe_release(cfg: DictConfig) -> None:
+    """A chosen recipe must have values for the chosen release: never silently another release's.
+
+    Raises:
+        ConfigError: naming the release and listing the releases that have the recipe.
+    """
+    choices = OmegaConf.select(cfg, "recipe_meta.name"), OmegaConf.select(cfg, "recipe_meta.release")
+    entry = OmegaConf.select(cfg, "recipe_meta.entry")
+    if entry is None:
+        return
+    if choices[0] is None or str(choices[1]) != str(cfg.release.name):
+        have = recipe_releases(str(entry))
+        raise ConfigError(
+            f"recipe {entry} has no values for release {cfg.release.name}: upstream Megatron-Bridge has no perf recipe "
+            f"for it there (or none was generated); releases with this recipe: {', '.join(have) or 'none'}"
+        )
+
+
+def variant_provenance(cfg: DictConfig) -> tuple[str, str]:
+    """Whose configuration a run is: ``("nvidia", why)`` when its recipe and optimizer are Megatron-Bridge's own perf
+    recipe of the release, ``("bridgebench", why)`` otherwise (a Muon variant no release ships, or no recipe).
+
+    The optimizer family is :class:`bridgebench.model.optimizer.OptimizerKind`'s; a recipe's upstream families are
+    ``recipe_meta.upstream_optimizers`` (written by ``bridgebench recipes generate``).
+    """
+    family = OptimizerKind(str(cfg.optimizer.optimizer)).family
+    meta = cfg.recipe_meta
+    if not meta.get("name"):
+        return (
+            "bridgebench",
+            f"no recipe: {family} settings from configs/optimizer (bridgebench's, not a NVIDIA recipe)",
+        )
+    where = f"{meta.name} at {meta.release}"
+    if family in list(meta.upstream_optimizers):
+        return "nvidia", f"NVIDIA's: {where} with {family} is Megatron-Bridge's own perf recipe ({meta.source})"
+    switch = cfg.get("optimizer_variant", {}).get("source") or "configs/optimizer"
+    return "bridgebench", (
+        f"bridgebench's, not NVIDIA's: no Megatron-Bridge release ships {meta.name} with {family}; this is its "
+        f"{'/'.join(meta.upstream_optimizers)} recipe at {meta.release} with Kimi K2's {family} changes ({switch})"
+    )
 
 
 def _explain(err: BaseException) -> str:

@@ -1,16 +1,28 @@
 """Structured-config schemas (dataclasses) for the Hydra tree, so a misspelled key or a wrong type fails at compose
 time, before anything is built or submitted.
 
-Field names follow Megatron-Bridge 0.6.2's ``ConfigContainer`` (``model`` = the GPT/MLA model provider, i.e.
-Megatron-Core ``TransformerConfig`` + ``ModelParallelConfig`` fields; ``train``, ``optimizer``, ``ddp``,
-``mixed_precision``, ``comm_overlap``), so an override reads the same in both tools. Only the fields bridgebench sets
-are declared; to use another Megatron-Bridge field, add it here (one line) and it becomes valid everywhere.
-``register()`` stores the schemas in Hydra's ConfigStore; each group's YAMLs name their schema in their defaults list.
+The sections named in :data:`MB_SECTIONS` are Megatron-Bridge 0.6.2 ``ConfigContainer`` sections (``model`` = the
+GPT/MLA model provider, i.e. Megatron-Core ``TransformerConfig`` + ``ModelParallelConfig`` fields; ``train``,
+``optimizer``, ``scheduler``, ``ddp``, ``mixed_precision``, ``comm_overlap``, ``checkpoint``, ``logger``,
+``tokenizer`` ...), so an override reads the same in both tools. In those sections:
+
+- the fields bridgebench's own code reads are declared here, typed, always present (:data:`SECTION_SCHEMAS`);
+- any other key must be a field of that Megatron-Bridge section (``mbridge_fields.json``, the installed
+  Megatron-Bridge's dataclass fields, written by ``bridgebench recipes fields``), and a value of a plain type is
+  checked against the field's type. A key that is present is set on the ``ConfigContainer`` (``null`` included); an
+  absent key keeps the Megatron-Bridge recipe's value (:mod:`bridgebench.mbridge.build`).
+
+``check_sections`` applies both rules after Hydra has composed (``bridgebench.config.compose``). ``register()``
+stores the root schema in Hydra's ConfigStore; each group's YAMLs name their schema in their defaults list.
 """
 
 import dataclasses
+import difflib
+import functools
+import json
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
@@ -39,7 +51,7 @@ def _arch_fields() -> list[tuple[str, Any, Any]]:
 
 @dataclass
 class _ModelRunFields:
-    # parallelism (Megatron-Core ModelParallelConfig)
+    # parallelism (Megatron-Core ModelParallelConfig): read by the validity rules, FLOPs and NS accounting
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     virtual_pipeline_model_parallel_size: Optional[int] = None
@@ -52,25 +64,6 @@ class _ModelRunFields:
     num_layers_in_last_pipeline_stage: Optional[int] = None
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
-    # performance settings of the published runs
-    recompute_granularity: Optional[str] = None
-    recompute_method: Optional[str] = None
-    recompute_num_layers: Optional[int] = None
-    recompute_modules: Optional[List[str]] = None
-    cuda_graph_impl: Optional[str] = None
-    cuda_graph_scope: Optional[List[str]] = None
-    moe_token_dispatcher_type: Optional[str] = None
-    moe_flex_dispatcher_backend: Optional[str] = None
-    moe_hybridep_num_sms: Optional[int] = None
-    overlap_moe_expert_parallel_comm: Optional[bool] = None
-    moe_router_force_load_balancing: Optional[bool] = None
-    moe_shared_expert_overlap: Optional[bool] = None
-    moe_permute_fusion: Optional[bool] = None
-    moe_router_fusion: Optional[bool] = None
-    moe_grouped_gemm: Optional[bool] = None
-    mtp_loss_scaling_factor: Optional[float] = None
-    fine_grained_activation_offloading: Optional[bool] = None
-    offload_modules: Optional[List[str]] = None
 
 
 #: ``model.*``: ModelSpec's architecture fields + parallel sizes and performance settings (Megatron-Core names).
@@ -95,8 +88,6 @@ class TrainSchema:
     global_batch_size: int = MISSING
     micro_batch_size: int = 1
     train_iters: int = 50
-    manual_gc: Optional[bool] = None
-    manual_gc_interval: Optional[int] = None
 
 
 @dataclass
@@ -110,22 +101,6 @@ class OptimizerSchema:
     adam_eps: float = 1.0e-8
     clip_grad: float = 1.0
     use_distributed_optimizer: bool = True
-    use_precision_aware_optimizer: Optional[bool] = None
-    muon_momentum: Optional[float] = None
-    muon_nesterov: Optional[bool] = None
-    muon_split_qkv: Optional[bool] = None
-    muon_scale_mode: Optional[str] = None
-    muon_fp32_matmul_prec: Optional[str] = None
-    muon_num_ns_steps: Optional[int] = None
-    muon_tp_mode: Optional[str] = None
-    muon_coefficient_type: Optional[str] = None
-    muon_scalar_optimizer: Optional[str] = None
-
-
-@dataclass
-class SchedulerSchema:
-    lr_decay_style: str = "cosine"
-    lr_warmup_iters: int = 0
 
 
 @dataclass
@@ -133,21 +108,33 @@ class DDPSchema:
     use_distributed_optimizer: bool = True
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
-    grad_reduce_in_fp32: bool = False
 
 
 @dataclass
 class MixedPrecisionSchema:
     fp8_param_gather: bool = False
     reuse_grad_buf_for_mxfp8_param_ag: bool = False
-    grad_reduce_in_fp32: bool = False
 
 
-@dataclass
-class CommOverlapSchema:
-    tp_comm_overlap: bool = False
-    delay_wgrad_compute: bool = False
-    overlap_param_gather_with_optimizer_step: bool = False
+#: Megatron-Bridge ``ConfigContainer`` sections a bridgebench config may set, in the order they are applied.
+MB_SECTIONS = (
+    "model",
+    "train",
+    "validation",
+    "optimizer",
+    "scheduler",
+    "ddp",
+    "mixed_precision",
+    "comm_overlap",
+    "checkpoint",
+    "logger",
+    "tokenizer",
+    "dataset",
+    "rng",
+    "dist",
+    "rerun_state_machine",
+    "profiling",
+)
 
 
 @dataclass
@@ -246,8 +233,32 @@ class ClusterSchema:
 
 
 @dataclass
+class RecipeMetaSchema:
+    """Where a recipe's values come from (written by ``bridgebench recipes generate``; empty without a recipe)."""
+
+    entry: Optional[str] = None  # set by the recipe's entry file recipes/<recipe>.yaml
+    name: Optional[str] = None  # set by the release values recipes/<recipe>/<release>.yaml
+    release: Optional[str] = None
+    megatron_bridge: Optional[str] = None  # the upstream version the values were taken from
+    source: Optional[str] = None  # upstream files / functions (and tag) the values come from
+    upstream_optimizers: List[str] = field(default_factory=list)  # optimizer families upstream ships for it
+    generated_by: Optional[str] = None
+
+
+@dataclass
+class OptimizerVariantSchema:
+    """The optimizer switch applied over a recipe (``recipes/optimizer_switch/<release>/<optimizer>.yaml``)."""
+
+    name: Optional[str] = None
+    source: Optional[str] = None
+
+
+@dataclass
 class JobSchema:
     type: str = "pretrain"  # pretrain (bridgebench.payloads.pretrain) | optstep (bridgebench.payloads.optstep)
+    # run policies (bridgebench.mbridge.build.apply_policies): the only deliberate departures from upstream recipes
+    tensorboard_subdir: Optional[str] = "tensorboard"  # TensorBoard events: <attempt out dir>/<this>; null: off
+    offline_tokenizer: bool = True  # HuggingFaceTokenizer -> NullTokenizer(model vocab) (offline, mock data)
     layers: int = 1  # optstep: decoder layers whose matrices are timed
     experts: int = 2  # optstep: experts per MoE layer
     repeats: int = 5  # optstep: timed repeats
@@ -268,16 +279,46 @@ class PathsSchema:
     sweeps: str = MISSING
 
 
+def _declared(schema: type) -> Any:
+    """A default factory: the declared fields of a section schema with their defaults (``???`` when required), so
+    Hydra's composed config has them and ``model.context_parallel_size=2`` needs no ``+``."""
+
+    def make() -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(schema):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                out[f.name] = f.default_factory()  # type: ignore[misc]
+            else:
+                out[f.name] = MISSING
+        return out
+
+    return field(default_factory=make)
+
+
 @dataclass
 class RootSchema:
     num_gpus: int = MISSING
-    model: ModelSchema = field(default_factory=ModelSchema)
-    train: TrainSchema = field(default_factory=TrainSchema)
-    optimizer: OptimizerSchema = field(default_factory=OptimizerSchema)
-    scheduler: SchedulerSchema = field(default_factory=SchedulerSchema)
-    ddp: DDPSchema = field(default_factory=DDPSchema)
-    mixed_precision: MixedPrecisionSchema = field(default_factory=MixedPrecisionSchema)
-    comm_overlap: CommOverlapSchema = field(default_factory=CommOverlapSchema)
+    # Megatron-Bridge sections (MB_SECTIONS): open maps here, checked by check_sections after composing
+    model: Dict[str, Any] = _declared(ModelSchema)
+    train: Dict[str, Any] = _declared(TrainSchema)
+    validation: Dict[str, Any] = field(default_factory=dict)
+    optimizer: Dict[str, Any] = _declared(OptimizerSchema)
+    scheduler: Dict[str, Any] = field(default_factory=dict)
+    ddp: Dict[str, Any] = _declared(DDPSchema)
+    mixed_precision: Dict[str, Any] = _declared(MixedPrecisionSchema)
+    comm_overlap: Dict[str, Any] = field(default_factory=dict)
+    checkpoint: Dict[str, Any] = field(default_factory=dict)
+    logger: Dict[str, Any] = field(default_factory=dict)
+    tokenizer: Dict[str, Any] = field(default_factory=dict)
+    dataset: Dict[str, Any] = field(default_factory=dict)
+    rng: Dict[str, Any] = field(default_factory=dict)
+    dist: Dict[str, Any] = field(default_factory=dict)
+    rerun_state_machine: Dict[str, Any] = field(default_factory=dict)
+    profiling: Dict[str, Any] = field(default_factory=dict)
+    recipe_meta: RecipeMetaSchema = field(default_factory=RecipeMetaSchema)
+    optimizer_variant: OptimizerVariantSchema = field(default_factory=OptimizerVariantSchema)
     precision: PrecisionSchema = field(default_factory=PrecisionSchema)
     gpu: GPUSchema = field(default_factory=GPUSchema)
     release: ReleaseSchema = field(default_factory=ReleaseSchema)
@@ -286,6 +327,143 @@ class RootSchema:
     cluster: ClusterSchema = field(default_factory=ClusterSchema)
     job: JobSchema = field(default_factory=JobSchema)
     paths: PathsSchema = field(default_factory=PathsSchema)
+
+
+#: Declared (typed, always present) fields per Megatron-Bridge section; other sections declare none.
+SECTION_SCHEMAS = {
+    "model": ModelSchema,
+    "train": TrainSchema,
+    "optimizer": OptimizerSchema,
+    "ddp": DDPSchema,
+    "mixed_precision": MixedPrecisionSchema,
+}
+#: bridgebench bookkeeping keys under ``model`` (not Megatron-Bridge provider fields; see ``configs/model``).
+MODEL_BOOKKEEPING = {"name", "display_name", "hf_model_id", "published_name", "activation_func"}
+FIELDS_FILE = Path(__file__).resolve().parent / "mbridge_fields.json"
+
+
+class SectionError(ValueError):
+    """A key or value in a Megatron-Bridge section breaks the schema; the message says which and why."""
+
+
+@functools.cache
+def mbridge_fields() -> dict[str, Any]:
+    """The shipped catalogue of Megatron-Bridge fields: ``{"megatron_bridge": version, "sections": {section:
+    {field: {"type": bool|int|float|str|list|dict|any, "nullable": bool}}}}`` (``mbridge_fields.json``)."""
+    return json.loads(FIELDS_FILE.read_text())
+
+
+#: Megatron-Bridge fields bridgebench's models read (the sweep engine's memory, time and Newton-Schulz stages) that
+#: a composed config may leave out -- then the built ``ConfigContainer`` keeps what it started from: the model's base
+#: recipe (``model.*``, ``ddp.*``, ``optimizer.*``) or the precision's mixed-precision recipe (``mixed_precision.*``).
+START_FIELDS = (
+    "model.recompute_granularity",
+    "model.recompute_method",
+    "model.recompute_num_layers",
+    "model.recompute_modules",
+    "ddp.grad_reduce_in_fp32",
+    "mixed_precision.grad_reduce_in_fp32",
+    "optimizer.muon_num_ns_steps",
+    "optimizer.muon_tp_mode",
+    "optimizer.muon_split_qkv",
+)
+STARTS_FILE = Path(__file__).resolve().parent / "mbridge_starts.json"
+
+
+@functools.cache
+def mbridge_starts() -> dict[str, Any]:
+    """The shipped start values of :data:`START_FIELDS` (``mbridge_starts.json``, written by ``bridgebench recipes
+    fields`` from the installed Megatron-Bridge): ``{"megatron_bridge": version, "fields": [...], "model": {model
+    name: {field: value}}, "mixed_precision": {mixed-precision recipe: {field: value}}}``."""
+    return json.loads(STARTS_FILE.read_text())
+
+
+def start_values(model: str, mixed_precision_recipe: str) -> dict[str, Any]:
+    """What a built ``ConfigContainer`` holds in each of :data:`START_FIELDS` when the composed config does not set it:
+    the value of Megatron-Bridge's base recipe for ``model`` (``bridgebench.mbridge.compat.recipe``) or of
+    ``get_mixed_precision_config(mixed_precision_recipe)`` for ``mixed_precision.*`` -- the objects
+    :func:`bridgebench.mbridge.build.build` starts from, as the installed release builds them.
+
+    Raises:
+        SectionError: no start values recorded for the model or the mixed-precision recipe.
+    """
+    starts = mbridge_starts()
+    version = starts["megatron_bridge"]
+    if model not in starts["model"]:
+        raise SectionError(
+            f"no Megatron-Bridge {version} base-recipe values recorded for model {model!r} in {STARTS_FILE.name} "
+            f"(run bridgebench recipes fields); recorded: {sorted(starts['model'])}"
+        )
+    if mixed_precision_recipe not in starts["mixed_precision"]:
+        raise SectionError(
+            f"no Megatron-Bridge {version} values recorded for mixed-precision recipe {mixed_precision_recipe!r} in "
+            f"{STARTS_FILE.name} (run bridgebench recipes fields); recorded: {sorted(starts['mixed_precision'])}"
+        )
+    return {**starts["model"][model], **starts["mixed_precision"][mixed_precision_recipe]}
+
+
+_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,), "list": (list,), "dict": (dict,)}
+
+
+def _type_ok(kind: str, nullable: bool, value: Any) -> bool:
+    if value is None:
+        return nullable or kind == "any"
+    if isinstance(value, str) and value.startswith("${"):
+        return True  # an interpolation: checked once resolved by Megatron-Bridge
+    if kind not in _TYPES:
+        return True
+    if isinstance(value, bool) and kind != "bool":
+        return False
+    return isinstance(value, _TYPES[kind])
+
+
+def check_sections(plain: dict[str, Any]) -> dict[str, Any]:
+    """Check and complete the Megatron-Bridge sections of a composed config (plain, unresolved dict, changed in place).
+
+    Declared fields are merged into their typed schema (defaults filled, types converted as OmegaConf does); every
+    other key must be a field of the installed Megatron-Bridge section, with a value of the field's plain type.
+
+    Raises:
+        SectionError: an unknown key (with the closest known names) or a value of the wrong type.
+    """
+    from omegaconf import OmegaConf
+
+    catalog = mbridge_fields()
+    version = catalog["megatron_bridge"]
+    for section in MB_SECTIONS:
+        values = dict(plain.get(section) or {})
+        schema = SECTION_SCHEMAS.get(section)
+        declared = {f.name for f in dataclasses.fields(schema)} if schema else set()
+        known = catalog["sections"].get(section, {})
+        for key, value in values.items():
+            if key in declared or (section == "model" and key in MODEL_BOOKKEEPING):
+                continue
+            if key not in known:
+                close = difflib.get_close_matches(key, list(dict.fromkeys([*known, *sorted(declared)])), n=3)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise SectionError(
+                    f"{section}.{key} is not a field of Megatron-Bridge {version}'s {section} section "
+                    f"(nor a bridgebench field){hint}"
+                )
+            info = known[key]
+            if not _type_ok(info["type"], info["nullable"], value):
+                raise SectionError(
+                    f"{section}.{key} = {value!r}: Megatron-Bridge {version} declares it "
+                    f"{'Optional[' + info['type'] + ']' if info['nullable'] else info['type']}"
+                )
+        if schema is not None:
+            from omegaconf.errors import OmegaConfBaseException
+
+            typed = OmegaConf.structured(schema)
+            for key in [k for k in values if k in declared]:
+                try:
+                    typed = OmegaConf.merge(typed, {key: values[key]})
+                except OmegaConfBaseException as err:
+                    msg = str(err).splitlines()[0]
+                    raise SectionError(f"{section}.{key}={values[key]} -- {msg}") from err
+            values.update(OmegaConf.to_container(typed, resolve=False))
+        plain[section] = values
+    return plain
 
 
 _REGISTERED = False

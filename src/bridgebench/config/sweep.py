@@ -42,6 +42,7 @@ from bridgebench.config import rules
 from bridgebench.config.calibration import ModelCalibration
 from bridgebench.config.compose import ConfigError, compose, model_spec, normalize_overrides
 from bridgebench.config.hashing import config_hash
+from bridgebench.config.schema import MB_SECTIONS, START_FIELDS, SectionError, check_sections, start_values
 from bridgebench.model import memory as mem
 from bridgebench.model import timing
 from bridgebench.model.layout import LayoutError, balanced_layout
@@ -265,6 +266,21 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _flat_config(plain: dict[str, Any]) -> dict[str, Any]:
+    """A composed config's resolved values by dotted key, with the Megatron-Bridge fields the models read that the
+    config leaves out (:data:`bridgebench.config.schema.START_FIELDS`) at the value the built ``ConfigContainer``
+    keeps: its base recipe's or mixed-precision recipe's (:func:`bridgebench.config.schema.start_values`)."""
+    flat = _flatten(plain)
+    absent = [k for k in START_FIELDS if k not in flat]
+    if absent:
+        try:
+            starts = start_values(str(plain["model"]["name"]), str(plain["precision"]["mixed_precision_recipe"]))
+        except SectionError as err:
+            raise ConfigError(str(err)) from err
+        flat.update({k: starts[k] for k in absent})
+    return flat
+
+
 @dataclass
 class Base:
     """One combination of the group axes, composed once: its overrides, the schema-checked config, its resolved
@@ -338,7 +354,14 @@ def compose_bases(space: Space, progress: Callable[[int, int], None] | None = No
             raise SweepError(f"base {' '.join(ov)!r}: {err}") from err
         bases.append(
             Base(
-                i, ov, cfg, _flatten(plain), spec, timing.GpuFacts.from_mapping(plain["gpu"]), config_hash(cfg), choice
+                i,
+                ov,
+                cfg,
+                _flat_config(plain),
+                spec,
+                timing.GpuFacts.from_mapping(plain["gpu"]),
+                config_hash(cfg),
+                choice,
             )
         )
         if progress:
@@ -361,16 +384,26 @@ def base_of(overrides: Sequence[str]) -> Base:
     cfg = compose(ov)
     plain = OmegaConf.to_container(cfg, resolve=True)
     return Base(
-        0, ov, cfg, _flatten(plain), model_spec(cfg), timing.GpuFacts.from_mapping(plain["gpu"]), config_hash(cfg)
+        0, ov, cfg, _flat_config(plain), model_spec(cfg), timing.GpuFacts.from_mapping(plain["gpu"]), config_hash(cfg)
     )
 
 
 def _check_field_axes(space: Space, base: Base) -> None:
+    """Every field axis names a key of the composed config -- in a Megatron-Bridge section (open maps), a field of
+    that section (:func:`bridgebench.config.schema.check_sections`) -- and each value fits its type."""
     probe = copy.deepcopy(base.cfg)
     for axis in space.axes:
         if axis.group:
             continue
-        if axis.key not in base.flat and OmegaConf.select(base.cfg, axis.key, default="__missing__") == "__missing__":
+        section, _, name = axis.key.partition(".")
+        mb_field = section in MB_SECTIONS and name and "." not in name
+        if mb_field:
+            try:
+                check_sections({section: {name: axis.values[0]}})
+            except SectionError as err:
+                if "is not a field" in str(err):
+                    raise SweepError(f"unknown field {axis.key!r}: {err}") from err
+        elif axis.key not in base.flat and OmegaConf.select(base.cfg, axis.key, default="__missing__") == "__missing__":
             raise SweepError(f"unknown field {axis.key!r}: not a key of the composed config (check the spelling)")
         for value in axis.values:
             if axis.key in POSITIVE:
@@ -385,7 +418,10 @@ def _check_field_axes(space: Space, base: Base) -> None:
             if axis.key in (KEYS["layout"], KEYS["sequence_parallel"]) and value == AUTO:
                 continue
             try:
-                OmegaConf.update(probe, axis.key, value, merge=False)
+                if mb_field:  # open map in the Hydra schema: the declared type or Megatron-Bridge's field type
+                    check_sections({section: {name: value}})
+                else:
+                    OmegaConf.update(probe, axis.key, value, merge=False)
             except (OmegaConfBaseException, ValueError) as err:
                 msg = str(err).splitlines()[0]
                 raise SweepError(f"{axis.key}={value!r} does not fit the schema: {msg}") from err
@@ -407,8 +443,13 @@ def format_value(value: Any) -> str:
 
 
 def point_overrides(base: Base, delta: dict[str, Any]) -> list[str]:
-    """The Hydra overrides that compose a point: the base's, then one ``key=value`` per swept field."""
-    return list(base.overrides) + [f"{k}={format_value(v)}" for k, v in delta.items()]
+    """The Hydra overrides that compose a point: the base's, then one ``key=value`` per swept field (``+key=value``
+    for a Megatron-Bridge field the base config leaves out, which Hydra only adds with ``+``)."""
+    missing = "__missing__"
+    return list(base.overrides) + [
+        f"{'+' if OmegaConf.select(base.cfg, k, default=missing) == missing else ''}{k}={format_value(v)}"
+        for k, v in delta.items()
+    ]
 
 
 def effective(base: Base, delta: dict[str, Any]) -> dict[str, Any]:

@@ -15,9 +15,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-#: Where a pretrain job's TensorBoard events go: ``<job dir>/out/tensorboard`` (``logger.tensorboard_dir``, set by
-#: mbridge/build.py from BRIDGEBENCH_OUT_DIR, which launch/submit.py exports).
-TENSORBOARD_SUBDIR = Path("out") / "tensorboard"
+#: Where a pretrain job's TensorBoard events go: ``<job dir>/out/<job.tensorboard_subdir>`` (``logger.tensorboard_dir``,
+#: set by mbridge/build.py ``apply_policies`` under BRIDGEBENCH_OUT_DIR = ``<job dir>/out``, which
+#: launch/jobspec.py ``build_job`` exports); this is the path with the default subfolder (``tensorboard``).
+OUT_SUBDIR = Path("out")
+TENSORBOARD_SUBDIR = OUT_SUBDIR / "tensorboard"
+
+
+def tensorboard_dir(job_dir: str | None, cfg=None) -> Path | None:
+    """The attempt's TensorBoard folder: ``<job_dir>/out/<cfg.job.tensorboard_subdir>`` (the default subfolder
+    without a config); None without a job dir or where the config switched events off (``tensorboard_subdir: null``)."""
+    if not job_dir:
+        return None
+    if cfg is None or "job" not in cfg or "tensorboard_subdir" not in cfg.job:
+        return Path(job_dir) / TENSORBOARD_SUBDIR
+    subdir = cfg.job.tensorboard_subdir
+    return Path(job_dir) / OUT_SUBDIR / str(subdir) if subdir else None
 
 
 def _parse_logs(logs: list[Path]):
@@ -39,7 +52,7 @@ def record_figures(job_dir: str | None, logs: list[Path], cfg=None) -> dict[str,
 
     log = _parse_logs(logs)
     source, parsed = "log", log
-    tb = Path(job_dir) / TENSORBOARD_SUBDIR if job_dir else None
+    tb = tensorboard_dir(job_dir, cfg)
     if tb is not None and tb.is_dir():
         from bridgebench.logs.events import is_events, parse_events
         from bridgebench.logs.parser import LogReadError

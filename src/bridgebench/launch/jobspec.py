@@ -166,7 +166,8 @@ def build_job(
         tasks_per_node=spec.tasks_per_node,
         gpus_per_node=spec.gpus_per_node,
         container_image=spec.container_image,
-        # BRIDGEBENCH_OUT_DIR: mbridge/build.py puts logger.tensorboard_dir under it (read back by collect)
+        # BRIDGEBENCH_OUT_DIR: mbridge/build.py puts logger.tensorboard_dir = <it>/<job.tensorboard_subdir> (collect
+        # reads the events back: launch/figures.py)
         env=job_env(cfg, config_hash, run_id, attempt) | {"BRIDGEBENCH_OUT_DIR": paths.out_dir},
         job_dir_path=Path(paths.tunnel_dir),
         segment=spec.segment,

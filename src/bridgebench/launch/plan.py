@@ -30,14 +30,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from bridgebench.config import rules
 from bridgebench.config.cluster_fit import cluster_violations
-from bridgebench.config.compose import compose, expand_sweep, run_facts
+from bridgebench.config.compose import compose, expand_sweep, run_facts, variant_provenance
 from bridgebench.config.hashing import config_hash
 from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
 from bridgebench.config.secrets import check_secrets, redact_overrides
 from bridgebench.errors import BridgebenchError
 from bridgebench.launch import executor as ex
 from bridgebench.launch import nemorun
-from bridgebench.launch.jobspec import build_job, run_id_for
+from bridgebench.launch.jobspec import build_job, job_paths, run_id_for
 from bridgebench.launch.jobspec import nodes_and_tasks as jobspec_nodes_and_tasks
 from bridgebench.model.newton_schulz import ns_load
 from bridgebench.model.optimizer import OptimizerKind
@@ -86,6 +86,14 @@ class PlannedRun:
     cluster: str = ""
     job_type: str = "pretrain"
     cluster_can_run: list[str] = field(default_factory=list)  # rules the cluster breaks (submit refuses then)
+    recipe: str | None = None  # recipe_meta.name (None: no recipe)
+    release: str = ""
+    #: "nvidia" (Megatron-Bridge's own perf recipe of the release) or "bridgebench" (e.g. Qwen3 30B-A3B Muon)
+    variant_of: str = ""
+    variant_note: str = ""  # whose configuration this is and where its values come from
+    policies: list[str] = field(default_factory=list)  # bridgebench run policies applied (build.apply_policies)
+    #: TensorBoard events: <the attempt's out folder, BRIDGEBENCH_OUT_DIR>/<job.tensorboard_subdir> (None: off)
+    tensorboard_subdir: str | None = None
 
 
 def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
@@ -151,16 +159,17 @@ def plan(
             reject(label, ov, "job_type", f": job.type must be 'pretrain' or 'optstep', got {cfg.job.type!r}")
             continue
         result = None
+        h = config_hash(cfg)
+        name = _run_name(cfg, h)
         if cfg.job.type == "pretrain":
             from bridgebench.mbridge.build import BuildError, build  # imports megatron: only for pretrain jobs
 
             try:
-                result = build(cfg)
+                # TensorBoard events under the out folder the first attempt gets (the one build_job exports)
+                result = build(cfg, out_dir=job_paths(cfg, name, run_id_for(h, 0), 0).out_dir)
             except BuildError as err:
                 reject(label, ov, "megatron_bridge", f": {err}", err)
                 continue
-        h = config_hash(cfg)
-        name = _run_name(cfg, h)
         try:
             ex.check_name("run name", name)
             [ex.check_mount(m) for m in cfg.cluster.container_mounts]
@@ -194,6 +203,7 @@ def plan(
             (run_dir / "submit.sh").write_text(script)
             (run_dir / "payload.sh").write_text(payload)
             facts = run_facts(cfg)
+            provenance = variant_provenance(cfg)
             flops = float(step_flops(facts).total)
             ns = float(ns_load(facts.model, parallelism(facts), ns_policy(facts)).total) if facts.is_muon else 0.0
             m = cfg.model
@@ -224,6 +234,12 @@ def plan(
                 cluster=str(cfg.cluster.name),
                 job_type=str(cfg.job.type),
                 cluster_can_run=[str(v) for v in cluster_violations(cfg.cluster, job.spec.needs(cfg))],
+                recipe=cfg.recipe_meta.name,
+                release=str(cfg.release.name),
+                variant_of=provenance[0],
+                variant_note=provenance[1],
+                policies=result.policies if result else [],
+                tensorboard_subdir=cfg.job.tensorboard_subdir if cfg.job.type == "pretrain" else None,
             )
             (run_dir / "run.json").write_text(json.dumps(asdict(run), indent=2))
             runs.append(run)

@@ -5,6 +5,8 @@ each pins, ``megatron/core/optimizer/optimizer_config.py``):
 
 - Muon Nesterov flag: ``muon_use_nesterov`` up to Megatron-Core in MB 0.4.x, ``muon_nesterov`` from MB 0.5.0.
 - ``muon_coefficient_type`` and ``muon_scalar_optimizer`` do not exist in MB 0.3.x (fixed to quintic / adam there).
+- ``tokenizer.use_tokenizer_vocab_size`` exists from MB 0.6 (``training/tokenizers/config.py``); before, the model's
+  vocabulary was never resized from the tokenizer, i.e. the field is implicitly False there.
 - Recipe entry points: the generic names below exist at the same module paths in 0.3.x and 0.6.x (0.6.x keeps them
   as aliases of per-GPU recipes such as ``recipes/qwen/h100/qwen3_moe.py``).
 """
@@ -29,20 +31,19 @@ class Api:
     optimizer_renames: dict[str, str] = field(default_factory=dict)
     #: fields absent in this API, with the only value they implicitly have there
     optimizer_absent: dict[str, Any] = field(default_factory=dict)
+    #: other ``section.field`` names absent in this API, with the value they implicitly have there
+    absent: dict[str, Any] = field(default_factory=dict)
 
 
+_OLD_RENAMES = {"muon_nesterov": "muon_use_nesterov"}
+_OLD_ABSENT = {"muon_coefficient_type": "quintic", "muon_scalar_optimizer": "adam"}
+_NO_VOCAB_POLICY = {"tokenizer.use_tokenizer_vocab_size": False}
 APIS: dict[str, Api] = {
-    "0.1": Api(
-        {"muon_nesterov": "muon_use_nesterov"}, {"muon_coefficient_type": "quintic", "muon_scalar_optimizer": "adam"}
-    ),
-    "0.2": Api(
-        {"muon_nesterov": "muon_use_nesterov"}, {"muon_coefficient_type": "quintic", "muon_scalar_optimizer": "adam"}
-    ),
-    "0.3": Api(
-        {"muon_nesterov": "muon_use_nesterov"}, {"muon_coefficient_type": "quintic", "muon_scalar_optimizer": "adam"}
-    ),
-    "0.4": Api({"muon_nesterov": "muon_use_nesterov"}),
-    "0.5": Api(),
+    "0.1": Api(_OLD_RENAMES, _OLD_ABSENT, _NO_VOCAB_POLICY),
+    "0.2": Api(_OLD_RENAMES, _OLD_ABSENT, _NO_VOCAB_POLICY),
+    "0.3": Api(_OLD_RENAMES, _OLD_ABSENT, _NO_VOCAB_POLICY),
+    "0.4": Api(_OLD_RENAMES, {}, _NO_VOCAB_POLICY),
+    "0.5": Api({}, {}, _NO_VOCAB_POLICY),
     "0.6": Api(),
 }
 
@@ -69,11 +70,25 @@ def api_of_version(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def recipe(model: str) -> Callable[[], Any]:
-    """Megatron-Bridge's pretrain recipe function for a configs/model name. Raises CompatError if none."""
+#: Per-API exceptions to :data:`RECIPES`: the base recipe Megatron-Bridge's own perf recipes start from where the
+#: generic alias names another one. 0.6.2 ``perf_recipes/qwen/common.py`` imports the 8-GPU H100 recipe as
+#: ``qwen3_30b_a3b_pretrain_config``, while ``recipes/qwen/qwen3_moe.py``'s alias of that name is the 16-GPU one.
+RECIPES_BY_API: dict[str, dict[str, tuple[str, str]]] = {
+    "0.6": {
+        "qwen3_30b_a3b": (
+            "megatron.bridge.recipes.qwen.h100.qwen3_moe",
+            "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config",
+        ),
+    },
+}
+
+
+def recipe(model: str, api_name: str | None = None) -> Callable[[], Any]:
+    """Megatron-Bridge's pretrain recipe function for a configs/model name (the one the perf recipes of
+    ``api_name`` start from). Raises CompatError if none."""
     if model not in RECIPES:
         raise CompatError(f"no Megatron-Bridge recipe known for model {model!r}; known: {sorted(RECIPES)}")
-    module, fn = RECIPES[model]
+    module, fn = RECIPES_BY_API.get(api_name or "", {}).get(model, RECIPES[model])
     return getattr(importlib.import_module(module), fn)
 
 
@@ -96,4 +111,32 @@ def optimizer_fields(fields: dict[str, Any], api_name: str) -> dict[str, Any]:
                 )
             continue
         out[a.optimizer_renames.get(key, key)] = value
+    return out
+
+
+def section_fields(section: str, fields: dict[str, Any], api_name: str) -> dict[str, Any]:
+    """Translate one ``ConfigContainer`` section's fields (Megatron-Bridge 0.6 names, as in bridgebench configs) to
+    ``api_name``'s names; ``optimizer`` goes through :func:`optimizer_fields`. ``None`` values are kept (they are
+    settings: "unset" is a key that is absent).
+
+    Raises:
+        CompatError: a field the target API lacks, set to a value other than the one it implicitly has there.
+    """
+    a = api(api_name)
+    if section == "optimizer":
+        nones = {
+            a.optimizer_renames.get(k, k): None for k, v in fields.items() if v is None and k not in a.optimizer_absent
+        }
+        return {**optimizer_fields(fields, api_name), **nones}
+    out = {}
+    for key, value in fields.items():
+        dotted = f"{section}.{key}"
+        if dotted in a.absent:
+            if value != a.absent[dotted]:
+                raise CompatError(
+                    f"{dotted}={value!r} is not available in Megatron-Bridge API {api_name} "
+                    f"(fixed to {a.absent[dotted]!r} there)"
+                )
+            continue
+        out[key] = value
     return out

@@ -2,8 +2,9 @@
 the fidelity tests).
 
 A side is a list of bridgebench overrides (``["recipe=qwen3_30b_a3b_gb300_mxfp8", "release=26.02"]``); it is composed,
-built as a plan builds it (:func:`bridgebench.mbridge.build.build`, not validated: the container as the recipe returns
-it), dumped with Megatron's own ``to_yaml`` and flattened to dotted fields (``model.tensor_model_parallel_size``).
+built as a plan builds it (:func:`bridgebench.mbridge.build.build`, run policies included, not validated: the
+container as the recipe returns it), flattened (:mod:`bridgebench.mbridge.flatten`) and normalized (pipeline layouts
+expanded, env values as strings) so that equivalent encodings compare equal.
 """
 
 from __future__ import annotations
@@ -41,34 +42,15 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, ignore: Sequence[str] = ())
     ]
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for k, v in node.items():
-            out |= _flatten(v, f"{prefix}{k}.")
-        return out
-    return {prefix[:-1]: node}
-
-
-def resolved(overrides: Sequence[str]) -> dict[str, Any]:
-    """The flat container bridgebench builds for ``overrides`` (imports megatron; seconds). Fields whose value depends
-    on where the process runs (``*.save``, ``*.load``, ``*_dir`` paths) are kept: both sides are built here.
+def resolved(overrides: Sequence[str], *, policies: bool = True) -> dict[str, Any]:
+    """The normalized flat container bridgebench builds for ``overrides`` (imports megatron; seconds).
 
     Raises:
-        bridgebench.config.compose.ConfigError: bad overrides; BuildError: Megatron-Bridge rejects a field.
+        bridgebench.config.ConfigError: bad overrides; BuildError: Megatron-Bridge rejects a field.
     """
-    import tempfile
+    from bridgebench.mbridge.recipes import built_flat
 
-    import yaml
-
-    from bridgebench.config.compose import compose
-    from bridgebench.mbridge.build import build
-
-    result = build(compose(list(overrides)), validate=False)
-    with tempfile.NamedTemporaryFile("r", suffix=".yaml") as f:
-        result.container.to_yaml(f.name)
-        data = yaml.safe_load(open(f.name).read())
-    return _flatten(data)
+    return built_flat(list(overrides), policies=policies)
 
 
 def diff_config(a: Sequence[str], b: Sequence[str]) -> list[FieldDiff]:

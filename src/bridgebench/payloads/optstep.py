@@ -228,6 +228,11 @@ def muon_settings(optimizer: dict[str, Any], model) -> dict[str, Any]:
         and v is not None
         and k not in ("optimizer", "use_distributed_optimizer", "use_precision_aware_optimizer")
     }
+    import torch
+
+    for k, v in values.items():  # configs write dtypes as "torch.float32" (bridgebench.mbridge.flatten)
+        if isinstance(v, str) and isinstance(getattr(torch, v.removeprefix("torch."), None), torch.dtype):
+            values[k] = getattr(torch, v.removeprefix("torch."))
     config = OptimizerConfig(
         optimizer="muon", use_distributed_optimizer=False, use_precision_aware_optimizer=False, **values
     )

@@ -69,7 +69,10 @@ def prepare(config_path: Path) -> Prepared:
     import megatron.core
     import torch
 
-    result = build(cfg)
+    from bridgebench.mbridge.build import DEFAULT_OUT_DIR, OUT_DIR_ENV
+
+    # the attempt's output folder (launch/jobspec.py build_job exports it): TensorBoard events go under it
+    result = build(cfg, out_dir=os.environ.get(OUT_DIR_ENV, DEFAULT_OUT_DIR))
     import importlib
 
     forward_step = getattr(importlib.import_module(FORWARD_STEP[0]), FORWARD_STEP[1])
@@ -85,6 +88,7 @@ def prepare(config_path: Path) -> Prepared:
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",  # what ran (records)
         "api": result.api,
         "skipped_checks": result.skipped_checks,
+        "policies": result.policies,
         "rank": int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))),
         "world_size": int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1"))),
     }
