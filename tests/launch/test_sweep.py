@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 BB = [sys.executable, "-m", "bridgebench.cli"]
-KIMI = ["recipe=kimi_k2_gb300_mxfp8", "optimizer=muon"]
+KIMI = ["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "optimizer=muon"]  # the blog's Kimi K2 release
 
 
 @pytest.fixture()
