@@ -18,21 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.launch.small_optstep import BB
+from tests.launch.small_optstep import SMALL as SMALL_EXPERIMENT
 from tests.launch.test_local_cluster import slurm_cluster  # noqa: F401  (session fixture: starts/stops the cluster)
 
 pytestmark = pytest.mark.slurm
-BB = [sys.executable, "-m", "bridgebench.cli"]
-SMALL = [
-    "experiment=optstep_local",
-    "model.hidden_size=256",
-    "model.ffn_hidden_size=512",
-    "model.moe_ffn_hidden_size=128",
-    "model.num_attention_heads=8",
-    "model.num_query_groups=2",
-    "model.kv_channels=32",
-    "model.num_moe_experts=8",
-    "job.repeats=1",
-]
+SMALL = [*SMALL_EXPERIMENT, "job.repeats=1"]
 
 
 @pytest.fixture()
