@@ -2,7 +2,9 @@
 Qwen3 30B-A3B's Muon matrices (layer 0, 2 experts), the subset rules, the QKV split wiring, and the CLI's errors.
 
 The in-process run uses ``warmup=0, repeats=1`` to keep the suite fast (~25 s on 2 CPU cores); its timings are
-still real optimizer steps of the full-size matrices.
+still real optimizer steps of the full-size matrices. On a CPU it runs FP32 matmuls at precision ``highest`` (the
+payload's CPU rule, tested below), so its time does not depend on whether the CPU has native BF16: at the recipes'
+``medium`` an AVX2-only CPU spent over 40 minutes in this fixture.
 """
 
 from __future__ import annotations
@@ -158,6 +160,57 @@ def test_muon_step_orthogonalizes_the_split_pieces(models, monkeypatch):
     assert fig["matrices"] == 4 and fig["ns_flops"] == sum(ns_flops(r, c) * n for (r, c), n in expected.items())
 
 
+# ------------------------------------------------------------------------------------------- matmul precision
+def test_matmul_precision_cpu_runs_ieee_fp32_gpu_keeps_the_recipes():
+    prec, why = optstep.matmul_precision("cpu", "medium")
+    assert prec == "highest" and "BF16" in why and "medium" in why
+    assert optstep.matmul_precision("cuda", "medium") == ("medium", None)
+    assert optstep.matmul_precision("cpu", "highest") == ("highest", None)
+    assert optstep.matmul_precision("cpu", "medium", "recipe") == ("medium", None)
+    assert optstep.matmul_precision("cuda", "medium", "high") == ("high", "forced by --fp32-matmul-prec high")
+    with pytest.raises(OptstepError, match="--fp32-matmul-prec must be one of"):
+        optstep.matmul_precision("cpu", "medium", "fast")
+
+
+@pytest.mark.megatron
+def test_cpu_run_records_the_precision_that_ran(qwen_run, qwen_cfg):
+    result, _, _ = qwen_run
+    assert qwen_cfg.optimizer.muon_fp32_matmul_prec == "medium"  # the recipes' GPU setting
+    assert result["fp32_matmul_prec"] == "highest" and result["recipe_fp32_matmul_prec"] == "medium"
+    assert "CPU run" in result["fp32_matmul_prec_reason"]
+
+
+@pytest.mark.megatron
+def test_newton_schulz_runs_at_the_chosen_precision(models, monkeypatch):
+    """Every newton_schulz call -- inside the Muon step and alone -- sees torch's matmul precision set to the
+    precision the payload chose, not the recipe's."""
+    import torch
+    from emerging_optimizers.orthogonalized_optimizers import muon_utils
+
+    tiny = models["qwen3_30b_a3b"].replace(hidden_size=64, num_attention_heads=4, num_query_groups=2, kv_channels=16)
+    cfg = compose(["model=qwen3_30b_a3b", "optimizer=muon"])
+    kw = optstep.muon_settings(OmegaConf.to_container(cfg.optimizer, resolve=True), tiny)
+    kw["fp32_matmul_prec"], _ = optstep.matmul_precision("cpu", kw["fp32_matmul_prec"])
+    seen = []
+    real = muon_utils.newton_schulz
+
+    def spy(x, *args, **kwargs):
+        seen.append(torch.get_float32_matmul_precision())
+        return real(x, *args, **kwargs)
+
+    monkeypatch.setattr(muon_utils, "newton_schulz", spy)
+    optstep.time_family(
+        group_params(select_matrices(tiny, families=["attention"])),
+        device=torch.device("cpu"),
+        muon_kwargs=kw,
+        adamw_kwargs=optstep.adamw_settings({}),
+        warmup=0,
+        repeats=1,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert seen and set(seen) == {"highest"}
+
+
 # ------------------------------------------------------------------------------------------- the real run
 @pytest.mark.megatron
 def test_run_families_and_times(qwen_run):
@@ -262,3 +315,9 @@ def test_cli_rejects_a_non_bridgebench_config(tmp_path):
 def test_cli_rejects_bf16(saved_cfg, tmp_path):
     res = _cli("--config", str(saved_cfg), "--out", str(tmp_path / "out"), "--dtype", "bf16")
     assert res.returncode == 2 and "use fp32" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cli_rejects_an_unknown_matmul_precision(saved_cfg, tmp_path):
+    res = _cli("--config", str(saved_cfg), "--out", str(tmp_path / "out"), "--fp32-matmul-prec", "fast")
+    assert res.returncode == 2 and "--fp32-matmul-prec must be one of" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "out").exists()

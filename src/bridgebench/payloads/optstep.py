@@ -23,8 +23,9 @@ gradients with random values and, per matrix family (``attention``, ``mlp_dense`
 - ``ns_time_s`` (s): the Newton-Schulz orthogonalization alone -- emerging-optimizers 0.3.0
   ``orthogonalized_optimizers/muon_utils.py::newton_schulz`` on one fp32 matrix per Muon matrix (QKV pieces
   separately when split), same ``muon_num_ns_steps`` and ``muon_coefficient_type``, inside
-  ``emerging_optimizers.utils.fp32_matmul_precision(muon_fp32_matmul_prec)`` exactly as the optimizer calls it
-  (``medium`` = BF16 matmuls with FP32 I/O).
+  ``emerging_optimizers.utils.fp32_matmul_precision(prec)`` exactly as the optimizer calls it, where ``prec`` is
+  the precision this run uses (:func:`matmul_precision`): the recipe's ``muon_fp32_matmul_prec`` on a GPU
+  (``medium`` = BF16 tensor-core matmuls with FP32 I/O), ``highest`` (IEEE FP32) on a CPU.
 - ``ns_flops`` (FLOPs): ``bridgebench.model.newton_schulz.ns_flops(rows, cols, muon_num_ns_steps, "gemm")`` summed
 over the
   family's matrices (``steps * (4 m^2 n + 2 m^3)``, ``m = min(rows, cols)``; GEMM because ``TensorParallelMuon``
@@ -45,6 +46,14 @@ MoE) -- for a model whose layers are all one kind (Qwen3 30B-A3B) that is exactl
 DeepSeek-V3 (first layer(s) dense) get layer 0 and the first MoE layer, so every family is measured. ``--experts K``
 keeps the first K routed experts of each MoE layer. MTP layers are not included. ``--families`` narrows further.
 Only ``--dtype fp32`` runs: Megatron steps FP32 main parameters, and ``newton_schulz`` rejects other dtypes.
+
+Matmul precision on a CPU: torch computes FP32 matmuls at precision ``medium`` through BF16, which only CPUs with
+native BF16 instructions (AVX512_BF16, AMX) run fast. Measured with ``benchmarks/bench_cpu_matmul.py`` (emerging-
+optimizers ``newton_schulz``, 768x2048 FP32, 5 steps, one thread, load 1.0): 1.3 GFLOP/s at ``medium`` against 88-95
+GFLOP/s at ``high`` / ``highest`` on an AMD EPYC held to AVX2 (oneDNN, MKL and ATen), 190 vs 89-99 GFLOP/s on the same
+CPU with its AVX512_BF16. So on a CPU the payload runs ``highest`` (the recipe's precision is a GPU setting) unless
+``--fp32-matmul-prec recipe`` asks for the recipe's; the result records both and why they differ
+(``fp32_matmul_prec``, ``recipe_fp32_matmul_prec``, ``fp32_matmul_prec_reason``).
 
 Load: ``load`` = other processes' CPU share over the whole timing window (:mod:`bridgebench.payloads.load`), so a
 timing taken under contention says so (``bridgebench report`` flags and sets it aside).
@@ -435,6 +444,43 @@ def resolve_device(device: str):
     return dev
 
 
+MATMUL_PRECISIONS = ("auto", "recipe", "highest", "high", "medium")
+
+
+def matmul_precision(device_type: str, recipe: str, choice: str = "auto") -> tuple[str, Optional[str]]:
+    """The FP32 matmul precision (torch ``set_float32_matmul_precision`` value) Muon and Newton-Schulz run at.
+
+    Args:
+        device_type: ``"cpu"`` or ``"cuda"``.
+        recipe: the run's ``muon_fp32_matmul_prec`` (Megatron-Core ``OptimizerConfig``; the perf recipes use
+            ``medium``).
+        choice: ``auto`` (the recipe's on a GPU, ``highest`` on a CPU), ``recipe`` (always the recipe's), or a
+            precision to force.
+
+    Returns:
+        ``(precision, reason)``; ``reason`` is None when the precision is the recipe's, else one sentence why not.
+
+    Raises:
+        OptstepError: an unknown ``choice``.
+
+    Source of the CPU rule: ``benchmarks/bench_cpu_matmul.py`` (module docstring: 1.3 vs 88-95 GFLOP/s on an
+    AVX2-only CPU) -- torch routes ``medium`` FP32 matmuls through BF16, native only on AVX512_BF16/AMX CPUs.
+    """
+    if choice not in MATMUL_PRECISIONS:
+        raise OptstepError(f"--fp32-matmul-prec must be one of {', '.join(MATMUL_PRECISIONS)}, got {choice!r}")
+    if choice == "recipe" or (choice == "auto" and device_type != "cpu"):
+        return recipe, None
+    if choice == "auto":
+        if recipe == "highest":
+            return recipe, None
+        return "highest", (
+            f"CPU run: the recipe's muon_fp32_matmul_prec={recipe!r} is a GPU setting; on a CPU torch computes "
+            "'medium' FP32 matmuls through BF16, which CPUs without native BF16 (AVX2-only) run ~70x slower, so "
+            "the CPU runs IEEE FP32 ('highest')"
+        )
+    return choice, (None if choice == recipe else f"forced by --fp32-matmul-prec {choice}")
+
+
 def run_optstep(
     cfg,
     out_dir: Path | str,
@@ -447,6 +493,7 @@ def run_optstep(
     warmup: int = 1,
     repeats: int = 5,
     seed: int = 0,
+    fp32_matmul_prec: str = "auto",
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
     """Run the benchmark on a composed config; write ``<out_dir>/optstep.json`` atomically, print the
@@ -474,6 +521,9 @@ def run_optstep(
         model, layers=layers, experts=experts, split_qkv=bool(muon_kwargs["split_qkv"]), families=families
     )
     dev = resolve_device(device)
+    recipe_prec = str(muon_kwargs["fp32_matmul_prec"])
+    ran_prec, prec_reason = matmul_precision(dev.type, recipe_prec, fp32_matmul_prec)
+    muon_kwargs["fp32_matmul_prec"] = ran_prec
 
     import torch
 
@@ -528,7 +578,9 @@ def run_optstep(
         "adamw_impl": impl,
         "num_ns_steps": int(muon_kwargs["num_ns_steps"]),
         "coefficient_type": str(muon_kwargs["coefficient_type"]),
-        "fp32_matmul_prec": str(muon_kwargs["fp32_matmul_prec"]),
+        "fp32_matmul_prec": ran_prec,
+        "recipe_fp32_matmul_prec": recipe_prec,
+        "fp32_matmul_prec_reason": prec_reason,
         "split_qkv": bool(muon_kwargs["split_qkv"]),
         "ns_kernel_counted": "gemm",
         "families": {f: {k: fams[f][k] for k in ("matrices", "params", *_METRICS, *_SERIES)} for f in present},
@@ -584,6 +636,11 @@ def main(
     warmup: int = typer.Option(1, "--warmup", min=0, help="untimed calls before timing"),
     repeats: Optional[int] = typer.Option(None, "--repeats", min=1, help="timed calls (default: job.repeats or 5)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random parameters and gradients"),
+    fp32_matmul_prec: str = typer.Option(
+        "auto",
+        "--fp32-matmul-prec",
+        help="auto (the recipe's on a GPU, highest on a CPU), recipe, highest, high or medium",
+    ),
 ) -> None:
     """Write <out>/optstep.json and print one BRIDGEBENCH_OPTSTEP line."""
     from bridgebench.config.compose import ConfigError
@@ -602,6 +659,7 @@ def main(
             warmup=warmup,
             repeats=repeats if repeats is not None else _job_default(cfg, "repeats", 5),
             seed=seed,
+            fp32_matmul_prec=fp32_matmul_prec,
             progress=lambda s: typer.echo(s, err=True),
         )
     except (OptstepError, ConfigError) as err:
