@@ -21,6 +21,11 @@ from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.spec import ModelSpec, ModelSpecError
 from bridgebench.paths import CONFIG_DIR, RECIPES_DIR, REPO_ROOT  # noqa: F401  (re-exported for callers)
 
+#: ``${bb.repo:}`` in a config: this checkout's absolute path, for defaults of paths on the submit side or, for the
+#: emulated remote cluster on this machine (configs/cluster/local_remote.yaml), on its stand-in cluster filesystem.
+if not OmegaConf.has_resolver("bb.repo"):
+    OmegaConf.register_new_resolver("bb.repo", lambda: str(REPO_ROOT))
+
 #: Keys under ``model`` that are parallel sizes (Megatron-Core ``ModelParallelConfig``), not architecture.
 PARALLEL_KEYS = (
     "tensor_model_parallel_size",
