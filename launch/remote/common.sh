@@ -16,6 +16,8 @@
 
 # shellcheck source=launch/cluster/common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../cluster" && pwd)/common.sh"
+log() { printf '[remote %s] %s\n' "${LOG_TAG:-}" "$*"; }
+die() { printf '[remote %s] ERROR: %s\n' "${LOG_TAG:-}" "$*" >&2; exit 1; }
 # shellcheck disable=SC2034  # used by the scripts that source this file
 REMOTE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="${BRIDGEBENCH_REMOTE_ROOT:-${REPO_ROOT}/.state/remote}"
@@ -30,3 +32,17 @@ CLIENT_KEY="${SSH_DIR}/id_ed25519"
 HOST_KEY="${SSH_DIR}/ssh_host_ed25519_key"
 KNOWN_HOSTS_ENTRY="[127.0.0.1]:${SSH_PORT}"
 REMOTE_MARKER="${ROOT}/.bridgebench-remote"
+
+# sshd_pids: pids of this emulation's sshd listener (its command line names our sshd_config; sshd rewrites its
+# process title and environment, so the title is what identifies it).
+sshd_pids() {
+  local d comm cmd
+  for d in /proc/[0-9]*; do
+    comm=""
+    read -r comm 2>/dev/null <"${d}/comm" || continue
+    [[ "${comm}" == sshd ]] || continue
+    cmd="$(tr '\0' ' ' <"${d}/cmdline" 2>/dev/null || true)"
+    [[ "${cmd}" == *"-f ${SSHD_CONFIG} "* && "${cmd}" == *"[listener]"* ]] && pid_alive "${d#/proc/}" && printf '%s\n' "${d#/proc/}"
+  done
+  return 0
+}

@@ -3,7 +3,7 @@
 # marker). Idempotent; the local SLURM cluster is left alone (launch/cluster/down.sh stops it; `make cluster-down`
 # runs both). `down.sh --purge` also deletes the emulated cluster's filesystem and its known_hosts entry.
 set -euo pipefail
-LOG_TAG="remote down"
+LOG_TAG="down"
 # shellcheck source=launch/remote/common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/common.sh"
 
@@ -21,14 +21,7 @@ if [[ ! -d "${ROOT}" ]]; then
 fi
 exec 8>"${ROOT}/.lock"
 flock -w 120 8 || die "another launch/remote/up.sh or down.sh holds ${ROOT}/.lock"
-REMOTE_MARK="BRIDGEBENCH_REMOTE_MARK=${ROOT}"
-pids=()
-for d in /proc/[0-9]*; do
-  comm=""
-  read -r comm 2>/dev/null <"${d}/comm" || continue
-  [[ "${comm}" == sshd ]] || continue
-  grep -qzxF "${REMOTE_MARK}" "${d}/environ" 2>/dev/null && pid_alive "${d#/proc/}" && pids+=("${d#/proc/}")
-done
+mapfile -t pids < <(sshd_pids)
 if [[ "${#pids[@]}" -gt 0 ]]; then
   stop_pids sshd 10 "${pids[@]}"
 else

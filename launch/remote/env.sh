@@ -2,7 +2,7 @@
 # Print the environment for using the emulated remote cluster (cluster=local_remote) and the local SLURM cluster:
 #   eval "$(launch/remote/env.sh)"
 set -euo pipefail
-LOG_TAG="remote env"
+LOG_TAG="env"
 # shellcheck source=launch/remote/common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/common.sh"
 "${REPO_ROOT}/launch/cluster/env.sh"

@@ -8,7 +8,7 @@
 # bubblewrap, rsync). Adds the login node's host key to ~/.ssh/known_hosts as [127.0.0.1]:<port> (nemo-run's rsync
 # checks it, as ssh does for any login node).
 set -euo pipefail
-LOG_TAG="remote up"
+LOG_TAG="up"
 # shellcheck source=launch/remote/common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/common.sh"
 T0="$(now)"
@@ -87,17 +87,9 @@ if [[ -f "${SSHD_CONFIG}" ]] && cmp -s "${SSHD_CONFIG}.tmp" "${SSHD_CONFIG}"; th
 else
   mv -f "${SSHD_CONFIG}.tmp" "${SSHD_CONFIG}"; changed=1
 fi
+mkdir -p /run/sshd && chmod 755 /run/sshd   # sshd's privilege separation directory
 "${SSHD}" -t -f "${SSHD_CONFIG}" || die "sshd rejects ${SSHD_CONFIG}"
-REMOTE_MARK="BRIDGEBENCH_REMOTE_MARK=${ROOT}"
-sshd_pid() {
-  local pid="" comm=""
-  read -r pid 2>/dev/null <"${SSHD_PID}" || true
-  pid="${pid//[!0-9]/}"
-  [[ -n "${pid}" ]] && { read -r comm 2>/dev/null <"/proc/${pid}/comm" || true; }
-  [[ -n "${pid}" && "${comm}" == sshd ]] && pid_alive "${pid}" && grep -qzxF "${REMOTE_MARK}" "/proc/${pid}/environ" \
-    && printf '%s\n' "${pid}"
-  return 0
-}
+sshd_pid() { sshd_pids | head -n1; }
 pid="$(sshd_pid)"
 if [[ -n "${pid}" && "${changed}" == 1 ]]; then
   log "sshd_config changed: restarting sshd (pid ${pid})"
@@ -110,10 +102,9 @@ else
   if ss -Hltn "sport = :${SSH_PORT}" 2>/dev/null | grep -q .; then
     die "port ${SSH_PORT} is already in use; set BRIDGEBENCH_REMOTE_SSH_PORT (or BRIDGEBENCH_SLURM_PORT_BASE)"
   fi
-  mkdir -p /run/sshd && chmod 755 /run/sshd   # sshd's privilege separation directory
   rm -f "${SSHD_PID}"
   t="$(now)"
-  env -i PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" LANG=C.UTF-8 "${REMOTE_MARK}" \
+  env -i PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" LANG=C.UTF-8 \
     "${SSHD}" -f "${SSHD_CONFIG}" -E "${ROOT}/log/sshd.log" 8>&- || die "sshd failed to start; see ${ROOT}/log/sshd.log"
   sshd_up() { [[ -n "$(sshd_pid)" ]] && ss -Hltn "sport = :${SSH_PORT}" | grep -q .; }
   wait_until 10 "sshd on 127.0.0.1:${SSH_PORT}" sshd_up || die "sshd not listening; see ${ROOT}/log/sshd.log"

@@ -157,6 +157,8 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
         out = (folder or Path(".")) / "out" / "optstep.json"
         if out.exists():
             payload = json.loads(out.read_text())
+            if payload.get("slurm_job_id") not in (None, a.slurm_job_id):
+                payload = None  # another job's result (a folder reused on the cluster): not this attempt's
         payload = payload or _marker(logs, MARKERS[0])
         if payload:
             prov |= {"versions": payload.get("versions"), "node": payload.get("node")}

@@ -139,10 +139,11 @@ def render(executor, *, command: str, job: JobPaths, config_text: str = "") -> t
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _check_login(tunnel) -> None:
+def _check_login(tunnel, job: JobPaths) -> None:
     """Over SSH: connect once with the tunnel's own settings before nemo-run runs anything, so an unreachable login
     node or a refused key is a :class:`bridgebench.launch.tunnel.TunnelError` naming it (nemo-run would
-    ``sys.exit(1)``)."""
+    ``sys.exit(1)``); and remove the attempt's folder on the cluster when a submission that was never recorded left
+    one (as the local folder is: the caller checked the ledger), so no log or ``out/`` of another job is in it."""
     import nemo_run as run
 
     if not isinstance(tunnel, run.SSHTunnel):
@@ -153,7 +154,10 @@ def _check_login(tunnel) -> None:
         host=tunnel.host, user=tunnel.user, port=tunnel.port, identity=tunnel.identity, job_dir=tunnel.job_dir
     )
     tun.connect(probe)
-    probe.cleanup()
+    try:
+        tun.remove_tree(probe, job.tunnel_dir)
+    finally:
+        probe.cleanup()
 
 
 def submit(
@@ -185,7 +189,7 @@ def submit(
     if depends_on:
         executor.dependencies = [f"slurm_tunnel://nemo_run/{depends_on}"]  # nemo-run parses the id from a handle
         executor.dependency_type = "afterany"
-    _check_login(executor.tunnel)
+    _check_login(executor.tunnel, job)
     if job.base.exists():  # left by a submission that failed before it was recorded (the caller checked the ledger)
         shutil.rmtree(job.base)
     job.base.mkdir(parents=True)

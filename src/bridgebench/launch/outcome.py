@@ -39,9 +39,10 @@ NEVER_STARTED = "never_started"
 
 #: Log lines that say why a command failed (shell, Python, SLURM, click/typer usage errors).
 _ERROR_LINE = re.compile(
-    r"(?i)(\berror\b|no such file or directory|command not found|permission denied|not found|cannot |"
+    r"(?i)(error\b|no such file or directory|command not found|permission denied|not found|cannot |"
     r"invalid value|killed|exception|traceback)"
 )
+_SCRIPT_PREFIX = re.compile(r"^(/\S+\.sh): line ")
 #: Lines that never explain a failure: bash xtrace of nemo-run's sbatch script (``set -evx``), its exit summary.
 _NOISE = re.compile(r"^\s*(\+|job exited with code|exitcode=|if \[|fi$|exit \$exitcode|scontrol requeue)")
 
@@ -86,7 +87,8 @@ def last_error_line(logs: Iterable[Path], limit: int = 300) -> str | None:
         except OSError:
             continue
         if found:
-            return found[:limit]
+            # bash names the payload script by its full path first: keep its file name ("x.sh: line 2: ...")
+            return _SCRIPT_PREFIX.sub(lambda m: f"{Path(m.group(1)).name}: line ", found)[:limit]
     return None
 
 
@@ -127,7 +129,8 @@ def decide(state: str, exit_code: str | None, logs: list[Path], *, has_result: b
     base = state.split(" ")[0].upper()
     started = True if has_result else payload_started(logs)
     if started is False and base in ("COMPLETED", "FAILED"):
-        why = last_error_line(logs) or (f"exit code {exit_code}" if exit_code else None)
+        cls, detail = log_reason(logs)
+        why = (f"{cls}: {detail}" if cls else detail) or (f"exit code {exit_code}" if exit_code else None)
         if base == "COMPLETED":
             why = f"the job completed (exit code {exit_code or '0:0'}) but its payload never started" + (
                 f"; last error line: {why}" if why and not why.startswith("exit code") else ""

@@ -343,25 +343,41 @@ def wait(
 EXIT_OK, EXIT_ERROR, EXIT_NOT_COMPLETED, EXIT_WAIT_TIMEOUT = 0, 2, 3, 4
 
 
+def _final(a: Attempt) -> str:
+    """The attempt's state for the summary: SLURM's, except a COMPLETED job whose payload never started (its logs
+    lack the payload's start line: launch/outcome.py) -- the benchmark did not run."""
+    state = a.state.split(" ")[0]
+    if state == "COMPLETED":
+        from bridgebench.launch.outcome import NEVER_STARTED, payload_started
+
+        if payload_started(attempt_logs(a)) is False:
+            return f"COMPLETED ({NEVER_STARTED})"
+    return state
+
+
 def wait_summary(attempts: list[Attempt]) -> tuple[int, str]:
     """(exit code, one line) for ``submit --wait``: the state of each run's last attempt (a retried run counts by
-    its retry), e.g. ``(3, "5 runs: 3 COMPLETED, 1 TIMEOUT, 1 CANCELLED")``."""
+    its retry), e.g. ``(3, "5 runs: 3 COMPLETED, 1 TIMEOUT, 1 CANCELLED")``; a COMPLETED job whose payload never
+    started counts as ``COMPLETED (never_started)``, not as completed."""
     from collections import Counter
 
     last: dict[str, Attempt] = {}
     for a in attempts:
         if a.run_id not in last or a.attempt > last[a.run_id].attempt:
             last[a.run_id] = a
-    counts = Counter(a.state.split(" ")[0] for a in last.values())
+    finals = {rid: _final(a) for rid, a in last.items()}
+    counts = Counter(finals.values())
     n = len(last)
     text = f"{n} run{'s' * (n != 1)}: " + ", ".join(
         f"{c} {st}" for st, c in sorted(counts.items(), key=lambda kv: (kv[0] != "COMPLETED", -kv[1], kv[0]))
     )
     if any(not a.settled for a in last.values()):
         return EXIT_WAIT_TIMEOUT, f"{text} (still unfinished when --timeout ran out)"
-    if any(a.state.split(" ")[0] != "COMPLETED" for a in last.values()):
-        bad = [a for a in last.values() if a.state.split(" ")[0] != "COMPLETED"]
-        why = "; ".join(f"{a.run_id}: {a.state}" + (f" ({a.reason[:120]})" if a.reason else "") for a in bad[:3])
+    bad = [a for rid, a in last.items() if finals[rid] != "COMPLETED"]
+    if bad:
+        why = "; ".join(
+            f"{a.run_id}: {finals[a.run_id]}" + (f" ({a.reason[:120]})" if a.reason else "") for a in bad[:3]
+        )
         return EXIT_NOT_COMPLETED, f"{text} -- {why}"
     return EXIT_OK, text
 

@@ -165,3 +165,35 @@ def fetch_dir(cluster, remote_dir: str, local_dir: Path) -> int:
         _OPEN.pop(_key(cluster), None)
         raise TunnelError(f"fetching {remote_dir} from {tunnel.host}: {err}") from err
     return copied
+
+
+def remove_tree(tunnel, remote_dir: str) -> bool:
+    """Delete ``remote_dir`` and everything under it on the login node over SFTP (no shell); False when it did not
+    exist. ``tunnel``: a connected nemo-run ``SSHTunnel``.
+
+    Raises:
+        TunnelError: SFTP failed.
+    """
+    try:
+        sftp = tunnel.session.sftp()
+    except Exception as err:
+        raise TunnelError(f"SFTP to {tunnel.host}: {err}") from err
+
+    def rm(path: str) -> None:
+        for e in sftp.listdir_attr(path):
+            child = f"{path.rstrip('/')}/{e.filename}"
+            if stat.S_ISDIR(e.st_mode or 0):
+                rm(child)
+            else:
+                sftp.remove(child)
+        sftp.rmdir(path)
+
+    try:
+        sftp.stat(remote_dir)
+    except FileNotFoundError:
+        return False
+    try:
+        rm(remote_dir)
+    except OSError as err:
+        raise TunnelError(f"removing {remote_dir} on {tunnel.host}: {err}") from err
+    return True
