@@ -132,7 +132,7 @@ def test_payload_that_never_started_is_not_completed(bb):
     missing = "/nonexistent/bridgebench-wrapper"
     res = bb("submit", *SMALL, f"job.wrapper=['{missing}']", "--again", "--wait", "--timeout", "300", check=False)
     assert res.returncode == 3 and "1 FAILED" in res.stderr, res.stderr[-2000:]
-    assert json.loads(bb("collect", "--json").stdout)["added"] == 2
+    assert json.loads(bb("collect", "--json").stdout) == {"added": 2, "outcomes": {"never_started": 2}}
     recs = {r["state"]: r for r in stored(bb)}
     assert recs["COMPLETED"]["outcome"] == "never_started" and recs["COMPLETED"]["payload_started"] is False
     assert "never started" in recs["COMPLETED"]["outcome_detail"]
@@ -162,7 +162,7 @@ def test_time_limit_is_recorded_as_timeout(bb, slurm_cluster):  # noqa: F811
             break
         time.sleep(3)
     assert state == "TIMEOUT"
-    bb("collect")
+    assert "added 1 new record(s) to the results store: 1 TIMEOUT" in bb("collect").stdout  # not just "added 1"
     (rec,) = stored(bb)
     assert rec["outcome"] == "timeout" and rec["payload_started"] is True and rec["exit_code"]
     assert rec["outcome_detail"].startswith("time_limit") and "DUE TO TIME LIMIT" in rec["outcome_detail"]

@@ -257,6 +257,11 @@ def collect(as_json: bool = typer.Option(False, "--json", help="print a JSON sum
 
     from bridgebench.launch.collect import collect as do_collect
 
+    outcomes: dict[str, int] = {}
     with Console(stderr=True).status("collecting ...") as st:
-        added = do_collect(progress=st.update)
-    typer.echo(json.dumps({"added": added}) if as_json else f"added {added} new record(s) to the results store")
+        added = do_collect(progress=st.update, outcomes=outcomes)
+    if as_json:
+        typer.echo(json.dumps({"added": added, "outcomes": outcomes}))
+        return
+    what = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items(), key=lambda kv: (kv[0] != "completed", kv[0])))
+    typer.echo(f"added {added} new record(s) to the results store" + (f": {what}" if what else ""))

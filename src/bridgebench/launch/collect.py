@@ -218,8 +218,16 @@ def _describe(rec: dict[str, Any]) -> str:
     )
 
 
-def collect(ledger: Ledger | None = None, store=None, *, progress: Callable[[str], None] | None = None) -> int:
+def collect(
+    ledger: Ledger | None = None,
+    store=None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    outcomes: dict[str, int] | None = None,
+) -> int:
     """Collect every finished, not yet collected attempt; returns the number of NEW records in the store.
+    ``outcomes``, when given, is filled with the count of the new records per outcome (``completed``, ``TIMEOUT``,
+    ``never_started`` ...: results/outcomes.py ``label``), so the caller can say what was added.
 
     Raises:
         CollectConflict: a record id is stored with other content (every other record was stored; the conflicting
@@ -245,7 +253,14 @@ def collect(ledger: Ledger | None = None, store=None, *, progress: Callable[[str
         if clash:
             conflicts += clash
             continue
-        added += store.add(recs)
+        new = store.add(recs)
+        added += new
+        if outcomes is not None and new:
+            from bridgebench.results.outcomes import label, outcome_of
+
+            for r in recs:
+                key = label(outcome_of(r))
+                outcomes[key] = outcomes.get(key, 0) + 1
         if store.last_conflicts:  # a concurrent writer stored another version between the check and the link
             conflicts += [(r, store.get(r["record_id"])) for r in recs if r["record_id"] in store.last_conflicts]
             continue
