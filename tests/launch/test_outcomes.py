@@ -174,3 +174,25 @@ def test_cancel_of_an_unknown_run_id_is_an_error_and_cancels_nothing(tmp_path):
     with pytest.raises(SubmitError, match=r"unknown run id\(s\) deadbeef-r0.*did you mean deadbeef0000-r0"):
         cancel(cfg, ["deadbeef-r0"], ledger)
     assert ledger.attempts()[0].state == "RUNNING"
+
+
+def test_status_with_the_login_node_down_names_it(tmp_path, monkeypatch):
+    """An SSH cluster whose login node refuses connections: the cause at once, with the way to start it."""
+    import socket
+
+    from bridgebench.launch import tracking
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once the block ends
+    monkeypatch.setenv("BRIDGEBENCH_REMOTE_SSH_PORT", str(port))
+    monkeypatch.setenv("BRIDGEBENCH_REMOTE_ROOT", str(tmp_path / "remote"))
+    cfg = compose(["cluster=local_remote"])
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.add(_attempt("abc-r0", "RUNNING"))
+    t0 = time.monotonic()
+    out = tracking.update(cfg, ledger)
+    assert time.monotonic() - t0 < 5
+    (note,) = out.notes
+    assert f"the login node 127.0.0.1:{port} does not accept SSH connections" in note and "make remote-up" in note
+    assert out.attempts[0].state == "UNKNOWN"
