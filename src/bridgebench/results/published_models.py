@@ -47,13 +47,17 @@ class ModelsSummary:
 
 
 def memory_config(row: Row, calib: calib_mod.ModelCalibration) -> mem.MemoryConfig:
-    """The memory model's view of a published row's point (AdamW / dist_muon, BF16 grads as the perf recipes)."""
+    """The memory model's view of a published row's point (AdamW / dist_muon, BF16 grads as the perf recipes; the
+    recompute its recipe sets where bridgebench ships it; 25.09 rows, which name no precision, as FP8-CS)."""
     c = row.cfg
     return mem.MemoryConfig(
         num_gpus=c.num_gpus, mbs=c.mbs, gbs=c.gbs, tp=c.tp, pp=c.pp, vp=c.vp, cp=c.cp, ep=c.ep, etp=c.etp,
-        seq_length=row.spec.seq_length, sequence_parallel=c.sp, pipeline_model_parallel_layout=c.pipeline_model_parallel_layout,
-        optimizer=c.optimizer, use_distributed_optimizer=c.use_distributed_optimizer, precision=c.peak_key,
-        grad_reduce_in_fp32=c.grad_reduce_in_fp32, moe_imbalance=calib.moe_imbalance, other_bytes=calib.other_bytes,
+        seq_length=row.spec.seq_length, sequence_parallel=c.sp,
+        pipeline_model_parallel_layout=c.pipeline_model_parallel_layout, optimizer=c.optimizer,
+        use_distributed_optimizer=c.use_distributed_optimizer, precision=row.precision or "fp8_cs",
+        grad_reduce_in_fp32=c.grad_reduce_in_fp32, recompute_granularity=c.recompute_granularity,
+        recompute_method=c.recompute_method, recompute_num_layers=c.recompute_num_layers,
+        recompute_modules=c.recompute_modules, moe_imbalance=calib.moe_imbalance, other_bytes=calib.other_bytes,
     )  # fmt: skip
 
 

@@ -94,10 +94,12 @@ SHARED_KNOBS = (
 )  # fmt: skip
 
 
-def _knobs_of(model: str, system: str, precision: str, release: str, optimizer: str, sizes: tuple) -> dict | None:
-    """The row's knobs: its own recipe's at the release; else its own recipe's at the nearest release (later on a
-    tie) where that recipe has the row's sizes (:data:`SIZES`: the same tuned configuration); else the shared knobs
-    of a sibling recipe (same model and precision, another GPU) at the release; else None."""
+def _knobs_of(model: str, system: str, precision: str, release: str, optimizer: str, sizes: frozenset) -> dict | None:
+    """The knobs of a group's rows at a release: its own recipe's at the release; else its own recipe's at the
+    nearest release (later on a tie) where that recipe has the sizes of one of the group's rows at this release
+    (``sizes``, tuples of :data:`SIZES`: the same tuned configuration); else the shared knobs of a sibling recipe
+    (same model and precision, another GPU) at the release; else None. All rows of a group at one release get the
+    same knobs (a release's rows differ only in the sizes the table states)."""
     name = f"{model}_{system}_{precision}"
     own = recipe_knobs(name, release, optimizer)
     if own is not None:
@@ -106,7 +108,7 @@ def _knobs_of(model: str, system: str, precision: str, release: str, optimizer: 
     same = []
     for rel in recipe_releases(name):
         knobs = dict(recipe_knobs(name, rel, optimizer) or ())
-        if knobs and tuple(knobs[k] for k in SIZES) == sizes:
+        if knobs and tuple(knobs[k] for k in SIZES) in sizes:
             same.append((abs(release_index(rel) - x), -release_index(rel), knobs))
     if same:
         return {k: v for k, v in min(same, key=lambda t: t[:2])[2].items() if k in RECIPE_KNOBS}
@@ -145,7 +147,8 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     gpus: dict = {}
     formulas: dict = {}
     fsdp = _fsdp_rows()
-    out = []
+    out: list[Row] = []
+    pending: list[tuple[tuple, Row]] = []
     for r in records if records is not None else load_published():
         if not r.model or not r.model_tflops_per_gpu or not r.system:
             continue
@@ -191,11 +194,17 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
             overlap_param_gather=not muon,
             use_megatron_fsdp=r.provenance.get("reference") in fsdp,
         )
-        sizes = tuple(getattr(cfg, k) for k in SIZES)
-        knobs = _knobs_of(r.model, r.system, r.precision or "", r.release, "muon" if muon else "adamw", sizes)
-        if knobs:
-            cfg = dataclasses.replace(cfg, **knobs)
-        out.append(Row(spec, cfg, float(r.model_tflops_per_gpu), r.release, r.model_label, r.system, r.precision or ""))
+        key = (r.model, r.system, r.precision or "", r.release, "muon" if muon else "adamw")
+        pending.append((key, Row(spec, cfg, float(r.model_tflops_per_gpu), r.release, r.model_label, r.system,
+                                 r.precision or "")))  # fmt: skip
+    sizes: dict[tuple, set] = {}
+    for key, row in pending:
+        sizes.setdefault(key, set()).add(tuple(getattr(row.cfg, k) for k in SIZES))
+    knobs = {key: _knobs_of(*key, frozenset(v)) for key, v in sizes.items()}
+    for key, row in pending:
+        if knobs[key]:
+            row = dataclasses.replace(row, cfg=dataclasses.replace(row.cfg, **knobs[key]))
+        out.append(row)
     return out
 
 
