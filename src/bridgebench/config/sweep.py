@@ -43,6 +43,7 @@ from bridgebench.config.calibration import ModelCalibration
 from bridgebench.config.compose import ConfigError, compose, model_spec, normalize_overrides
 from bridgebench.config.hashing import config_hash
 from bridgebench.config.schema import MB_SECTIONS, START_FIELDS, SectionError, check_sections, start_values
+from bridgebench.config.time_knobs import TIME_KEYS, time_knobs
 from bridgebench.model import memory as mem
 from bridgebench.model import timing
 from bridgebench.model.layout import LayoutError, balanced_layout
@@ -99,19 +100,7 @@ KEYS = {
     "muon_split_qkv": "optimizer.muon_split_qkv",
     "ns_kernel": "accounting.ns_kernel",
     "flops_formula": "accounting.flops_formula",
-    # the time model's recipe knobs (bridgebench.model.timing.TimeConfig)
-    "release": "release.name",
-    "muon_assignment": "accounting.muon_assignment",
-    "tp_comm_overlap": "comm_overlap.tp_comm_overlap",
-    "cp_comm_type": "model.cp_comm_type",
-    "moe_token_dispatcher_type": "model.moe_token_dispatcher_type",
-    "moe_flex_dispatcher_backend": "model.moe_flex_dispatcher_backend",
-    "overlap_moe_expert_parallel_comm": "comm_overlap.overlap_moe_expert_parallel_comm",
-    "moe_shared_expert_overlap": "model.moe_shared_expert_overlap",
-    "overlap_grad_reduce": "ddp.overlap_grad_reduce",
-    "bucket_size": "ddp.bucket_size",
-    "use_megatron_fsdp": "ddp.use_megatron_fsdp",
-    "fp8_dot_product_attention": "mixed_precision.fp8_dot_product_attention",
+    **TIME_KEYS,  # the time model's recipe knobs (bridgebench.config.time_knobs)
 }
 #: keys whose values must be positive integers (``None`` allowed for the optional ones).
 POSITIVE = {
@@ -669,20 +658,11 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
 
 
 def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
-    """The time model's view of a point's effective values. An unset knob takes Megatron-Core's default; a flex
-    backend without a dispatcher type is the flex dispatcher (Megatron-Bridge ``training/flex_dispatcher_backend.py``
-    ``apply_flex_dispatcher_backend`` sets it on the GPUs the backend supports)."""
+    """The time model's view of a point's effective values (knobs: :func:`bridgebench.config.time_knobs.time_knobs`)."""
     granularity = v["recompute_granularity"]
     mods = v["recompute_modules"]
     if granularity == "selective" and mods is None:
         mods = ["core_attn"]  # Megatron-Core TransformerConfig.recompute_modules default
-    backend = v.get("moe_flex_dispatcher_backend")
-    dispatcher = v.get("moe_token_dispatcher_type") or ("flex" if backend else "alltoall")
-    muon = OptimizerKind(str(v["optimizer"])).is_muon
-
-    def flag(key: str, default: bool) -> bool:
-        return default if v.get(key) is None else bool(v[key])
-
     return timing.TimeConfig(
         gpu=gpu,
         peak_key=v["peak_key"],
@@ -704,23 +684,7 @@ def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
         recompute_method=v["recompute_method"],
         recompute_num_layers=v["recompute_num_layers"],
         recompute_modules=tuple(mods or ()),
-        release=None if v.get("release") is None else str(v["release"]),
-        tp_comm_overlap=flag("tp_comm_overlap", False),
-        cp_comm_type=v.get("cp_comm_type"),
-        moe_token_dispatcher_type=dispatcher,
-        moe_flex_dispatcher_backend=backend,
-        overlap_moe_expert_parallel_comm=flag("overlap_moe_expert_parallel_comm", False),
-        moe_shared_expert_overlap=flag("moe_shared_expert_overlap", False),
-        overlap_grad_reduce=flag("overlap_grad_reduce", False),
-        overlap_param_gather=flag("overlap_param_gather", False),
-        bucket_size=v.get("bucket_size"),
-        use_distributed_optimizer=flag("use_distributed_optimizer", not muon)
-        or flag("ddp_use_distributed_optimizer", False),
-        grad_reduce_in_fp32=bool(v["ddp_grad_reduce_in_fp32"] or v["mp_grad_reduce_in_fp32"]),
-        fp8_param_gather=flag("fp8_param_gather", False),
-        use_megatron_fsdp=flag("use_megatron_fsdp", False),
-        fp8_dot_product_attention=flag("fp8_dot_product_attention", False),
-        muon_assignment=v.get("muon_assignment") or "ping_pong",
+        **time_knobs(v),
     )
 
 
