@@ -325,7 +325,7 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
     rate, level, eff_src, level_src = rates(spec, cfg, calib)
     terms, opt, rank, scale_out = evaluate(spec, cfg, rate, calib.c_layer, calib.kappa, calib.ns_efficiency, level)
     band, band_src = calib.band(key, cfg.gpu.name, pclass)
-    band *= 100.0  # percent
+    band = round(band * 100.0, 6)  # percent
     flops = _flops(registry.handle(spec), cfg.gbs, cfg.tp, cfg.flops_formula)
     release = cfg.release or ("unspecified: group mean level" if level_src == "group" else "unspecified")
     return TimeBreakdown(
