@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -67,7 +68,7 @@ def compare(
     from bridgebench.paths import load_paths
     from bridgebench.results import compare as cmp
 
-    console = Console(stderr=True)
+    console = Console(file=sys.stderr)
     common = cmp.parse_selection(keys or [])
     sel_a = cmp.parse_selection(" ".join(side_a)) if side_a else None
     sel_b = cmp.parse_selection(" ".join(side_b)) if side_b else None

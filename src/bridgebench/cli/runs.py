@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import warnings
+import sys
 from typing import Optional
 
 import typer
@@ -28,12 +28,11 @@ def plan(
     from bridgebench.config.compose import ConfigError, has_sweep
     from bridgebench.model.optimizer import family
 
-    console = Console(stderr=True)
+    console = Console(file=sys.stderr)
     console.width = max(console.width, 150)
     overrides = overrides or []
     if has_sweep(overrides) and not multirun:
         raise ConfigError("an override sweeps values (a=x,y): add -m / --multirun to plan one run per value")
-    warnings.filterwarnings("ignore")  # Megatron's import-time and config warnings; errors still raise
     with console.status("loading Megatron-Bridge ..."):
         from bridgebench.launch.plan import plan as make_plan
     invalid = []  # with -m, invalid runs are reported (rule and message) and the valid ones planned
@@ -153,8 +152,7 @@ def submit(
 
     from bridgebench.config.compose import ConfigError, has_sweep
 
-    warnings.filterwarnings("ignore")
-    console = Console(stderr=True)
+    console = Console(file=sys.stderr)
     overrides = overrides or []
     if has_sweep(overrides) and not multirun:
         raise ConfigError("an override sweeps values (a=x,y): add -m / --multirun")
@@ -214,7 +212,7 @@ def status(
 
     report = sub.refresh_report(_cluster_cfg(overrides or []))
     for note in report.notes:  # cluster unreachable, controller down ...: the ledger is shown anyway
-        Console(stderr=True).print(f"[yellow]note: {note}[/]")
+        Console(file=sys.stderr).print(f"[yellow]note: {note}[/]")
     _print_attempts(report.attempts, as_json)
     if not as_json:  # live step figures of running jobs, from their logs (launch/live.py)
         from bridgebench.launch.live import live_lines
@@ -242,6 +240,6 @@ def collect(as_json: bool = typer.Option(False, "--json", help="print a JSON sum
 
     from bridgebench.launch.collect import collect as do_collect
 
-    with Console(stderr=True).status("collecting ...") as st:
+    with Console(file=sys.stderr).status("collecting ...") as st:
         added = do_collect(progress=st.update)
     typer.echo(json.dumps({"added": added}) if as_json else f"added {added} new record(s) to the results store")

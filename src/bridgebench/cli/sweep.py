@@ -4,8 +4,7 @@ model of one configuration) and ``calibrate`` (refit the time model on the publi
 from __future__ import annotations
 
 import json
-import logging
-import warnings
+import sys
 from typing import Optional
 
 import typer
@@ -75,12 +74,10 @@ def sweep(
     from bridgebench.config.compose import has_sweep
     from bridgebench.launch.sweep import run_sweep
 
-    warnings.filterwarnings("ignore")
-    logging.getLogger("megatron").setLevel(logging.WARNING)  # Megatron-Bridge's INFO import notes (stage 4 builds)
     overrides = overrides or []
     if space is None and not has_sweep(overrides) and not any(o.startswith("experiment=") for o in overrides):
         space = "parallelism"
-    err = Console(stderr=True)
+    err = Console(file=sys.stderr)
     with _RichProgress(err) as progress:
         result = run_sweep(
             overrides, space=space, name=name, top_k=top_k, calibration=calibration, submit=submit, resume=resume,

@@ -277,6 +277,8 @@ class PathsSchema:
     hf_cache: str = MISSING
     job_dir: str = MISSING
     sweeps: str = MISSING
+    cache: str = MISSING
+    debug_log: str = MISSING
 
 
 def _declared(schema: type) -> Any:
