@@ -178,3 +178,15 @@ def test_misspelled_existing_keys_get_the_closest_names(override, expected):
     assert expected in str(err.value)
     typo = override.split("=")[0]
     assert f"+{typo}=" not in str(err.value) or "exit_duration" in typo  # never advice to append the typo
+
+
+def test_provenance_names_the_fields_you_changed():
+    from bridgebench.config.compose import recipe_departures, variant_provenance
+
+    own = compose(["recipe=qwen3_30b_a3b_gb300_mxfp8"])
+    assert recipe_departures(own) == {} and variant_provenance(own)[0] == "nvidia"
+    mine = compose(["recipe=qwen3_30b_a3b_gb300_mxfp8", "train.global_batch_size=256", "cluster=example_nvl72"])
+    assert recipe_departures(mine) == {"train.global_batch_size": (512, 256)}  # the cluster is not the run
+    whose, note = variant_provenance(mine)
+    assert whose == "modified" and "not what NVIDIA ran" in note and "train.global_batch_size 512->256" in note
+    assert variant_provenance(compose(["recipe=qwen3_30b_a3b_gb300_mxfp8", "optimizer=muon"]))[0] == "bridgebench"

@@ -223,9 +223,43 @@ def check_recipe_release(cfg: DictConfig) -> None:
         )
 
 
-def variant_provenance(cfg: DictConfig) -> tuple[str, str]:
+#: Top-level keys that never change what a run computes (where it runs, where files go, bridgebench's bookkeeping).
+NOT_RUN_KEYS = ("cluster", "paths", "job", "hydra", "accounting")
+
+
+def recipe_departures(cfg: DictConfig) -> dict[str, tuple[Any, Any]]:
+    """Fields in which a run departs from its recipe as that release ships it: ``{dotted key: (recipe's value,
+    run's value)}`` (values unresolved, so ``lr_decay_iters: ${train.train_iters}`` follows ``train_iters``), against
+    a compose of ``recipe=<entry> release=<release> optimizer=<family>`` alone; keys of :data:`NOT_RUN_KEYS` are
+    left out. Empty for a run without a recipe. Raises :class:`ConfigError` if that reference cannot be composed."""
+    meta = cfg.recipe_meta
+    if not meta.get("name"):
+        return {}
+    family = OptimizerKind(str(cfg.optimizer.optimizer)).family
+    ref = compose([f"recipe={meta.entry}", f"release={meta.release}", f"optimizer={family}"])
+    out: dict[str, tuple[Any, Any]] = {}
+
+    def walk(a: Any, b: Any, prefix: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in dict.fromkeys([*a, *b]):
+                if not prefix and key in NOT_RUN_KEYS:
+                    continue
+                walk(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{prefix}{key}.")
+        elif a != b:
+            out[prefix[:-1]] = (None if a is _ABSENT else a, None if b is _ABSENT else b)
+
+    walk(OmegaConf.to_container(ref, resolve=False), OmegaConf.to_container(cfg, resolve=False), "")
+    return out
+
+
+_ABSENT = object()
+
+
+def variant_provenance(cfg: DictConfig, departures: dict[str, tuple[Any, Any]] | None = None) -> tuple[str, str]:
     """Whose configuration a run is: ``("nvidia", why)`` when its recipe and optimizer are Megatron-Bridge's own perf
-    recipe of the release, ``("bridgebench", why)`` otherwise (a Muon variant no release ships, or no recipe).
+    recipe of the release, unchanged; ``("modified", why)`` when they are but the run changes fields of it (listed:
+    ``departures``, from :func:`recipe_departures` -- computed when not given); ``("bridgebench", why)`` otherwise (a
+    Muon variant no release ships, or no recipe).
 
     The optimizer family is :class:`bridgebench.model.optimizer.OptimizerKind`'s; a recipe's upstream families are
     ``recipe_meta.upstream_optimizers`` (written by ``bridgebench recipes generate``).
@@ -239,6 +273,14 @@ def variant_provenance(cfg: DictConfig) -> tuple[str, str]:
         )
     where = f"{meta.name} at {meta.release}"
     if family in list(meta.upstream_optimizers):
+        changed = recipe_departures(cfg) if departures is None else departures
+        if changed:
+            shown = ", ".join(f"{k} {a!r}->{b!r}" for k, (a, b) in list(changed.items())[:8])
+            more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+            return "modified", (
+                f"NVIDIA's recipe changed by you, not what NVIDIA ran: {where} with {family} is Megatron-Bridge's own "
+                f"perf recipe ({meta.source}), with {len(changed)} field(s) changed: {shown}{more}"
+            )
         return "nvidia", f"NVIDIA's: {where} with {family} is Megatron-Bridge's own perf recipe ({meta.source})"
     switch = cfg.get("optimizer_variant", {}).get("source") or "configs/optimizer"
     return "bridgebench", (
