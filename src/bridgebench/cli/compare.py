@@ -184,7 +184,7 @@ def _print(result, threshold: float) -> None:
         for i, p in enumerate(h.points):
             s = h.steps[i - 1] if i else None
             row = [
-                p.release,
+                p.release + ("*" if p.precision_inferred else ""),
                 p.formula,
                 _fmt_interval(*(p.tflops.value, p.tflops.lo, p.tflops.hi) if p.tflops else (None, 0, 0)),
                 _fmt_interval(p.tokens.value, p.tokens.lo, p.tokens.hi),
@@ -221,6 +221,8 @@ def _print(result, threshold: float) -> None:
                 c.print(f"  {s.release_a}→{s.release_b} compared on tokens/s: {s.metric_reason}")
         for x, y, r in h.own_steps:
             c.print(f"  your runs {y} vs {x}: {_verdict_text(r)}")
+    for note in result.notes:  # rows left out of every history (counted, with why), inferred precisions
+        c.print(f"note: {note}", highlight=False)
     if result.histories:
         c.print(
             f"marks: ▲/▼ real change (the ratio's rounding interval lies beyond 1 ± {threshold:.1%}); "
