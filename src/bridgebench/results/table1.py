@@ -369,10 +369,9 @@ def independent_gaps(table: pd.DataFrame, records: list[RunRecord] | None = None
         below = [p for p in same if p.tokens_per_sec_per_gpu < implied]
         where = ""
         if above and below:
-            where = (
-                f"; the blog's figure lies between published releases ({max(below, key=lambda p: p.tokens_per_sec_per_gpu).release}"
-                f" below it, {min(above, key=lambda p: p.tokens_per_sec_per_gpu).release} above it)"
-            )
+            lower = max(below, key=lambda p: p.tokens_per_sec_per_gpu).release
+            upper = min(above, key=lambda p: p.tokens_per_sec_per_gpu).release
+            where = f"; the blog's figure lies between published releases ({lower} below it, {upper} above it)"
         gap = 100 * (r.model_tflops_per_gpu / blog - 1)
         bound = 100 * (0.5 / blog + 0.5 / r.tokens_per_sec_per_gpu)
         verdict = (
