@@ -30,7 +30,8 @@ def setup() -> None:
     ``jit_fuser`` (``torch.compile``) then wraps its fused kernels without loading TorchInductor, about a second
     of CPU. With Transformer Engine (a compute node) nothing is switched off. ``importlib.metadata``'s
     ``packages_distributions()``, which transformers and diffusers each compute at import (about a second each on
-    this stack), is computed once per process.
+    this stack), is computed once per process -- and, where the process can only plan, kept on disk per set of
+    installed distributions (:func:`_packages_distributions_cached`).
     """
     global _done
     if _done:
@@ -45,12 +46,63 @@ def setup() -> None:
     _done = True
 
 
+def _installed_fingerprint() -> str:
+    """SHA-256 over every ``*.dist-info`` / ``*.egg-info`` entry (name and modification time) of every ``sys.path``
+    folder: installing, upgrading or removing a distribution changes it."""
+    import hashlib
+
+    h = hashlib.sha256(sys.version.encode())
+    for folder in sys.path:
+        try:
+            entries = sorted(os.scandir(folder or "."), key=lambda e: e.name)
+        except OSError:
+            continue
+        h.update(f"\0{folder}\0".encode())
+        for e in entries:
+            if e.name.endswith((".dist-info", ".egg-info")):
+                try:
+                    h.update(f"{e.name}:{e.stat().st_mtime_ns}\0".encode())
+                except OSError:
+                    h.update(e.name.encode())
+    return h.hexdigest()
+
+
+def _packages_distributions_cached(compute):
+    """``importlib.metadata.packages_distributions`` computed once per set of installed distributions: kept in
+    ``configs/paths``' cache folder under :func:`_installed_fingerprint` (it reads every distribution's file list:
+    about a second on this stack, in every process that imports transformers and diffusers)."""
+    import json
+
+    try:
+        from bridgebench.paths import load_paths
+
+        folder = load_paths().cache / "packages_distributions"
+        path = folder / f"{_installed_fingerprint()}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+    except Exception:  # noqa: BLE001  (no cache, an unreadable one: compute it)
+        return compute()
+    value = compute()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(value))
+        tmp.replace(path)
+    except OSError:
+        pass
+    return value
+
+
 @contextlib.contextmanager
 def _planning_imports(planning_only: bool) -> Iterator[None]:
     import importlib.metadata as md
 
     if not getattr(md.packages_distributions, "_bridgebench_once", False):
-        once = functools.cache(md.packages_distributions)
+        original = md.packages_distributions
+        if planning_only and os.environ.get("BRIDGEBENCH_CACHE", "").strip().lower() not in ("off", "0", "none"):
+            once = functools.cache(lambda: _packages_distributions_cached(original))
+        else:
+            once = functools.cache(original)
         once._bridgebench_once = True  # type: ignore[attr-defined]
         md.packages_distributions = once
     if not planning_only or "torch" in sys.modules and "megatron.core" in sys.modules:
