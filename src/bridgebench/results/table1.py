@@ -139,7 +139,7 @@ def reproduce(overrides: tuple[str, ...] = (), measured: dict | None = None) -> 
         policy_text = "-"
         if f.is_muon:
             policy = ns_policy(f)
-            load = ns_load(f.model, parallelism(f), policy)
+            load = _ns_load(f.model, parallelism(f), policy)
             ns_tf, ns_tf_max = load.per_gpu_mean / step / 1e12, load.per_gpu_max / step / 1e12
             policy_text = _policy_text(policy)
         total = model_tf + ns_tf
@@ -190,6 +190,18 @@ def reproduce(overrides: tuple[str, ...] = (), measured: dict | None = None) -> 
     return pd.DataFrame(rows)
 
 
+_LOADS: dict[tuple, object] = {}
+
+
+def _ns_load(model, par, policy: NSPolicy):
+    """:func:`bridgebench.model.newton_schulz.ns_load`, once per (model, parallelism, policy) in this process: Table 1
+    and its policy grid ask for the same Kimi K2 load (46,567 matrices) twice."""
+    key = (repr(model), par, policy)
+    if key not in _LOADS:
+        _LOADS[key] = ns_load(model, par, policy)
+    return _LOADS[key]
+
+
 def _policy_text(p: NSPolicy) -> str:
     return (
         f"{p.kernel}, {'layer-wise' if p.layer_wise else 'replicated'}, tp={p.tp_mode}, "
@@ -224,7 +236,7 @@ def ns_policy_grid(overrides: tuple[str, ...] = ()) -> pd.DataFrame:
     rows = []
     for kernel, layer_wise, split in itertools.product(("gemm", "syrk"), (True, False), (True, False)):
         loads = {
-            r.facts.model.name: ns_load(
+            r.facts.model.name: _ns_load(
                 r.facts.model, parallelism(r.facts), NSPolicy(kernel=kernel, layer_wise=layer_wise, split_qkv=split)
             )
             for r in runs
