@@ -60,13 +60,13 @@ def _load1() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def run_one(args: list[str], env: dict[str, str]) -> tuple[float, float, float, float, int]:
+def run_one(args: list[str], env: dict[str, str], root: Path = ROOT) -> tuple[float, float, float, float, int]:
     """(wall s, CPU s, load before, load after, exit code) of ``bridgebench ARGS`` in a fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0 = _load1()
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "bridgebench.cli", *args], env=env, cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "bridgebench.cli", *args], env=env, cwd=root, capture_output=True, text=True
     )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -79,8 +79,11 @@ def run_one(args: list[str], env: dict[str, str]) -> tuple[float, float, float, 
 _PER_RUN = r"""
 import json, sys, tempfile, time
 from pathlib import Path
-from bridgebench import debuglog
-debuglog.configure(verbose=False)
+try:
+    from bridgebench import debuglog  # a checkout without it (--root of an older one): its output as it was
+    debuglog.configure(verbose=False)
+except ImportError:
+    pass
 from bridgebench.launch.plan import plan
 marks = []
 def say(msg):
@@ -94,11 +97,11 @@ print(json.dumps([[b[0] - a[0], b[1] - a[1]] for a, b in zip(edges[:-1], edges[1
 """
 
 
-def per_run(args: list[str], env: dict[str, str]) -> list[tuple[float, float]]:
+def per_run(args: list[str], env: dict[str, str], root: Path = ROOT) -> list[tuple[float, float]]:
     """(wall s, CPU s) of each run of one ``plan`` process, in order (see the module docstring)."""
     import json
 
-    proc = subprocess.run([sys.executable, "-c", _PER_RUN, *args], env=env, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", _PER_RUN, *args], env=env, cwd=root, capture_output=True, text=True)
     if proc.returncode:
         sys.stderr.write(proc.stderr[-2000:])
         return []
@@ -110,7 +113,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per command (the first one cold)")
     ap.add_argument("--only", default="", help="comma list of command names (default: all)")
     ap.add_argument("--keep-cache", action="store_true", help="do not clear the compose cache first")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout to time (default: this one), e.g. main")
     ns = ap.parse_args()
+    root = ns.root.resolve()
     names = [n for n in ns.only.split(",") if n] or list(COMMANDS)
     unknown = set(names) - set(COMMANDS)
     if unknown:
@@ -118,7 +123,7 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_cli_"))
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(root / "src") + os.pathsep + env.get("PYTHONPATH", "")
     for var, sub in (
         ("BRIDGEBENCH_TABLES", "tables"),
         ("BRIDGEBENCH_PLANS", "plans"),
@@ -130,7 +135,7 @@ def main() -> int:
     env.setdefault("COLUMNS", "200")
     if not ns.keep_cache:
         env["BRIDGEBENCH_CACHE"] = str(tmp / "cache")
-    print(f"bridgebench CLI timings ({os.cpu_count()} CPUs; load = 1-min load average before -> after)")
+    print(f"bridgebench CLI timings of {root} ({os.cpu_count()} CPUs; load = 1-min load average before -> after)")
     print(f"{'command':<16}{'run':>4}{'wall s':>9}{'CPU s':>8}{'target':>8}  {'load':<13} ok")
     walls: dict[str, list[float]] = {}
     cpus: dict[str, list[float]] = {}
@@ -139,7 +144,7 @@ def main() -> int:
         for name in names:
             args, target = COMMANDS[name]
             for i in range(ns.repeat):
-                wall, cpu, l0, l1, rc = run_one(args, env)
+                wall, cpu, l0, l1, rc = run_one(args, env, root)
                 walls.setdefault(name, []).append(wall)
                 cpus.setdefault(name, []).append(cpu)
                 ok = "FAIL" if rc else ("yes" if target is None or wall <= target else "SLOW")
@@ -151,7 +156,7 @@ def main() -> int:
                 )
         if "plan-table1" in names:
             l0 = _load1()
-            runs = per_run(COMMANDS["plan-table1"][0][1:], env)
+            runs = per_run(COMMANDS["plan-table1"][0][1:], env, root)
             for i, (w, c) in enumerate(runs, 1):
                 target = None if i == 1 else 2.0
                 ok = "-" if target is None else ("yes" if w <= target else "SLOW")
