@@ -9,8 +9,6 @@ code 2.
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
 from bridgebench import __version__
@@ -65,4 +63,4 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """Console-script entry point (``bridgebench``)."""
-    sys.exit(main())
+    quiet.finish(main())
