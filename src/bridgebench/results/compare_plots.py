@@ -108,6 +108,11 @@ def draw_history(ax, bx, h: History, legend: bool = True) -> None:
     for a in (ax, bx):
         a.grid(alpha=0.3)
         a.set_xlim(-0.6, len(x) - 0.4)  # room for the first and last marks
+        a.ticklabel_format(axis="y", useOffset=False, style="plain")  # values as published, no "+2.277e4" offset
+    if len(x) == 1:  # one release: +-5 % around it, not a zoom into its rounding interval
+        for a, v in ((ax, tf[0]), (bx, tok[0])):
+            if np.isfinite(v):
+                a.set_ylim(v * 0.95, v * 1.05)
         if legend:
             a.legend(fontsize=7, loc="best")
     ax.margins(y=0.2)
