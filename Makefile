@@ -70,6 +70,7 @@ bench: setup
 	$(PY) benchmarks/validate_memory.py
 	$(PY) benchmarks/validate_time.py
 	$(PY) benchmarks/bench_compare_calibration.py
+	$(PY) benchmarks/bench_cli.py
 
 # The analysis notebooks (jupytext percent .py) executed headless with nbclient, rendered to HTML with nbconvert.
 notebooks: setup

@@ -109,8 +109,8 @@ plt.show()
 
 # %% [markdown]
 # ## Every published configuration: release × config speedups
-# Colour: log2 of the speedup over the previous release that published the config; text: ratio, ▲/▼ real change,
-# † config changed.
+# Colour: the speedup over the previous release that published the config, on a log scale (the colour bar is labelled
+# in ratios); text: ratio, ▲/▼ real change, † config changed.
 
 # %%
 every = cmp.run_compare("published", cmp.Selection(), threshold=THRESHOLD, noise_cv=NOISE_CV)
@@ -124,7 +124,7 @@ print(
 shown = ratio.dropna(how="all")
 fig, ax = plt.subplots(figsize=(14, 0.3 * len(shown) + 2))
 im = cp.draw_heatmap(ax, ratio, real, like)
-fig.colorbar(im, ax=ax, fraction=0.03).set_label("log2 speedup (clipped at ±0.25)")
+cp.heatmap_colorbar(fig, im, ax)  # ticks in speedup ratios, as the cells print them
 fig.tight_layout()
 plt.show()
 

@@ -30,6 +30,8 @@ class Paths:
     hf_cache: Path
     job_dir: Path
     sweeps: Path
+    cache: Path
+    debug_log: Path
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Paths:

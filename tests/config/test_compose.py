@@ -155,3 +155,38 @@ def test_model_schema_is_generated_from_model_spec():
 
     schema = {f.name for f in dataclasses.fields(ModelSchema)}
     assert {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"} <= schema
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        # issue 18: Hydra's advice was "+train.global_batch_sise=256", i.e. to add the typo
+        ("train.global_batch_sise=256", "did you mean global_batch_size (train.global_batch_size=256)?"),
+        ("model.tensor_model_paralel_size=2", "did you mean tensor_model_parallel_size"),
+        ("modle.num_layers=3", "did you mean model (model.num_layers=3)?"),
+        ("gpu.peak_tflops.bf17=1", "did you mean bf16"),
+        ("recipe_meta.nam=x", "did you mean name"),
+        # a real Megatron-Bridge field nothing sets yet: how to set it, not "did you mean"
+        ("train.exit_duration_in_mins=5", "set it with +train.exit_duration_in_mins=5"),
+        # nothing close: the keys that exist there
+        ("train.zzzzzzzz=1", "keys there: eval_interval, eval_iters, global_batch_size"),
+    ],
+)
+def test_misspelled_existing_keys_get_the_closest_names(override, expected):
+    with pytest.raises(ConfigError) as err:
+        compose(["recipe=qwen3_30b_a3b_gb300_mxfp8", override])
+    assert expected in str(err.value)
+    typo = override.split("=")[0]
+    assert f"+{typo}=" not in str(err.value) or "exit_duration" in typo  # never advice to append the typo
+
+
+def test_provenance_names_the_fields_you_changed():
+    from bridgebench.config.compose import recipe_departures, variant_provenance
+
+    own = compose(["recipe=qwen3_30b_a3b_gb300_mxfp8"])
+    assert recipe_departures(own) == {} and variant_provenance(own)[0] == "nvidia"
+    mine = compose(["recipe=qwen3_30b_a3b_gb300_mxfp8", "train.global_batch_size=256", "cluster=example_nvl72"])
+    assert recipe_departures(mine) == {"train.global_batch_size": (512, 256)}  # the cluster is not the run
+    whose, note = variant_provenance(mine)
+    assert whose == "modified" and "not what NVIDIA ran" in note and "train.global_batch_size 512->256" in note
+    assert variant_provenance(compose(["recipe=qwen3_30b_a3b_gb300_mxfp8", "optimizer=muon"]))[0] == "bridgebench"

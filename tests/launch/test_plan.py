@@ -151,7 +151,13 @@ def test_multirun_sweep(tmp_path):
         text=True,
     )
     assert res.returncode == 0, res.stderr[-2000:]
-    assert sorted(r["gbs"] for r in json.loads(res.stdout)["runs"]) == [256, 512]
+    runs = json.loads(res.stdout)["runs"]
+    assert sorted(r["gbs"] for r in runs) == [256, 512]
+    # issue 18: GBS 256 is not NVIDIA's recipe any more, and the run says so; 512 is the recipe's own value
+    whose = {r["gbs"]: (r["variant_of"], r["variant_note"]) for r in runs}
+    assert whose[512][0] == "nvidia"
+    assert whose[256][0] == "modified" and "train.global_batch_size 512->256" in whose[256][1]
+    assert "Traceback" not in res.stderr and "Warning" not in res.stderr
 
 
 def test_table1_plan_says_whose_configuration_each_run_is(table1_plan):

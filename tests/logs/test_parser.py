@@ -217,10 +217,10 @@ def test_nemo2_crash_with_in_job_restart():
     assert p.reached_final_iteration and p.end_marker is not None
     st = p.steady["step_time_s"]
     assert st.window_ok and st.quality == "steady"
-    assert st.segments == 2 and st.first_iteration == 2 and st.count == 16
-    # warmup applies per segment: iterations 0,1 and 10,11 are excluded
+    assert st.segments == 2 and st.first_iteration == 2 and st.count == 17
+    # warm-up per attempt: the run's iterations 0,1, and the restarted attempt's own first step (10: 10.26 s)
     ws = steady_state(p.steps, warmup=2, min_steps=5)
-    assert ws.count == 16 and ws.window_ok
+    assert ws.count == 17 and ws.window_ok and ws.max < 8
     j = to_json(p)
     assert j["outcome"] == "completed" and j["step_time_s"] == pytest.approx(st.mean)
     assert j["detail"]["restarts"] == 1 and j["detail"]["recovered_from"] == ["crash"]
@@ -503,3 +503,19 @@ def test_benchmark_generator_round_trip(tmp_path):
     assert len(d.steps) == total and len(d.iteration_ranks) == 8
     assert {s.rank for s in d.steps} == {"7"} and d.duplicates_dropped == 0
     assert [s.iteration for s in d.steps] == list(range(1, total + 1))
+
+
+def test_restart_warmup_counted_per_attempt_with_the_default_warmup():
+    """Issue 18: with the default warm-up of 10 the first attempt has no step after it (iterations 0-9) and the
+    restarted one (10-19) must not lose all of its own to the run's warm-up: its first step (10.26 s, the restart's
+    warm-up) is left out, iterations 11-19 are the window. Before: 'none after warm-up 10', the mean of all 20 steps
+    with both first steps (7.87 s against a 7.59 s median)."""
+    p = P("nemo2_resiliency_crash_injob_restart.log", warmup_steps=10, min_steps=5)
+    st = p.steady["step_time_s"]
+    assert (st.first_iteration, st.last_iteration, st.count, st.quality) == (11, 19, 9, "steady")
+    assert not st.fallback and st.max < 7.7
+    assert st.mean == pytest.approx(7.5918, abs=1e-4) and st.median == pytest.approx(7.592)
+    assert "after warm-up 10 and 1 step after each of 1 restart" in st.note
+    j = to_json(p)
+    assert j["statistic"] == "mean" and j["step_time_s"] == j["step_time_s_mean"] == pytest.approx(st.mean)
+    assert j["step_time_s_median"] == pytest.approx(st.median)

@@ -214,6 +214,37 @@ def test_qwen3_history_with_config_changes(env, capsys):
     assert not any(f.endswith(".png") for f in data["files"])
 
 
+def test_25_09_rows_take_part_marked_inferred_and_token_drop(env, capsys):
+    """Issue 18: the 25.09 table has no precision column; its rows were dropped without a word. Now each gets the
+    precision its release's rule infers (said in a note, release marked *), and the Qwen3 30B-A3B 25.09 rows --
+    token-drop runs -- are not like-for-like with the dropless 25.11."""
+    code, out, _ = run_cli(capsys, "model=qwen3_30b_a3b", "gpu=gb200", "--json", "--no-plots")
+    assert code == 0
+    data = json.loads(out)
+    mx = [r for r in data["history"] if r["precision"] == "mxfp8"]
+    assert [r["release"] for r in mx][:2] == ["25.09", "25.11"]
+    assert mx[0]["tokens"] == 23723 and mx[0]["precision_inferred"] and mx[0]["moe_token_drop"] is True
+    assert mx[1]["like_for_like"] is False and mx[1]["config_changes"] == "moe_token_drop True->False"
+    assert mx[1]["mark"].endswith("†")
+    cs_ = [r for r in data["history"] if r["precision"] == "fp8_cs"]
+    assert [(r["release"], r["tokens"]) for r in cs_] == [("25.09", 22775)]
+    assert any(n.startswith("* precision inferred") and "FP8-CS (FP8-MX)" in n for n in data["notes"])
+    code, out, _ = run_cli(capsys, "model=qwen3_30b_a3b", "gpu=gb200", "--no-plots")
+    assert "25.09*" in out and "moe_token_drop True→False (not like-for-like)" in out
+
+
+def test_rows_left_out_of_a_comparison_are_counted_with_why(env, capsys):
+    code, out, _ = run_cli(capsys, "model=deepseek_v3", "release=25.09", "--json", "--no-plots")
+    assert code == 0
+    data = json.loads(out)
+    reasons = {(r["release"], r["reason"].split(" (")[0]) for r in data["left_out"]}
+    assert ("25.09", "no tokens/s published") in reasons  # the H100 row publishes TFLOP/s only
+    line = next(n for n in data["notes"] if "in no history" in n)
+    assert line.startswith(f"{len(data['left_out'])} published row(s) matching the selection are in no history")
+    code, out, _ = run_cli(capsys, "model=deepseek_v3", "release=25.09", "--no-plots")
+    assert "note: " in out and "no tokens/s published (TFLOP/s only): deepseek_v3 25.09" in out
+
+
 def test_formula_change_on_a_model_bridgebench_cannot_count_uses_tokens(env, capsys):
     code, out, _ = run_cli(
         capsys, "model=GPT_OSS_120B", "gpu=gb200", "precision=bf16", "release=26.04.01..26.06", "--json", "--no-plots"

@@ -9,8 +9,6 @@ code 2.
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
 from bridgebench import __version__
@@ -20,6 +18,7 @@ from bridgebench.cli import (  # noqa: F401  (register the commands)
     diff_config,
     listing,
     logs,
+    quiet,
     recipes,
     report,
     runs,
@@ -40,8 +39,12 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="print the version and exit"
     ),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="show third-party warnings, logs and tracebacks here (always in the debug log)"
+    ),
 ) -> None:
     """Benchmark recipes and analysis for Megatron-Bridge pretraining (Muon vs AdamW and more)."""
+    quiet.configure(verbose)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,9 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exit_:
         return int(exit_.code or 0) if not isinstance(exit_.code, str) else 1
+    except Exception as err:  # noqa: BLE001  (not bad input: its cause in one line, the traceback in the debug log)
+        return quiet.unexpected(err)
     return 0
 
 
 def entry() -> None:
     """Console-script entry point (``bridgebench``)."""
-    sys.exit(main())
+    quiet.finish(main())

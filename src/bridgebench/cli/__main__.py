@@ -1,7 +1,5 @@
 """``python -m bridgebench.cli``."""
 
-import sys
+from bridgebench.cli import entry
 
-from bridgebench.cli import main
-
-sys.exit(main())
+entry()

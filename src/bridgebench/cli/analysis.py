@@ -17,11 +17,14 @@ def flops(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """FLOPs per token and per step (model, and Newton-Schulz for Muon) of one composed run."""
+    from bridgebench.config import rules
     from bridgebench.config.compose import compose, run_facts
     from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
     from bridgebench.model.newton_schulz import ns_load
 
-    facts = run_facts(compose(overrides or []))
+    cfg = compose(overrides or [])
+    facts = run_facts(cfg)
+    rules.validate(rules.Point.from_config(cfg))  # FLOPs of a layout Megatron-Core cannot run (num_gpus=7) mean nothing
     tp = facts.parallel["tensor_model_parallel_size"] or 1
     br = step_flops(facts)
     out = {
@@ -93,10 +96,16 @@ def table(
     from rich.console import Console
     from rich.table import Table
 
-    from bridgebench.results.table1 import measured_step_times, ns_policy_grid, reproduce, write_outputs
+    from bridgebench.results.table1 import (
+        independent_gaps,
+        measured_step_times,
+        ns_policy_grid,
+        reproduce,
+        write_outputs,
+    )
 
     console = Console(stderr=as_json)
-    console.width = max(console.width, 150)  # the table needs ~150 columns; rich wraps a narrower terminal anyway
+    console.width = max(console.width, 175)  # the table needs ~175 columns; rich wraps a narrower terminal anyway
     if source not in ("auto", "runs", "published"):
         raise BridgebenchError(f"--source must be runs, published or auto, got {source!r}")
     measured = None
@@ -107,13 +116,20 @@ def table(
         wanted = tuple(q.strip() for q in quality.split(",") if q.strip())
         if not wanted or set(wanted) - set(QUALITIES):
             raise BridgebenchError(f"--quality must be a comma list of {', '.join(QUALITIES)}, got {quality!r}")
-        records = default_store().records(kind="pretrain")
+        store = default_store()
+        records = store.records(kind="pretrain")
         measured = measured_step_times(records, wanted)
         other = len(measured_step_times(records, QUALITIES + (None,))) - len(measured)
-        console.print(
-            f"your runs: only windows of quality {'/'.join(wanted)} are used"
-            + (f" ({other} run(s) with other window qualities skipped; see --quality)" if other > 0 else "")
-        )
+        if not records:
+            console.print(
+                f"your runs: none in the results store ({store.root}); every step time below is NVIDIA's "
+                "(perf tables or the blog)"
+            )
+        else:
+            console.print(
+                f"your runs: {len(measured)} used (only windows of quality {'/'.join(wanted)})"
+                + (f"; {other} run(s) with other window qualities skipped (see --quality)" if other > 0 else "")
+            )
         if source == "runs" and not measured:
             raise BridgebenchError(
                 "--source runs: the results store has no completed pretrain runs with a "
@@ -131,6 +147,7 @@ def table(
     for col in (
         "model",
         "optimizer",
+        "row proves",
         "step s",
         "tokens/s/GPU",
         "model",
@@ -147,6 +164,7 @@ def table(
         rt.add_row(
             r.model,
             r.optimizer,
+            {"independent check": "independent", "derived from the blog": "blog-derived"}.get(r.check, r.check),
             f"{r.step_time_s:.3f}",
             f"{r.tokens_per_sec_per_gpu:,.0f}",
             f"{r.model_tflops_per_gpu:.1f} ({r.published_model_tflops_per_gpu:.0f})",
@@ -163,6 +181,13 @@ def table(
         "(blog values in parentheses)  step-time sources: "
         + "; ".join(f"{r.model}/{r.optimizer}: {r.step_time_source}" for r in t.itertuples())
     )
+    console.print(
+        "row proves: independent = the step time is a measurement the blog did not use, so model TFLOP/s is a "
+        "prediction checked against the blog; blog-derived = computed from the blog's own model TFLOP/s (equal by "
+        "construction: only NS and MFU are bridgebench's)"
+    )
+    for gap in independent_gaps(t):
+        console.print(f"independent check: {gap}")
     best = grid.assign(err=grid.filter(like="_delta_pct").abs().max(axis=1)).sort_values("err").iloc[0]
     console.print(
         f"NS policies reproducing both blog NS figures within 5%: {int(grid.reproduces_both.sum())} of "

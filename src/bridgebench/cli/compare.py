@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -67,7 +68,7 @@ def compare(
     from bridgebench.paths import load_paths
     from bridgebench.results import compare as cmp
 
-    console = Console(stderr=True)
+    console = Console(file=sys.stderr)
     common = cmp.parse_selection(keys or [])
     sel_a = cmp.parse_selection(" ".join(side_a)) if side_a else None
     sel_b = cmp.parse_selection(" ".join(side_b)) if side_b else None
@@ -183,7 +184,7 @@ def _print(result, threshold: float) -> None:
         for i, p in enumerate(h.points):
             s = h.steps[i - 1] if i else None
             row = [
-                p.release,
+                p.release + ("*" if p.precision_inferred else ""),
                 p.formula,
                 _fmt_interval(*(p.tflops.value, p.tflops.lo, p.tflops.hi) if p.tflops else (None, 0, 0)),
                 _fmt_interval(p.tokens.value, p.tokens.lo, p.tokens.hi),
@@ -220,6 +221,8 @@ def _print(result, threshold: float) -> None:
                 c.print(f"  {s.release_a}→{s.release_b} compared on tokens/s: {s.metric_reason}")
         for x, y, r in h.own_steps:
             c.print(f"  your runs {y} vs {x}: {_verdict_text(r)}")
+    for note in result.notes:  # rows left out of every history (counted, with why), inferred precisions
+        c.print(f"note: {note}", highlight=False)
     if result.histories:
         c.print(
             f"marks: ▲/▼ real change (the ratio's rounding interval lies beyond 1 ± {threshold:.1%}); "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import warnings
 
 import typer
 
@@ -44,7 +43,6 @@ def diff_config(
     from bridgebench.mbridge.diff import MISSING, to_rows
     from bridgebench.mbridge.diff import diff_config as compute
 
-    warnings.filterwarnings("ignore")
     side_a, side_b = _side(a), _side(b)
     diffs = compute(side_a, side_b)
     if shared_only:

@@ -29,9 +29,11 @@ def _line(j: dict) -> str:
     head = f"{j['file']}: format={j['format']} outcome={j['outcome']}{state} steps={j['steps']}"
     if j["step_time_s"] is None:
         return f"{head} step_time_s=- tflops_per_gpu=- ({j['note']})"
+    n = j["window"]["count"] if j.get("window") else None
     return (
-        f"{head} step_time_s={_fmt(j['step_time_s'], '.4g')} tflops_per_gpu={_fmt(j['tflops_per_gpu'], '.5g')} "
-        f"quality={j['quality']} ({j['note']})"
+        f"{head} step_time_s={_fmt(j['step_time_s'], '.4g')} ({j['statistic']} of {n} steps, median "
+        f"{_fmt(j['step_time_s_median'], '.4g')}) tflops_per_gpu={_fmt(j['tflops_per_gpu'], '.5g')} "
+        f"({j['statistic']}) quality={j['quality']} ({j['note']})"
     )
 
 
@@ -44,8 +46,9 @@ def logs_parse(
     series: bool = typer.Option(True, "--series/--no-series", help="include the per-iteration series in --json"),
 ) -> None:
     """Step time, TFLOP/s/GPU and outcome of Megatron-Bridge / Megatron-LM / NeMo logs, with the window they come
-    from and its quality (steady, short, excerpt, incomplete). Figures are the window's means. A log without an end
-    is 'incomplete', or 'running' when the job ledger says its job is running."""
+    from and its quality (steady, short, excerpt, incomplete). Figures are the window's means (the median beside the
+    step time; --json has both); warm-up is counted per attempt after a restart. A log without an end is
+    'incomplete', or 'running' when the job ledger says its job is running."""
     from pathlib import Path
 
     from bridgebench.logs.events import is_events, parse_events

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import warnings
+import sys
 from typing import Optional
 
 import typer
@@ -28,12 +28,11 @@ def plan(
     from bridgebench.config.compose import ConfigError, has_sweep
     from bridgebench.model.optimizer import family
 
-    console = Console(stderr=True)
+    console = Console(file=sys.stderr)
     console.width = max(console.width, 150)
     overrides = overrides or []
     if has_sweep(overrides) and not multirun:
         raise ConfigError("an override sweeps values (a=x,y): add -m / --multirun to plan one run per value")
-    warnings.filterwarnings("ignore")  # Megatron's import-time and config warnings; errors still raise
     with console.status("loading Megatron-Bridge ..."):
         from bridgebench.launch.plan import plan as make_plan
     invalid = []  # with -m, invalid runs are reported (rule and message) and the valid ones planned
@@ -155,8 +154,7 @@ def submit(
 
     from bridgebench.config.compose import ConfigError, has_sweep
 
-    warnings.filterwarnings("ignore")
-    console = Console(stderr=True)
+    console = Console(file=sys.stderr)
     overrides = overrides or []
     if has_sweep(overrides) and not multirun:
         raise ConfigError("an override sweeps values (a=x,y): add -m / --multirun")
@@ -221,7 +219,7 @@ def status(
 
     report = sub.refresh_report(_cluster_cfg(overrides or []))
     for note in report.notes:  # cluster unreachable, controller down ...: the ledger is shown anyway
-        Console(stderr=True).print(f"[yellow]note: {note}[/]")
+        Console(file=sys.stderr).print(f"[yellow]note: {note}[/]")
     _print_attempts(report.attempts, as_json)
     if not as_json:  # live step figures of running jobs, from their logs (launch/live.py)
         from bridgebench.launch.live import live_lines
@@ -258,7 +256,7 @@ def collect(as_json: bool = typer.Option(False, "--json", help="print a JSON sum
     from bridgebench.launch.collect import collect as do_collect
 
     outcomes: dict[str, int] = {}
-    with Console(stderr=True).status("collecting ...") as st:
+    with Console(file=sys.stderr).status("collecting ...") as st:
         added = do_collect(progress=st.update, outcomes=outcomes)
     if as_json:
         typer.echo(json.dumps({"added": added, "outcomes": outcomes}))

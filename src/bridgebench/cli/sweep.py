@@ -4,8 +4,7 @@ model of one configuration) and ``calibrate`` (refit the time model on the publi
 from __future__ import annotations
 
 import json
-import logging
-import warnings
+import sys
 from typing import Optional
 
 import typer
@@ -41,7 +40,8 @@ class _RichProgress:
         if self.task is not None:
             self.bar.update(self.task, completed=self.bar.tasks[self.task].total or 0)
         if not self.console.is_terminal:  # a log file or a pipe gets one line per stage (no live bar there)
-            self.bar.console.print(f"stage {stage}: {total:,} points")
+            what = f"{total:,} points" if total else "one config per group combination"  # compose: count not known yet
+            self.bar.console.print(f"stage {stage}: {what}")
         self.task = self.bar.add_task(f"stage {stage}", total=total or None)
 
     def update(self, done: int, total: int) -> None:
@@ -75,12 +75,10 @@ def sweep(
     from bridgebench.config.compose import has_sweep
     from bridgebench.launch.sweep import run_sweep
 
-    warnings.filterwarnings("ignore")
-    logging.getLogger("megatron").setLevel(logging.WARNING)  # Megatron-Bridge's INFO import notes (stage 4 builds)
     overrides = overrides or []
     if space is None and not has_sweep(overrides) and not any(o.startswith("experiment=") for o in overrides):
         space = "parallelism"
-    err = Console(stderr=True)
+    err = Console(file=sys.stderr)
     with _RichProgress(err) as progress:
         result = run_sweep(
             overrides, space=space, name=name, top_k=top_k, calibration=calibration, submit=submit, resume=resume,
@@ -90,7 +88,8 @@ def sweep(
         k: {**v, "points_per_s": v["points"] / v["seconds"] if v["seconds"] else None} for k, v in result.stages.items()
     }
     cols = ("rank", "status", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "recompute_granularity",
-            "mem_total_gb", "step_time_s", "tflops_per_gpu", "config_hash", "plan_dir", "run_ids")  # fmt: skip
+            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "config_hash", "plan_dir",
+            "run_ids")  # fmt: skip
     if as_json:
         top = [{k: r.get(k) for k in cols} for r in result.top]
         out = {"name": result.name, "dir": str(result.dir), "stages": stages, "counts": result.counts, "top": top}
@@ -119,21 +118,66 @@ def sweep(
     elif not result.top:
         out.print(f"{ranked:,} points ranked; top K = 0: nothing planned")
     else:
+        shown = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs")
+        extra = _separating_fields(result.top, shown)
         t = Table(title=f"top {len(result.top)} (predicted)")
-        for c in ("rank", "TP", "PP", "VP", "CP", "EP", "ETP", "DP", "MBS", "GBS", "recompute", "GB/GPU", "step s",
-                  "TFLOP/s/GPU", "status", "config hash"):  # fmt: skip
-            t.add_column(c, justify="right", no_wrap=True)
+        for c in ("rank", "TP", "PP", "VP", "CP", "EP", "ETP", "DP", "MBS", "GBS", "recompute", *extra, "GB/GPU",
+                  "step s", "TFLOP/s/GPU", "status", "config hash"):  # fmt: skip
+            t.add_column(c, justify="right", no_wrap=c not in ("recompute", *extra))
         for r in result.top:
             t.add_row(
-                str(r["rank"]), *(str(r[k] if r[k] is not None else "-") for k in ("tp", "pp", "vp", "cp", "ep", "etp",
-                "dp", "mbs", "gbs")), str(r.get("recompute_granularity") or "none"), f"{r['mem_total_gb']:.1f}",
-                f"{r['step_time_s']:.3f}", f"{r['tflops_per_gpu']:.1f}", r["status"], str(r.get("config_hash") or "-"),
+                str(r["rank"]), *(str(r[k] if r[k] is not None else "-") for k in shown), _recompute(r),
+                *(_cell(r.get(k)) for k in extra), f"{r['mem_total_gb']:.1f}", f"{r['step_time_s']:.3f}",
+                f"{r['tflops_per_gpu']:.1f}", r["status"], str(r.get("config_hash") or "-"),
             )  # fmt: skip
         out.print(t)
         failed = [r for r in result.top if r["status"] == "plan_failed"]
         for r in failed:
             out.print(f"rank {r['rank']} not planned: {r.get('reason')}")
     out.print("outputs: " + ", ".join(str(p) for p in result.outputs.values()))
+
+
+def _recompute(r: dict) -> str:
+    """Recompute granularity and its modules (the column that tells near-identical points apart)."""
+    text = str(r.get("recompute_granularity") or "none")
+    mods = r.get("recompute_modules")
+    if mods is not None and not isinstance(mods, str):
+        mods = ",".join(map(str, mods))
+    return f"{text} ({mods})" if mods else text
+
+
+def _cell(value) -> str:
+    if value is None or value != value:
+        return "-"
+    if not isinstance(value, str) and hasattr(value, "__iter__") and not isinstance(value, dict):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+#: Point fields that are results or bookkeeping, never what tells two configurations apart.
+_NOT_CONFIG = {"rank", "status", "rule", "reason", "point_id", "config_hash", "plan_dir", "run_ids", "score", "base",
+               "efficiency", "efficiency_source", "mem_stage", "recompute_granularity", "recompute_modules",
+               "delta"}  # fmt: skip
+
+
+def _separating_fields(top: list[dict], shown: tuple[str, ...]) -> list[str]:
+    """Fields on which top points that look identical in the shown columns (and recompute) differ, so the table can
+    show what separates them (e.g. ``layout`` or ``sequence_parallel``)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in top:
+        groups.setdefault(tuple(_cell(r.get(k)) for k in shown) + (_recompute(r),), []).append(r)
+    out: list[str] = []
+    for rows in groups.values():
+        if len(rows) < 2:
+            continue
+        for key in rows[0]:
+            if key in _NOT_CONFIG or key in shown or key.startswith(("mem_", "t_")) or key in out:
+                continue
+            if key in ("step_time_s", "tflops_per_gpu", "hbm_usable_gb"):
+                continue
+            if len({_cell(r.get(key)) for r in rows}) > 1:
+                out.append(key)
+    return out
 
 
 @app.command("muon-cost")

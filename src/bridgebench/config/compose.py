@@ -96,18 +96,29 @@ def compose(overrides: Sequence[str] = (), *, return_hydra_config: bool = False)
     Returns:
         The composed config (struct mode: a key that does not exist cannot be set without ``+``).
 
+    Each distinct config is composed once: later calls (in this process, or in another one while no config file and
+    no composing code changed) get a fresh copy from :mod:`bridgebench.config.compose_cache`.
+
     Raises:
         ConfigError: unknown group option (listing the known ones), unknown key, or a bad override.
     """
+    from bridgebench.config import compose_cache
+    from bridgebench.config.schema import register
+
+    register()
+    overrides = normalize_overrides(overrides)
+    return compose_cache.cached(tuple(overrides), return_hydra_config, lambda: _compose(overrides, return_hydra_config))
+
+
+def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
+    """One Hydra compose and bridgebench's checks (:func:`compose` without the cache)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from bridgebench.config.schema import RootSchema, SectionError, check_sections, register
+    from bridgebench.config.schema import RootSchema, SectionError, check_sections
 
-    register()
-    overrides = normalize_overrides(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
@@ -122,9 +133,74 @@ def compose(overrides: Sequence[str] = (), *, return_hydra_config: bool = False)
     except SectionError as err:
         raise ConfigError(str(err)) from err
     except (HydraException, OmegaConfBaseException, ValueError) as err:
+        missing = _MISSING_KEY.match(str(err))
+        if missing:
+            raise ConfigError(unknown_key_message(overrides, missing.group(1))) from err
         raise ConfigError(f"bad override or config: {_explain(err)}") from err
     check_recipe_release(checked)
     return checked
+
+
+#: Hydra's message for an override of a key the composed config does not have (Hydra 1.3 ``config_loader_impl``).
+_MISSING_KEY = re.compile(r"Could not override '([^']+)'")
+
+
+def unknown_key_message(overrides: Sequence[str], key: str) -> str:
+    """The error for an override of a key the composed config does not have: the closest existing names ("did you
+    mean"), or the keys that exist there; for a Megatron-Bridge field no config sets yet, how to set it (``+``).
+    Never Hydra's advice to append the misspelled key.
+
+    ``overrides``: the whole override list (the others are composed to find what exists); ``key``: the dotted key.
+    """
+    import difflib
+
+    from bridgebench.config.schema import MB_SECTIONS, mbridge_fields
+
+    value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("~") == key), "...")
+    others = [o for o in overrides if o.split("=", 1)[0].lstrip("~") != key]
+    try:
+        base = OmegaConf.to_container(compose(others), resolve=False)
+    except ConfigError:
+        base = None
+    parts = key.split(".")
+    node, depth = base, 0
+    while isinstance(node, dict) and depth < len(parts) - 1 and isinstance(node.get(parts[depth]), dict):
+        node, depth = node[parts[depth]], depth + 1
+    parent = ".".join(parts[:depth])
+    known = sorted(node) if isinstance(node, dict) else []
+    section = parts[0] if depth == 1 and parts[0] in MB_SECTIONS else None
+    fields = sorted(mbridge_fields()["sections"].get(section, {})) if section else []
+    if depth == 0 and base is not None:
+        known = sorted(set(known) | set(group_names()))
+    word = parts[depth]
+    rest = ".".join(parts[depth + 1 :])
+    msg = f"{key}={value}: " + (f"{parent} has no key {word!r}" if parent else f"the config has no key {word!r}")
+
+    def spelled(name: str) -> str:
+        full = ".".join(p for p in (parent, name, rest) if p)
+        return f"+{full}={value}" if name not in known else f"{full}={value}"
+
+    if section and word in fields and not rest:
+        return msg + (
+            f" yet; it is a field of Megatron-Bridge's {section} section that no config sets: "
+            f"set it with {spelled(word)}"
+        )
+    close = difflib.get_close_matches(word, list(dict.fromkeys([*known, *fields])), n=3, cutoff=0.6)
+    if close:
+        text = msg + f"; did you mean {close[0]} ({spelled(close[0])})?"
+        if close[1:]:
+            text += " Other close names: " + ", ".join(f"{c} ({spelled(c)})" for c in close[1:]) + "."
+        if any(c not in known for c in close):
+            text += f" (A leading + sets a Megatron-Bridge {section} field that no config sets yet.)"
+        return text
+    shown = ", ".join(known[:40]) + (" ..." if len(known) > 40 else "")
+    extra = f"; or, with a leading +, a field of Megatron-Bridge's {section} section" if section else ""
+    return msg + (f"; keys there: {shown}" if known else "") + extra
+
+
+def group_names() -> list[str]:
+    """The config groups (``configs/<group>/``) -- top-level overrides such as ``model=`` or ``recipe=``."""
+    return sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir())
 
 
 def recipe_releases(recipe: str) -> list[str]:
@@ -152,9 +228,43 @@ def check_recipe_release(cfg: DictConfig) -> None:
         )
 
 
-def variant_provenance(cfg: DictConfig) -> tuple[str, str]:
+#: Top-level keys that never change what a run computes (where it runs, where files go, bridgebench's bookkeeping).
+NOT_RUN_KEYS = ("cluster", "paths", "job", "hydra", "accounting")
+
+
+def recipe_departures(cfg: DictConfig) -> dict[str, tuple[Any, Any]]:
+    """Fields in which a run departs from its recipe as that release ships it: ``{dotted key: (recipe's value,
+    run's value)}`` (values unresolved, so ``lr_decay_iters: ${train.train_iters}`` follows ``train_iters``), against
+    a compose of ``recipe=<entry> release=<release> optimizer=<family>`` alone; keys of :data:`NOT_RUN_KEYS` are
+    left out. Empty for a run without a recipe. Raises :class:`ConfigError` if that reference cannot be composed."""
+    meta = cfg.recipe_meta
+    if not meta.get("name"):
+        return {}
+    family = OptimizerKind(str(cfg.optimizer.optimizer)).family
+    ref = compose([f"recipe={meta.entry}", f"release={meta.release}", f"optimizer={family}"])
+    out: dict[str, tuple[Any, Any]] = {}
+
+    def walk(a: Any, b: Any, prefix: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in dict.fromkeys([*a, *b]):
+                if not prefix and key in NOT_RUN_KEYS:
+                    continue
+                walk(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{prefix}{key}.")
+        elif a != b:
+            out[prefix[:-1]] = (None if a is _ABSENT else a, None if b is _ABSENT else b)
+
+    walk(OmegaConf.to_container(ref, resolve=False), OmegaConf.to_container(cfg, resolve=False), "")
+    return out
+
+
+_ABSENT = object()
+
+
+def variant_provenance(cfg: DictConfig, departures: dict[str, tuple[Any, Any]] | None = None) -> tuple[str, str]:
     """Whose configuration a run is: ``("nvidia", why)`` when its recipe and optimizer are Megatron-Bridge's own perf
-    recipe of the release, ``("bridgebench", why)`` otherwise (a Muon variant no release ships, or no recipe).
+    recipe of the release, unchanged; ``("modified", why)`` when they are but the run changes fields of it (listed:
+    ``departures``, from :func:`recipe_departures` -- computed when not given); ``("bridgebench", why)`` otherwise (a
+    Muon variant no release ships, or no recipe).
 
     The optimizer family is :class:`bridgebench.model.optimizer.OptimizerKind`'s; a recipe's upstream families are
     ``recipe_meta.upstream_optimizers`` (written by ``bridgebench recipes generate``).
@@ -168,6 +278,14 @@ def variant_provenance(cfg: DictConfig) -> tuple[str, str]:
         )
     where = f"{meta.name} at {meta.release}"
     if family in list(meta.upstream_optimizers):
+        changed = recipe_departures(cfg) if departures is None else departures
+        if changed:
+            shown = ", ".join(f"{k} {a!r}->{b!r}" for k, (a, b) in list(changed.items())[:8])
+            more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+            return "modified", (
+                f"NVIDIA's recipe changed by you, not what NVIDIA ran: {where} with {family} is Megatron-Bridge's own "
+                f"perf recipe ({meta.source}), with {len(changed)} field(s) changed: {shown}{more}"
+            )
         return "nvidia", f"NVIDIA's: {where} with {family} is Megatron-Bridge's own perf recipe ({meta.source})"
     switch = cfg.get("optimizer_variant", {}).get("source") or "configs/optimizer"
     return "bridgebench", (

@@ -190,6 +190,9 @@ class ReleaseSchema:
     published_table_source: Optional[str] = None
     note: str = ""
     published_rounding: PublishedRoundingSchema = field(default_factory=PublishedRoundingSchema)
+    # a table without a Precision column (25.09): the precision bridgebench infers for its rows, by cell half
+    # (outside_parentheses, in_parentheses), and why (note); bridgebench.results.records.load_published
+    published_precision: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -282,6 +285,8 @@ class PathsSchema:
     hf_cache: str = MISSING
     job_dir: str = MISSING
     sweeps: str = MISSING
+    cache: str = MISSING
+    debug_log: str = MISSING
 
 
 def _declared(schema: type) -> Any:

@@ -92,7 +92,8 @@ class PlannedRun:
     cluster_can_run: list[str] = field(default_factory=list)  # rules the cluster breaks (submit refuses then)
     recipe: str | None = None  # recipe_meta.name (None: no recipe)
     release: str = ""
-    #: "nvidia" (Megatron-Bridge's own perf recipe of the release) or "bridgebench" (e.g. Qwen3 30B-A3B Muon)
+    #: "nvidia" (Megatron-Bridge's own perf recipe of the release), "modified" (that recipe with fields you changed,
+    #: listed in variant_note) or "bridgebench" (e.g. Qwen3 30B-A3B Muon)
     variant_of: str = ""
     variant_note: str = ""  # whose configuration this is and where its values come from
     policies: list[str] = field(default_factory=list)  # bridgebench run policies applied (build.apply_policies)

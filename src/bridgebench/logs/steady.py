@@ -12,15 +12,16 @@ Always the best available figure: any log with at least one timed step gets a wi
 The outcome (completed, failed, ...) is separate: a failed run's healthy window is still ``steady``; ``window_ok``
 is the strict flag -- a steady window of a completed run without NaN/skipped steps.
 
-Warm-up is skipped by iteration number: in each segment (attempt) the steps with ``iteration - start <= warmup`` are
-warm-up, where ``start`` is the iteration the attempt started from -- Megatron-Bridge prints it (``Setting
-rerun_state_machine.current_iteration to N``); otherwise 0 for the first attempt (Megatron iterations are 1-based:
-iteration ``i`` ends the ``i``-th step; NeMo's 0-based ``global_step`` uses -1) and ``first logged iteration - log
-interval`` after a restart.  A log that starts mid-run (an excerpt from iteration 71) therefore has no warm-up
-inside it.  Statistics: mean (the headline: upstream's performance check averages step times after skipping the
-first iterations -- Megatron-Bridge ``scripts/performance/utils/evaluate.py::validate_performance``, ``np.mean``),
-median, sample standard deviation (ddof=1), quartiles (linear interpolation = ``statistics.quantiles(method=
-'inclusive')``), min, max.
+Warm-up is skipped by iteration number, per attempt (segment): in the first attempt the steps with ``iteration -
+start <= warmup`` are warm-up, where ``start`` is the iteration the attempt started from -- Megatron-Bridge prints it
+(``Setting rerun_state_machine.current_iteration to N``); otherwise 0 (Megatron iterations are 1-based: iteration
+``i`` ends the ``i``-th step; NeMo's 0-based ``global_step`` uses -1).  A later attempt (an in-job restart, or a
+resume appended to the same log) starts at its start line or at ``first logged iteration - log interval``; its
+warm-up is its own first :data:`RESTART_WARMUP` step(s), and never less than the run's first ``warmup`` iterations.
+A log that starts mid-run (an excerpt from iteration 71) therefore has no warm-up inside it.  Statistics: mean (the
+headline: upstream's performance check averages step times after skipping the first iterations -- Megatron-Bridge
+``scripts/performance/utils/evaluate.py::validate_performance``, ``np.mean``), median, sample standard deviation
+(ddof=1), quartiles (linear interpolation = ``statistics.quantiles(method='inclusive')``), min, max.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from typing import Any, Iterable
 import numpy as np
 
 QUALITIES: tuple[str, ...] = ("steady", "short", "excerpt", "incomplete")
+#: Steps of warm-up after an in-job restart (or a resume appended to the same log), counted from the iteration the
+#: attempt resumed at: a restarted process pays its own start-up again (checkpoint load, first-step allocation and
+#: compilation) in its first step -- NeMo's resiliency demo log: 10.26 s for the first step after the restart
+#: against 7.59 s steady (``tests/data/logs/nemo2_resiliency_crash_injob_restart.log``) -- but does not repeat the
+#: run's warm-up of ``warmup`` iterations, which would leave a short attempt no steps at all.
+RESTART_WARMUP = 1
 
 
 @dataclass(slots=True)
@@ -208,10 +215,15 @@ def steady_state(
     if len(base) <= 1:  # one segment: one threshold
         threshold = next(iter(base.values()), 0) + warmup
         in_window = timed & (its > threshold)
-    else:
+    else:  # warm-up per attempt: the run's first `warmup` iterations, and each restart's own first steps
         uniq, inv = np.unique(segs, return_inverse=True)
-        seg_base = np.array([base.get(s, 0) for s in uniq.tolist()], np.int64)[inv.ravel()]
-        in_window = timed & (its - seg_base > warmup)
+        first = int(uniq[0])
+        origin = base.get(first, 0)
+        again = min(warmup, RESTART_WARMUP)
+        thresholds = [
+            origin + warmup if s == first else max(origin + warmup, base.get(s, 0) + again) for s in uniq.tolist()
+        ]
+        in_window = timed & (its > np.array(thresholds, np.int64)[inv.ravel()])
     n_timed = int(timed.sum())
     fallback = n_timed > 0 and not in_window.any()
     widx = np.flatnonzero(timed if fallback else in_window)
@@ -297,18 +309,22 @@ def steady_state(
         fallback=fallback,
         gaps=gaps,
         interval=interval,
-        note=_note(count, quality, fallback, skipped, warmup, min_steps, gaps, outcome),
+        note=_note(count, quality, fallback, skipped, warmup, min_steps, gaps, outcome, len(base) - 1),
     )
 
 
-def _note(count, quality, fallback, skipped, warmup, min_steps, gaps, outcome) -> str:
+def _note(count, quality, fallback, skipped, warmup, min_steps, gaps, outcome, restarts=0) -> str:
     """One sentence saying where the figures come from and why they are short, in plain words."""
     n = f"{count} timed step{'s' * (count != 1)}"
     if quality is None:
         return "no timed steps"
+    again = min(warmup, RESTART_WARMUP)
+    wu = f"warm-up {warmup}"
+    if restarts > 0 and again:
+        wu += f" and {again} step{'s' * (again != 1)} after each of {restarts} restart{'s' * (restarts != 1)}"
     if fallback:
-        return f"{n}, none after warm-up {warmup}: figures from all {count}"
-    used = f"{n} after warm-up {warmup} ({skipped} skipped)" if skipped else f"{n} (warm-up {warmup})"
+        return f"{n}, none after {wu}: figures from all {count}"
+    used = f"{n} after {wu} ({skipped} skipped)" if skipped else f"{n} ({wu})"
     if quality == "short":
         return f"{used}, fewer than {min_steps}: figures from those"
     if quality == "excerpt":

@@ -253,7 +253,13 @@ def build(
     setup()
     import megatron.bridge
 
-    api_name = api_name or compat.api_of_version(megatron.bridge.__version__)
+    from bridgebench.debuglog import captured
+
+    with captured():  # the recipe's notes (transformers' torch_dtype, trust_remote_code) go to the debug log
+        return _build(cfg, validate, api_name or compat.api_of_version(megatron.bridge.__version__), out_dir, policies)
+
+
+def _build(cfg: DictConfig, validate: bool, api_name: str, out_dir: str, policies: bool) -> BuildResult:
     container = compat.recipe(str(cfg.model.name), api_name)()
     apply_config(container, cfg, api_name)
     applied = apply_policies(container, cfg, out_dir) if policies else []

@@ -214,9 +214,26 @@ def _layer_matrices(model: ModelSpec, layer: int, is_moe: bool, split_qkv: bool,
 def muon_matrices(model: ModelSpec, *, split_qkv: bool = True) -> list[MuonMatrix]:
     """All matrices of one model replica that Muon orthogonalizes, full (unsharded) shapes.
 
-    Returns one :class:`MuonMatrix` per orthogonalized matrix, decoder layers first, then MTP layers.
+    Returns one :class:`MuonMatrix` per orthogonalized matrix, decoder layers first, then MTP layers (a new list;
+    the matrices of a model are built once per process: Kimi K2 has 46,567).
     Embedding, output layer and 1-D parameters are excluded (they go to Adam).
     """
+    return list(_muon_matrices(repr(model), model, split_qkv))
+
+
+_MATRICES: dict[tuple[str, bool], tuple[MuonMatrix, ...]] = {}
+
+
+def _muon_matrices(key: str, model: ModelSpec, split_qkv: bool) -> tuple[MuonMatrix, ...]:
+    """:func:`muon_matrices`, memoized by the model's full field values (``repr`` of the frozen spec)."""
+    if (key, split_qkv) not in _MATRICES:
+        if len(_MATRICES) > 64:
+            _MATRICES.clear()
+        _MATRICES[(key, split_qkv)] = tuple(_build_matrices(model, split_qkv))
+    return _MATRICES[(key, split_qkv)]
+
+
+def _build_matrices(model: ModelSpec, split_qkv: bool) -> list[MuonMatrix]:
     pattern = model.moe_layer_pattern
     mats: list[MuonMatrix] = []
     for i in range(model.num_layers):
@@ -383,24 +400,34 @@ def ns_load(model: ModelSpec, par: Parallelism, policy: NSPolicy = NSPolicy()) -
     expert_numel: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
     by_family: dict[str, int] = defaultdict(int)
     per_replica = 0
+    # the same shape costs the same: (rows, cols, TP dim, TP size) -> (full NS FLOPs, per-TP-rank FLOPs, shard numel)
+    cost: dict[tuple[int, int, int | None, int], tuple[int, int, int]] = {}
+
+    def cost_of(m: MuonMatrix, tp: int) -> tuple[int, int, int]:
+        key = (m.rows, m.cols, m.tp_partition_dim, tp)
+        if key not in cost:
+            r, c = _shard(m, tp)
+            full = ns_flops(m.rows, m.cols, policy.num_ns_steps, policy.kernel)
+            cost[key] = (full, per_tp_rank_flops(m, tp, policy), r * c)
+        return cost[key]
+
     for m in mats:
         stage = stage_of[m.layer]
-        per_replica += ns_flops(m.rows, m.cols, policy.num_ns_steps, policy.kernel)
         if m.is_expert:
             tp = par.etp
+            full, f, numel = cost_of(m, tp)
+            per_replica += full
             e = int(m.name.rsplit("weight", 1)[1])
             ep_rank = e // experts_per_rank
-            f = per_tp_rank_flops(m, tp, policy)
-            r, c = _shard(m, tp)
             expert_params[(stage, ep_rank)][m.param] += f
-            expert_numel[(stage, ep_rank)][m.param] = expert_numel[(stage, ep_rank)].get(m.param, 0) + r * c
+            expert_numel[(stage, ep_rank)][m.param] = expert_numel[(stage, ep_rank)].get(m.param, 0) + numel
             by_family[m.family] += f * tp * (1 if policy.layer_wise else edp)
         else:
             tp = par.tp
-            f = per_tp_rank_flops(m, tp, policy)
-            r, c = _shard(m, tp)
+            full, f, numel = cost_of(m, tp)
+            per_replica += full
             dense_params[stage][m.param] += f
-            dense_numel[stage][m.param] = dense_numel[stage].get(m.param, 0) + r * c
+            dense_numel[stage][m.param] = dense_numel[stage].get(m.param, 0) + numel
             by_family[m.family] += f * tp * (1 if policy.layer_wise else dp * par.cp)
 
     dense_group = dp * par.cp

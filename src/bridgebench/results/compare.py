@@ -311,7 +311,8 @@ class History:
                     "unknown_fields": ",".join(s.unknown_fields) if s else "",
                     "index": float(self.index[i]),
                     "change_point": i in self.change_points.indices,
-                    **{f: p.recipe.get(f) for f in cs.LIKE_FOR_LIKE_FIELDS},
+                    **{f: p.recipe.get(f) for f in cs.LIKE_FOR_LIKE_FIELDS + cs.PUBLISHED_RECIPE_FACTS},
+                    "precision_inferred": p.precision_inferred,
                     "reference": p.reference,
                     "alternates": ";".join(p.alternates),
                     "own_runs": o.n_runs if o else None,
@@ -385,6 +386,36 @@ def published_history(
     steps = cs.compare_adjacent(series, threshold, same_flops_count)
     cps = cs.detect_change_points(series, steps, noise_cv=noise_cv)
     return History(key, series, steps, cps, cs.chained_index(series, steps))
+
+
+def left_out_rows(
+    records: Sequence[RunRecord], histories: Sequence[History], sel: Selection, reference: Path = PUBLISHED_CSV
+) -> list[dict[str, Any]]:
+    """Published rows that match ``sel`` but are in no history, each with why: a row without tokens/s
+    (:func:`bridgebench.results.records.skipped_published`), a row that states no precision its release can infer,
+    or another row of the same key and release that the history did not choose (``alternates``)."""
+    from types import SimpleNamespace
+
+    from bridgebench.results.records import skipped_published
+
+    out = []
+    for row in skipped_published(reference):
+        if _published_matches(SimpleNamespace(**row), sel):
+            out.append(_left(row["reference"], row["release"], row["model"] or row["model_label"], row))
+    for r in records:
+        if cs.record_key(r) is None and _published_matches(r, sel):
+            row = {"reason": "no precision stated and none inferred for its release"}
+            out.append(_left(str(r.provenance.get("reference", "")), r.release, r.model or r.model_label, row))
+    for h in histories:
+        for p in h.points:
+            for ref in p.alternates:
+                why = {"reason": f"another row of the same key and release was used ({p.reference})"}
+                out.append(_left(ref, p.release, h.key.label(), why))
+    return sorted(out, key=lambda d: int(d["reference"].rsplit("#", 1)[1]) if "#" in d["reference"] else 0)
+
+
+def _left(reference: str, release: str, label: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    return {"reference": reference, "release": release, "label": label, "reason": row["reason"]}
 
 
 def speedup_matrix(histories: Sequence[History]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -941,6 +972,18 @@ class CompareResult:
     own: list[OwnHistory] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: published rows matching the selection that are in no history: ``{reference, release, label, reason}`` each
+    left_out: list[dict[str, Any]] = field(default_factory=list)
+
+    def left_out_line(self) -> str:
+        """One line counting the left-out published rows by reason (empty when none)."""
+        if not self.left_out:
+            return ""
+        by: dict[str, list[str]] = {}
+        for row in self.left_out:
+            by.setdefault(row["reason"], []).append(f"{row['label']} {row['release']}")
+        parts = [f"{len(v)} {why}: {', '.join(v)}" for why, v in by.items()]
+        return f"{len(self.left_out)} published row(s) matching the selection are in no history -- " + "; ".join(parts)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """Name -> table: ``history`` (published), ``speedups`` (config x release), ``runs`` (side comparisons or
@@ -1005,7 +1048,13 @@ class CompareResult:
 
     def to_json(self) -> dict[str, Any]:
         tables = {k: json.loads(v.to_json(orient="records")) for k, v in self.tables().items()}
-        return {"source": self.source, **tables, "notes": self.notes, "provenance": self.provenance}
+        return {
+            "source": self.source,
+            **tables,
+            "notes": self.notes,
+            "left_out": self.left_out,
+            "provenance": self.provenance,
+        }
 
 
 def _comparison_row(c: RunComparison, **extra: Any) -> dict[str, Any]:
@@ -1106,11 +1155,19 @@ def run_compare(
         "versions": cs.library_versions(),
     }
     if source in ("auto", "published", "both"):
-        records = load_published(reference)
+        records = load_published(reference, infer_precision=True)
         keys = published_keys(records, common)
         result.histories = [
             published_history(records, k, sel=common, threshold=threshold, noise_cv=noise_cv) for k in keys
         ]
+        result.left_out = left_out_rows(records, result.histories, common, reference)
+        result.notes += [result.left_out_line()] if result.left_out else []
+        inferred: dict[str, set[str]] = {}
+        for h in result.histories:
+            for p in h.points:
+                if p.precision_inferred:
+                    inferred.setdefault(p.precision_inferred, set()).add(f"{p.release} {h.key.precision}")
+        result.notes += [f"* precision {why} ({', '.join(sorted(rows))})" for why, rows in inferred.items()]
         prov["reference"] = {
             **_reference_provenance(reference),
             "rows": sorted(

@@ -63,6 +63,9 @@ from bridgebench.results.records import RunRecord
 
 #: Recipe fields whose change makes two published rows not like-for-like (``RunRecord`` field names).
 LIKE_FOR_LIKE_FIELDS: tuple[str, ...] = ("tp", "pp", "vp", "cp", "ep", "etp", "gbs", "mbs", "seq_length")
+#: Published-row facts beside the parallel sizes that make two releases not like-for-like when they differ:
+#: ``moe_token_drop`` (25.09's MoE rows were token-drop runs, later releases token-dropless; records.load_published).
+PUBLISHED_RECIPE_FACTS: tuple[str, ...] = ("moe_token_drop",)
 RUN_VERDICTS = ("faster", "slower", "no significant change", "insufficient")
 #: Libraries whose versions every result records.
 LIBRARIES = ("bridgebench", "numpy", "scipy", "pandas", "pyarrow", "arch", "ruptures", "matplotlib")
@@ -207,12 +210,16 @@ class SeriesPoint:
     model_name: str | None  # configs/model name (None: bridgebench cannot count this model's FLOPs)
     reference: str  # "<file>#<data row>"
     alternates: tuple[str, ...] = ()  # references of other rows of the same key and release, not chosen
+    precision_inferred: str = ""  # why the precision is bridgebench's inference (a table without that column)
 
 
 def _recipe(r: RunRecord) -> dict[str, int | None]:
     rec = {f: getattr(r, f) for f in LIKE_FOR_LIKE_FIELDS}
     if rec["vp"] == 1:  # VP 1 and "no VP" both mean no interleaving
         rec["vp"] = None
+    for f in PUBLISHED_RECIPE_FACTS:
+        if r.provenance.get(f) is not None:
+            rec[f] = r.provenance[f]
     return rec
 
 
@@ -259,6 +266,7 @@ def published_series(records: Sequence[RunRecord], key: ConfigKey) -> list[Serie
                 model_name=chosen.model,
                 reference=str(chosen.provenance.get("reference", "")),
                 alternates=tuple(str(r.provenance.get("reference", "")) for r in same if r is not chosen),
+                precision_inferred=str(chosen.provenance.get("precision_inferred") or ""),
             )
         )
     return points
@@ -350,7 +358,7 @@ def compare_step(
     else:
         direction = "below threshold"
     changed, unknown = {}, []
-    for f in LIKE_FOR_LIKE_FIELDS:
+    for f in LIKE_FOR_LIKE_FIELDS + PUBLISHED_RECIPE_FACTS:
         x, y = a.recipe.get(f), b.recipe.get(f)
         if x != y:
             if f != "vp" and (x is None or y is None):

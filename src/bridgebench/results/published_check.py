@@ -23,6 +23,7 @@ import pandas as pd
 from bridgebench.model.flops import model_flops_per_token
 from bridgebench.model.spec import ModelSpec
 from bridgebench.results.records import RunRecord, load_published
+from bridgebench.config.catalog import release as catalog_release
 from bridgebench.config.catalog import releases
 from bridgebench.config.compose import compose, model_spec
 
@@ -44,7 +45,8 @@ class CheckSummary:
 
 
 def _release_formula(release: str) -> str:
-    return str(compose([f"release='{release}'"]).release.flops_formula)
+    """The FLOPs formula version of a release (``configs/release/<release>.yaml``, read without composing a run)."""
+    return str(catalog_release(release)["flops_formula"])
 
 
 def _model(name: str, cache: dict) -> ModelSpec:

@@ -17,7 +17,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from bridgebench.config.catalog import precision_names
+from bridgebench.config.catalog import CatalogError, precision_names
+from bridgebench.config.catalog import release as release_facts
 from bridgebench.paths import CONFIG_DIR, load_paths
 from bridgebench.errors import BridgebenchError
 
@@ -126,11 +127,54 @@ def _int(value: Any) -> int | None:
     return int(float(value))
 
 
-def load_published(path: Path = PUBLISHED_CSV) -> list[RunRecord]:
+def _inferred_precision(release: str, footnote: str) -> tuple[str | None, str | None]:
+    """(precision, why) of a published row that states none: the release's ``published_precision`` rule
+    (``configs/release/<release>.yaml``; 25.09) by the half of an ``x (y)`` cell the row is -- (None, None) when the
+    release declares no rule."""
+    try:
+        rule = release_facts(release).get("published_precision") or {}
+    except CatalogError:
+        return None, None
+    half = "in_parentheses" if "values in parentheses" in footnote else "outside_parentheses"
+    if half not in rule:
+        return None, None
+    return str(rule[half]), str(rule.get("note", "inferred"))
+
+
+def _token_drop(footnote: str) -> bool | None:
+    """True for a MoE run published as token-drop (25.09 '(tokendrop)'), False for token-dropless, None when the
+    footnote says neither (dense models)."""
+    text = footnote.lower()
+    if "token-drop run" in text or "(tokendrop)" in text:
+        return True
+    if "dropless" in text:
+        return False
+    return None
+
+
+#: Rows :func:`load_published` leaves out, by reason (filled per file read; :func:`skipped_published`).
+_SKIPPED: dict[str, list[dict[str, Any]]] = {}
+
+
+def skipped_published(path: Path = PUBLISHED_CSV) -> list[dict[str, Any]]:
+    """The rows of ``path`` that :func:`load_published` leaves out: ``{reference, release, model_label, model, system,
+    num_gpus, precision, reason}`` each (so a comparison can count them and say why)."""
+    key = str(Path(path).resolve())
+    if key not in _SKIPPED:
+        load_published(path, infer_precision=True)
+    return list(_SKIPPED[key])
+
+
+def load_published(path: Path = PUBLISHED_CSV, *, infer_precision: bool = False) -> list[RunRecord]:
     """NVIDIA's published pretraining throughput rows (Megatron-Bridge ``docs/performance-summary*.md``) as records.
 
-    Rows without tokens/s are skipped (one 25.09 DeepSeek V3 row publishes TFLOP/s only). Kimi K2 rows are Muon runs
-    (their footnote says so); all others AdamW.
+    Rows without tokens/s are left out (one 25.09 DeepSeek V3 row publishes TFLOP/s only; :func:`skipped_published`
+    lists them with the reason). Kimi K2 rows are Muon runs (their footnote says so); all others AdamW. A row that
+    states no precision (the 25.09 table has no such column) keeps ``precision=None`` unless ``infer_precision``:
+    then it gets the one its release's ``published_precision`` rule infers, said in
+    ``provenance["precision_inferred"]`` (``bridgebench compare`` does; the time-model calibration does not).
+    ``provenance["moe_token_drop"]``: True for a token-drop MoE run, False for token-dropless, None when not stated
+    (dense).
 
     Raises:
         RecordError: the file lacks a required column.
@@ -142,22 +186,35 @@ def load_published(path: Path = PUBLISHED_CSV) -> list[RunRecord]:
     if missing:
         raise RecordError(f"{path}: missing column(s) {sorted(missing)}")
     models, systems = _model_names(), _system_names()
-    records = []
+    records, skipped = [], []
     for n, row in enumerate(df.itertuples(index=False), start=1):  # n: data row, 1-based, header excluded
+        stated = _precision(row.precision)
+        guess, why = _inferred_precision(row.release, row.footnote) if stated is None else (None, None)
         if not row.tokens_per_sec_per_gpu:
+            skipped.append({
+                "reference": f"{Path(path).name}#{n}", "release": row.release, "model_label": row.model,
+                "model": models.get(row.model), "system": systems.get(row.system), "num_gpus": int(row.num_gpus),
+                "precision": stated or guess, "reason": "no tokens/s published (TFLOP/s only)",
+                "optimizer": "muon" if "muon optimizer" in row.footnote.lower() else "adamw",
+            })
             continue
+        precision, inferred = (guess, why) if stated is None and infer_precision else (stated, None)
         muon = "muon optimizer" in row.footnote.lower()
+        provenance = {"container_image": f"nvcr.io/nvidia/nemo:{row.release}", "published": True,
+                      "reference": f"{Path(path).name}#{n}", "moe_token_drop": _token_drop(row.footnote)}
+        if inferred:
+            provenance["precision_inferred"] = inferred
         records.append(RunRecord(
             release=row.release, model=models.get(row.model), model_label=row.model, system=systems.get(row.system),
-            num_gpus=int(row.num_gpus), precision=_precision(row.precision),
+            num_gpus=int(row.num_gpus), precision=precision,
             optimizer="muon" if muon else "adamw", gbs=int(row.gbs), mbs=_int(row.mbs), seq_length=int(row.seq_len),
             tp=_int(row.tp), pp=_int(row.pp), cp=_int(row.cp), vp=_int(row.vp), ep=_int(row.ep), etp=_int(row.etp),
             tokens_per_sec_per_gpu=float(row.tokens_per_sec_per_gpu),
             model_tflops_per_gpu=float(row.model_tflops_per_gpu) if row.model_tflops_per_gpu else None,
             source=f"NVIDIA Megatron-Bridge {row.source}", note=row.footnote,
-            provenance={"container_image": f"nvcr.io/nvidia/nemo:{row.release}", "published": True,
-                        "reference": f"{Path(path).name}#{n}"},
+            provenance=provenance,
         ))
+    _SKIPPED[str(Path(path).resolve())] = skipped
     return records
 
 

@@ -104,10 +104,16 @@ def points_plot(result: Any, path: Path, calib: Any) -> Path:
     """Scatter of predicted model TFLOP/s/GPU against predicted memory per GPU (GB): ranked points, points over
     memory (grey crosses, timed for the plot only), the top K (numbered stars), each GPU's HBM (solid) and usable
     HBM (dashed); the x axis stops at twice the HBM (the title counts the points beyond). Writes a PNG."""
-    import matplotlib
+    from bridgebench.results.figure import save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    fig = points_figure(result, calib)
+    _replace(path, lambda tmp: save_png(fig, Path(tmp)))
+    return path
+
+
+def points_figure(result: Any, calib: Any) -> Any:
+    """The figure of :func:`points_plot` (top-K points numbered, near-identical ones sharing one label)."""
+    from bridgebench.results.figure import label_points, new_figure
 
     rows = [r for r in result.rows if r.get("tflops_per_gpu") is not None and r.get("mem_total_gb") is not None]
     hbm = sorted(
@@ -116,7 +122,8 @@ def points_plot(result: Any, path: Path, calib: Any) -> Path:
     limit = 2.0 * max((cap for _, cap in hbm), default=0.0)  # x axis up to twice the largest HBM
     hidden = [r for r in rows if limit and r["mem_total_gb"] > limit]
     rows = [r for r in rows if not (limit and r["mem_total_gb"] > limit)]
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    fig = new_figure((8, 5), dpi=120)
+    ax = fig.add_subplot()
     ok = [r for r in rows if r["status"] != "over_memory"]
     over = [r for r in rows if r["status"] == "over_memory"]
     if over:
@@ -127,8 +134,6 @@ def points_plot(result: Any, path: Path, calib: Any) -> Path:
                    alpha=0.5, label=f"fits ({len(ok):,})")  # fmt: skip
     for r in result.top:
         ax.scatter([r["mem_total_gb"]], [r["tflops_per_gpu"]], s=90, marker="*", color="#C44E52", zorder=3)
-        ax.annotate(str(r["rank"]), (r["mem_total_gb"], r["tflops_per_gpu"]), xytext=(4, 4),
-                    textcoords="offset points", fontsize=8)  # fmt: skip
     if result.top:
         ax.scatter([], [], s=90, marker="*", color="#C44E52", label=f"top {len(result.top)}")
     for gpu, cap in hbm:
@@ -144,12 +149,12 @@ def points_plot(result: Any, path: Path, calib: Any) -> Path:
     if limit:
         ax.set_xlim(0, limit)
     ax.grid(alpha=0.3)
+    ax.margins(y=0.12)  # room above the best points for their numbers
     if rows or hbm:
-        ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    _replace(path, lambda tmp: fig.savefig(tmp, format="png"))
-    plt.close(fig)
-    return path
+        fig.legend(loc="outside right upper", fontsize=8)
+    if result.top:
+        label_points(ax, [(r["mem_total_gb"], r["tflops_per_gpu"], r["rank"]) for r in result.top])
+    return fig
 
 
 def write_outputs(result: Any, state: dict[str, Any], calib: Any) -> dict[str, Path]:
