@@ -44,7 +44,7 @@ def run(args: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProce
         (["flops", "modle=kimi_k2"], "did you mean model"),
         (["flops", "num_gpus=7"], "gpus_per_node: num_gpus 7 is not a multiple of gpus_per_node 4"),
         (["flops", "model=kimi_k3"], "unknown model 'kimi_k3'; known model options"),
-        (["table", "--quality", "great"], "--quality must be a comma list of steady, short, excerpt, running"),
+        (["table", "--quality", "great"], "--quality must be a comma list of steady, short, excerpt, incomplete"),
         (["table", "--source", "runs"], "--source runs: the results store has no completed pretrain runs"),
         (["diff-config", "recipe='qwen3_30b_a3b_gb300_mxfp8", "recipe=x"], "cannot split"),
         (["plan", "train.global_batch_size=256,512"], "add -m / --multirun to plan one run per value"),

@@ -219,7 +219,8 @@ def status(
 
     report = sub.refresh_report(_cluster_cfg(overrides or []))
     for note in report.notes:  # cluster unreachable, controller down ...: the ledger is shown anyway
-        Console(file=sys.stderr).print(f"[yellow]note: {note}[/]")
+        # soft_wrap: a note names paths and commands, which a hard wrap at 80 columns would split
+        Console(file=sys.stderr, soft_wrap=True).print(f"note: {note}", style="yellow", markup=False, highlight=False)
     _print_attempts(report.attempts, as_json)
     if not as_json:  # live step figures of running jobs, from their logs (launch/live.py)
         from bridgebench.launch.live import live_lines
