@@ -145,6 +145,7 @@ class TimeConfig:
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
     recompute_modules: tuple[str, ...] = ()
+    release: str | None = None  # SHIM (issue 15): the NeMo release the prediction is for, echoed in TimeBreakdown
 
     @property
     def dp(self) -> int:
@@ -355,10 +356,24 @@ class TimeBreakdown:
     busiest_ns_flops: float = 0.0
     efficiency: float = 0.0
     efficiency_source: str = ""
+    band_pct: float = 0.0  # SHIM (issue 15): +- band of the prediction, percent (HELD_OUT_MAPE)
+    release: str = ""  # SHIM (issue 15): the release the prediction is for (TimeConfig.release)
 
     @property
     def total(self) -> float:
         return self.compute + self.recompute + self.a2a + self.bubble + self.overhead + self.optimizer
+
+    @property
+    def terms(self) -> dict[str, float]:
+        """SHIM (issue 15): seconds per additive term (they sum to ``total``)."""
+        return {
+            "compute": self.compute,
+            "recompute": self.recompute,
+            "a2a": self.a2a,
+            "bubble": self.bubble,
+            "overhead": self.overhead,
+            "optimizer": self.optimizer,
+        }
 
     @property
     def tflops_per_gpu(self) -> float:
@@ -605,6 +620,12 @@ def allgather_seconds(total_bytes: float, group: int, bandwidth: float) -> float
 
 
 # ---------------------------------------------------------------------------------------------------- predict
+#: SHIM (issue 15): held-out MAPE of the shipped calibration on the published rows, leave one release out
+#: (docs/sweeps.md "Time", benchmarks/validate_time.py: 9.7 %), the +- band of every prediction until the time model
+#: carries its own cross-validated bands.
+HELD_OUT_MAPE = 0.097
+
+
 def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBreakdown:
     """Predicted step time (s) and model TFLOP/s/GPU of one point; see the module docstring for each term.
 
@@ -659,7 +680,7 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
         raise TimeModelError(f"unknown optimizer {cfg.optimizer!r}; the time model knows adam, muon, dist_muon")
     return TimeBreakdown(
         compute, bubble, overhead, opt, flops, cfg.num_gpus, recompute, a2a, ns, per_matrix, ag, elem, nmat, ns_flops,
-        eff, eff_source,
+        eff, eff_source, 100.0 * HELD_OUT_MAPE, cfg.release or "",
     )  # fmt: skip
 
 
