@@ -20,9 +20,10 @@ MIXED = QWEN + [
 
 
 def _rows(overrides, space=None):
+    """Stages 1-2 (enumerate, rules) of a space."""
     sp = engine.parse_space(overrides, space)
     bases = engine.compose_bases(sp)
-    return sp, bases, engine.enumerate_points(sp, bases)
+    return sp, bases, engine.check_rules(engine.enumerate_points(sp, bases), bases)
 
 
 def test_every_invalid_point_is_reported_with_its_rule():
@@ -84,11 +85,42 @@ def test_auto_layout_and_sequence_parallel():
          "model.pipeline_model_parallel_layout=auto", "model.tensor_model_parallel_size=1,2",
          "model.sequence_parallel=auto"]
     )  # fmt: skip
-    rows = engine.enumerate_points(sp, engine.compose_bases(sp))
+    bases = engine.compose_bases(sp)
+    rows = engine.check_rules(engine.enumerate_points(sp, bases), bases)
     for r in rows:
         assert r["sequence_parallel"] == (r["tp"] > 1)
         assert r["layout"] == {2: "Et*32|t*29L", 4: "Et*16|t*16|t*16|t*13L"}[r["pp"]]
         assert r["status"] == "valid"
+
+
+def test_auto_layout_keeps_the_recipes_split_and_follows_megatron_core():
+    """``auto`` takes the recipe's own split where it fits (Qwen3 235B: embedding and loss counted as layers, 96 / 4 =
+    24 per rank, no rule conflict) and Megatron-Core's account_for split before a layout string (Llama 3.1 405B on
+    PP 8 x VP 4: 15 layers on the first rank, as upstream, not 20)."""
+    sp = engine.parse_space(
+        ["recipe=qwen3_235b_a22b_gb300_mxfp8", "release=26.02", "model.pipeline_model_parallel_size=4,8",
+         "model.virtual_pipeline_model_parallel_size=null,12", "model.pipeline_model_parallel_layout=auto"]
+    )  # fmt: skip
+    bases = engine.compose_bases(sp)
+    assert bases[0].flat["model.account_for_embedding_in_pipeline_split"] is True
+    rows = engine.check_rules(engine.enumerate_points(sp, bases), bases)
+    by = {(r["pp"], r["vp"]): r for r in rows}
+    assert by[(4, None)]["status"] == "valid" and by[(4, None)]["layout"] is None
+    assert by[(4, None)]["account_embedding"] and by[(4, None)]["account_loss"]
+    assert by[(4, 12)]["status"] == "valid"  # the 26.04+ configuration: 24 per rank, 2 per virtual stage
+    assert not any(r["rule"] == "pipeline_split_conflict" for r in rows)
+    llama = engine.parse_space(
+        ["model=llama31_405b", "num_gpus=256", "train.global_batch_size=1536", "model.tensor_model_parallel_size=4",
+         "model.pipeline_model_parallel_size=8", "model.virtual_pipeline_model_parallel_size=4",
+         "model.pipeline_model_parallel_layout=auto", "model.sequence_parallel=auto"]
+    )  # fmt: skip
+    bases = engine.compose_bases(llama)
+    (row,) = engine.check_rules(engine.enumerate_points(llama, bases), bases)
+    assert row["status"] == "valid" and row["layout"] is None and row["account_embedding"] and row["account_loss"]
+    from bridgebench.model.memory import stage_chunks
+
+    ranks = stage_chunks(126, 0, 8, 4, None, account_for_embedding=True, account_for_loss=True)
+    assert sum(len(ch[0]) for ch in ranks[0]) == 15 and sum(len(ch[0]) for ch in ranks[7]) == 15
 
 
 def test_space_file_and_command_line_merge():
@@ -124,7 +156,7 @@ def test_memory_prunes_and_time_ranks():
          "model.recompute_granularity=null,selective", "model.pipeline_model_parallel_layout=auto"]
     )  # fmt: skip
     engine.score_memory(rows, bases, cal)
-    engine.score_time(rows, bases, cal)
+    engine.rank_and_annotate(engine.score_time(rows, bases, cal), bases)
     by = {(r["ep"], r["recompute_granularity"]): r for r in rows}
     assert by[(64, None)]["status"] == "over_memory" and by[(64, None)]["rule"] == "memory"
     assert "GB usable" in by[(64, None)]["reason"]

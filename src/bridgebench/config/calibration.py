@@ -29,20 +29,27 @@ class CalibrationError(BridgebenchError):
 @dataclass(frozen=True)
 class ModelCalibration:
     """One calibration file: ``time`` (:class:`bridgebench.model.timing.Calibration`), the memory model's constant
-    ``other_bytes`` (bytes per GPU), the fraction of HBM kept free when pruning (``hbm_margin``), the routed-token
-    imbalance factor (``moe_imbalance``), and where the numbers come from (``source``)."""
+    ``other_bytes`` (bytes per GPU), the caching allocator's fragmentation (``fragmentation``: reserved over
+    allocated memory at the peak, minus 1, measured in real logs), the routed-token imbalance factor
+    (``moe_imbalance``), and where the numbers come from (``source``)."""
 
     name: str
     time: Calibration
     other_bytes: float
-    hbm_margin: float
+    fragmentation: float
     moe_imbalance: float
     source: str
     raw: dict[str, Any]
 
     def usable_hbm_bytes(self, hbm_bytes: float) -> float:
-        """HBM a point may use: ``hbm_bytes x (1 - hbm_margin)``."""
-        return hbm_bytes * (1.0 - self.hbm_margin)
+        """Predicted peak memory (allocated) a point may have: ``hbm_bytes / (1 + fragmentation)`` -- the caching
+        allocator reserves ``1 + fragmentation`` times what it allocates, and the reserved memory must fit the HBM."""
+        return hbm_bytes / (1.0 + self.fragmentation)
+
+    @property
+    def hbm_margin(self) -> float:
+        """The fraction of HBM the pruner keeps free, ``1 - 1 / (1 + fragmentation)``."""
+        return 1.0 - 1.0 / (1.0 + self.fragmentation)
 
 
 def names() -> list[str]:
@@ -66,7 +73,7 @@ def load(name: str = "default") -> ModelCalibration:
             name=name,
             time=time,
             other_bytes=float(mem["other_bytes"]),
-            hbm_margin=float(mem["hbm_margin"]),
+            fragmentation=float(mem["fragmentation"]),
             moe_imbalance=float(mem.get("moe_imbalance", 1.0)),
             source=str(data.get("source", "")),
             raw=data,
@@ -75,10 +82,10 @@ def load(name: str = "default") -> ModelCalibration:
         raise CalibrationError(f"{path}: missing {err.args[0]!r}") from err
     except (TypeError, ValueError, TimeModelError) as err:
         raise CalibrationError(f"{path}: {err}") from err
-    if not 0.0 <= out.hbm_margin < 1.0 or out.other_bytes < 0 or out.moe_imbalance < 1.0:
+    if not 0.0 <= out.fragmentation < 1.0 or out.other_bytes < 0 or out.moe_imbalance < 1.0:
         raise CalibrationError(
-            f"{path}: memory.hbm_margin must be in [0, 1), other_bytes >= 0 and moe_imbalance >= 1, got "
-            f"{out.hbm_margin}, {out.other_bytes}, {out.moe_imbalance}"
+            f"{path}: memory.fragmentation must be in [0, 1), other_bytes >= 0 and moe_imbalance >= 1, got "
+            f"{out.fragmentation}, {out.other_bytes}, {out.moe_imbalance}"
         )
     return out
 

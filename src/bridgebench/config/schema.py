@@ -366,8 +366,38 @@ START_FIELDS = (
     "optimizer.muon_num_ns_steps",
     "optimizer.muon_tp_mode",
     "optimizer.muon_split_qkv",
+    # the memory model's (bridgebench.model.memory): loss fusion, activation / optimizer offloading, Megatron-FSDP,
+    # the precision-aware optimizer's dtypes
+    "model.cross_entropy_loss_fusion",
+    "model.cpu_offloading",
+    "model.cpu_offloading_num_layers",
+    "model.cpu_offloading_activations",
+    "model.fine_grained_activation_offloading",
+    "model.offload_modules",
+    "ddp.use_megatron_fsdp",
+    "ddp.data_parallel_sharding_strategy",
+    "ddp.fsdp_double_buffer",
+    "optimizer.use_precision_aware_optimizer",
+    "optimizer.main_params_dtype",
+    "optimizer.exp_avg_dtype",
+    "optimizer.exp_avg_sq_dtype",
+    "optimizer.optimizer_cpu_offload",
+    "optimizer.optimizer_offload_fraction",
 )
+#: the ``mbridge_starts.json`` entry of a model without a Megatron-Bridge recipe: the generic provider's container
+#: (``bridgebench.mbridge.provider.generic_container``).
+GENERIC_START = "_generic"
 STARTS_FILE = Path(__file__).resolve().parent / "mbridge_starts.json"
+#: the installed Megatron-Bridge's perf recipes' settings (``bridgebench recipes fields``,
+#: ``bridgebench.mbridge.recipes.perf_catalog``).
+PERF_FILE = Path(__file__).resolve().parent / "mbridge_perf.json"
+
+
+@functools.cache
+def mbridge_perf() -> dict[str, Any]:
+    """The shipped perf-recipe settings (``mbridge_perf.json``): ``{"megatron_bridge": version, "recipes": {function:
+    {"model", "num_gpus", "gpu", "precision", "variant", "source", "values": {dotted field: value}}}}``."""
+    return json.loads(PERF_FILE.read_text())
 
 
 @functools.cache
@@ -389,6 +419,8 @@ def start_values(model: str, mixed_precision_recipe: str) -> dict[str, Any]:
     """
     starts = mbridge_starts()
     version = starts["megatron_bridge"]
+    if model not in starts["model"] and GENERIC_START in starts["model"]:
+        model = GENERIC_START  # no Megatron-Bridge recipe recorded: the build starts from the generic provider
     if model not in starts["model"]:
         raise SectionError(
             f"no Megatron-Bridge {version} base-recipe values recorded for model {model!r} in {STARTS_FILE.name} "
