@@ -150,12 +150,13 @@ class PrecisionSchema:
 class GPUSchema:
     name: str = MISSING
     display_name: str = MISSING
-    published_system: str = MISSING
+    published_system: Optional[str] = None  # system name in NVIDIA's tables (DGX-H100); None: none published
     gpus_per_node: int = MISSING
     compute_capability: Optional[float] = None  # CUDA compute capability (9.0 Hopper, 10.0 / 10.3 Blackwell)
     nvlink_domain: int = MISSING
     peak_tflops: Dict[str, Optional[float]] = field(default_factory=dict)
-    hbm_gb: float = MISSING  # HBM capacity per GPU, GB (1e9 B)
+    hbm_gb: float = MISSING  # HBM capacity per GPU, GB (1e9 B), as the datasheet prints it
+    hbm_total_mib: Optional[int] = None  # total memory the driver reports (nvidia-smi), MiB; the pruner's capacity
     hbm_bandwidth_tb_s: float = MISSING  # TB/s per GPU
     nvlink_bandwidth_gb_s: float = MISSING  # GB/s per GPU per direction
     network_bandwidth_gb_s: float = MISSING  # scale-out GB/s per GPU per direction

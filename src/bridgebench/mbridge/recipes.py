@@ -522,6 +522,7 @@ PERF_FIELDS = (
     "optimizer.optimizer",
     "optimizer.main_grads_dtype",
     "mixed_precision.fp8_param_gather",
+    "env_vars.PYTORCH_CUDA_ALLOC_CONF",
 )
 #: perf recipe function name -> (model, N GPUs, gpu, precision token, variant suffix)
 _PERF_NAME = (
@@ -571,7 +572,9 @@ def perf_catalog() -> dict[str, Any]:
             for key in fields:
                 section, name = key.split(".", 1)
                 obj = getattr(container, section)
-                value = getattr(obj, name, None)
+                value = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+                if section == "env_vars" and value is not None:
+                    value = str(value)
                 if key.endswith("pipeline_model_parallel_layout") and value is not None:
                     value = layout_string(value)
                 if isinstance(value, tuple):

@@ -721,8 +721,8 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
     (``uniform``) keeps each layer's input plus one recomputed group of ``recompute_num_layers`` layers' full set
     [ISK], ``block`` recomputes the first ``recompute_num_layers`` layers of each chunk and keeps the rest;
     activation offloading [OFF]: layer-wise, ``cpu_offloading_num_layers`` of the rank's layers (at most all but
-    one) leave the GPU and one layer's set is staged; fine-grained, the ``offload_modules`` inputs leave the GPU and
-    one layer's are staged. Logits (loss stage, one microbatch): ``s b V_pad / t`` x 6 B (4 B with fused CE) per
+    one) leave the GPU (the peak holds the other layers'); fine-grained, the ``offload_modules`` inputs leave the GPU
+    and one layer's are staged. Logits (loss stage, one microbatch): ``s b V_pad / t`` x 6 B (4 B with fused CE) per
     output head (1 + MTP layers) + the output-layer input [ISK; MLM uses 4 B (h + V)]; other: ``cfg.other_bytes`` +
     Muon's Newton-Schulz workspace for the largest owned matrix ``2 (2 m n + 2 m^2)`` B bounded with ``m =
     sqrt(numel)`` (research notes Sec. 1.6).
@@ -807,9 +807,7 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
             act += b * tokens * inflight
         if cfg.cpu_offloading and cfg.cpu_offloading_activations and n_local > 1:
             off_layers = min(cfg.cpu_offloading_num_layers, n_local - 1)
-            if off_layers:
-                biggest = max(per_token(k, recompute) for k in {tables.layer_kinds[li] for li in layers})
-                act = act * (n_local - off_layers) / n_local + biggest * tokens
+            act = act * (n_local - off_layers) / n_local
         act += staged * tokens
         if recompute == "full":
             act += recomputed * tokens * (1 if block else group_layers)

@@ -71,6 +71,8 @@ KEYS = {
     "exp_avg_sq_dtype": "optimizer.exp_avg_sq_dtype",
     "optimizer_cpu_offload": "optimizer.optimizer_cpu_offload",
     "optimizer_offload_fraction": "optimizer.optimizer_offload_fraction",
+    "alloc_conf": "env_vars.PYTORCH_CUDA_ALLOC_CONF",
+    "hbm_total_mib": "gpu.hbm_total_mib",
 }
 #: keys whose values must be positive integers (``None`` allowed for the optional ones).
 POSITIVE = {

@@ -119,8 +119,9 @@ def candidates(space: Space, bases: Sequence[Base]) -> tuple[int, Iterable[tuple
 def _derive(base: Base, delta: dict[str, Any], v: dict[str, Any], spec: ModelSpec) -> tuple[dict, str | None, str]:
     """Resolve the ``auto`` keys of a point in place (``v``) and in its delta: ``sequence_parallel`` = TP > 1;
     ``pipeline_model_parallel_layout`` = :func:`bridgebench.model.layout.auto_split` of the base's own split (the
-    recipe's layout, uneven stages or ``account_for_*`` when they fit this PP x VP), an even split, the embedding
-    and loss counted as layers, or a balanced layout string. Returns the new delta and an error (rule, message)."""
+    recipe's layout, the point's uneven stages or ``account_for_*`` when they fit this PP x VP), an even split, the
+    embedding and loss counted as layers, or a balanced layout string. Returns the new delta and an error (rule,
+    message)."""
     if v["sequence_parallel"] == AUTO:
         sp = isinstance(v["tp"], int) and v["tp"] > 1
         delta = {**delta, KEYS["sequence_parallel"]: sp}
@@ -128,12 +129,11 @@ def _derive(base: Base, delta: dict[str, Any], v: dict[str, Any], spec: ModelSpe
     if v["layout"] != AUTO:
         return delta, None, ""
     flat = base.flat
-    own = {k: flat.get(KEYS[k]) for k in ("layout", "first_stage_layers", "last_stage_layers")}
+    own_layout = flat.get(KEYS["layout"])
     try:
         split = auto_split(
-            spec.num_layers, v["pp"], v["vp"], spec.mtp_layers, own["first_stage_layers"], own["last_stage_layers"],
-            bool(flat.get(KEYS["account_embedding"])), bool(flat.get(KEYS["account_loss"])),
-            None if own["layout"] == AUTO else own["layout"],
+            spec.num_layers, v["pp"], v["vp"], spec.mtp_layers, v["first_stage_layers"], v["last_stage_layers"],
+            bool(v["account_embedding"]), bool(v["account_loss"]), None if own_layout == AUTO else own_layout,
         )  # fmt: skip
     except (LayoutError, TypeError) as err:
         delta = {**delta, KEYS["layout"]: None}

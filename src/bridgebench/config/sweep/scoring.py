@@ -26,6 +26,20 @@ def grad_reduce_in_fp32(v: dict[str, Any]) -> bool:
     return bool(v["ddp_grad_reduce_in_fp32"] if mp is None else mp)
 
 
+def hbm_capacity(v: dict[str, Any], base: Base, calib: ModelCalibration) -> float:
+    """Bytes of memory the GPU has: what the driver reports (``gpu.hbm_total_mib``, ``nvidia-smi``) where the GPU's
+    config records it, else the datasheet's ``hbm_gb`` x ``datasheet_gb_bytes`` (``configs/calibration``: NVIDIA's
+    "GB" are about GiB)."""
+    mib = v["hbm_total_mib"]
+    return float(mib) * 2**20 if mib else base.gpu.hbm_bytes / 1e9 * calib.datasheet_gb_bytes
+
+
+def expandable_segments(v: dict[str, Any]) -> bool:
+    """``PYTORCH_CUDA_ALLOC_CONF`` of the run's environment sets ``expandable_segments:True``."""
+    conf = str(v["alloc_conf"] or "").replace(" ", "").lower()
+    return "expandable_segments:true" in conf
+
+
 def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfig:
     """The memory model's view of a point's effective values (see :func:`effective`): parallelism, the pipeline
     split, optimizer and its dtypes, precision, recompute, Megatron-FSDP, activation / optimizer offloading."""
@@ -157,17 +171,21 @@ def score_memory(
     progress: Callable[[int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Stage 3 (in place): memory per GPU of every ``valid`` row (GB = 1e9 B columns ``mem_*_gb``,
-    ``mem_total_gb``, ``hbm_gb``, ``hbm_usable_gb``, busiest pipeline rank ``mem_stage``); rows whose predicted
-    peak times the measured fragmentation (reserved over allocated, ``configs/calibration``) exceeds the GPU's HBM
-    become ``over_memory`` with the numbers in ``reason``; the others ``fits``."""
+    ``mem_total_gb``, ``hbm_gb`` (:func:`hbm_capacity`), ``hbm_usable_gb``, busiest pipeline rank ``mem_stage``);
+    rows whose predicted peak times the lowest measured allocator fragmentation (reserved over allocated,
+    ``configs/calibration``) exceeds the GPU's memory become ``over_memory`` with the numbers in ``reason``; the
+    others ``fits``, flagged ``tight`` when the median measured fragmentation would not fit and the run does not
+    use expandable segments (:func:`expandable_segments`)."""
     todo = [r for r in rows if r["status"] == "valid"]
     cache: dict = {}
     for i, row in enumerate(todo, 1):
         base = bases[row["base"]]
         spec, v = _point_state(base, row, cache)
-        usable = calib.usable_hbm_bytes(base.gpu.hbm_bytes)
-        row["hbm_gb"] = base.gpu.hbm_bytes / 1e9
+        capacity, expandable = hbm_capacity(v, base, calib), expandable_segments(v)
+        usable = calib.usable_hbm_bytes(capacity)
+        row["hbm_gb"] = capacity / 1e9
         row["hbm_usable_gb"] = usable / 1e9
+        row["expandable_segments"] = expandable
         if v["job_type"] == "optstep":
             mats = _optstep_subset(spec, v["job_layers"], v["job_experts"], ns_policy(v).split_qkv)
             numel = sum(m.rows * m.cols for m in mats)
@@ -191,16 +209,18 @@ def score_memory(
                 mem_total_gb=total / 1e9,
                 mem_stage=b.stage,
             )
+        frag = calib.fragmentation
+        row["tight"] = False
         if total > usable:
             row["status"] = "over_memory"
             row["rule"] = "memory"
             row["reason"] = (
-                f"predicted {total / 1e9:.1f} GB per GPU x (1 + fragmentation {calib.fragmentation:g}) = "
-                f"{total * (1 + calib.fragmentation) / 1e9:.1f} GB > {base.gpu.hbm_bytes / 1e9:.0f} GB HBM "
-                f"({usable / 1e9:.1f} GB usable)"
+                f"predicted {total / 1e9:.1f} GB per GPU x (1 + fragmentation {frag:g}) = "
+                f"{total * (1 + frag) / 1e9:.1f} GB > {capacity / 1e9:.1f} GB GPU memory"
             )
         else:
             row["status"] = "fits"
+            row["tight"] = bool(total > calib.typical_hbm_bytes(capacity) and not expandable)
         if progress and (i % 256 == 0 or i == len(todo)):
             progress(i, len(todo))
     return rows
