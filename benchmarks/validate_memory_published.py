@@ -263,15 +263,15 @@ def main() -> None:
         print(f"    {set_id:38s} fit {sum(a['fits'] for a in mine):2d} / {len(mine):2d}")
         for a in mine:
             if not a["fits"]:
-                print(
-                    f"        PRUNED {a['model']} {a['num_gpus']} GPUs TP{a['tp']} PP{a['pp']}: {a['rule']}: {a['reason']}"
-                )
+                where = f"{a['model']} {a['num_gpus']} GPUs TP{a['tp']} PP{a['pp']}"
+                print(f"        PRUNED {where}: {a['rule']}: {a['reason']}")
     measured = [a for a in abl if a["measured_gb"] and a["mem_total_gb"]]
     if measured:
         errs = [a["mem_total_gb"] / a["measured_gb"] - 1 for a in measured]
-        print(f"    predicted vs measured peak (torchtitan, {len(measured)} rows): median {statistics.median(errs):+.1%}, "
-              f"min {min(errs):+.1%}, max {max(errs):+.1%} (FSDP2 modelled as Megatron-FSDP; torch.compile / Float8 "
-              "/ AsyncTP rows differ in software the model does not see)")  # fmt: skip
+        med = statistics.median(errs)
+        print(f"    predicted vs measured peak (torchtitan, {len(measured)} rows): median {med:+.1%}, "
+              f"min {min(errs):+.1%}, max {max(errs):+.1%} (FSDP2 modelled as Megatron-FSDP; torch.compile / "
+              "Float8 / AsyncTP rows differ in software the model does not see)")  # fmt: skip
 
     frag = fragmentation()
     print("\n(c) allocator fragmentation (max reserved / max allocated - 1), median over ranks:")
@@ -279,8 +279,9 @@ def main() -> None:
         val = "-" if f["fragmentation"] is None else f"{f['fragmentation']:+.1%}"
         print(f"    {f['log']:52s} {f['ranks']} rank(s) {val}")
     modern = [f["fragmentation"] for f in frag if f["fragmentation"] is not None and "2020" not in f["log"]]
-    print(f"    lowest {min(modern):.2%} (the pruning margin), median {statistics.median(modern):.2%} (the 'tight' flag);"
-          f" calibration: fragmentation {calib.fragmentation:g}, fragmentation_typical {calib.fragmentation_typical:g}")  # fmt: skip
+    lo, med = min(modern), statistics.median(modern)
+    print(f"    lowest {lo:.2%} (the pruning margin), median {med:.2%} (the 'tight' flag); calibration: "
+          f"fragmentation {calib.fragmentation:g}, typical {calib.fragmentation_typical:g}")  # fmt: skip
 
     if args.json:
         args.json.write_text(json.dumps({

@@ -20,6 +20,7 @@ from bridgebench.cli import (  # noqa: F401  (register the commands)
     diff_config,
     listing,
     logs,
+    predict,
     recipes,
     report,
     runs,

@@ -173,9 +173,19 @@ def table(
 
 
 @app.command("check-published")
-def check_published_cmd(as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
-    """FLOPs/token x tokens/s/GPU vs published model TFLOP/s/GPU over every published row of a known model."""
+def check_published_cmd(
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    models: bool = typer.Option(
+        False, "--models", help="also run every row through the sweep pipeline: fits or not, memory, predicted time"
+    ),
+) -> None:
+    """FLOPs/token x tokens/s/GPU vs published model TFLOP/s/GPU over every published row of a known model; with
+    --models, every row through the sweep pipeline too (bridgebench.results.published_points)."""
     import dataclasses
+
+    if models:
+        _check_published_models(as_json)
+        return
 
     from bridgebench.paths import load_paths
     from bridgebench.results.published_check import check_published
@@ -199,3 +209,45 @@ def check_published_cmd(as_json: bool = typer.Option(False, "--json", help="prin
         " belong to groups whose published rows fit no constant FLOPs/token"
     )
     typer.echo(f"per-row results        : {out}")
+
+
+def _check_published_models(as_json: bool) -> None:
+    """``check-published --models``: the memory model and the rules on every published row (they all ran), and the
+    time model's prediction of each (shipped calibration)."""
+    import statistics
+
+    from bridgebench.paths import load_paths
+    from bridgebench.results.published_points import published_points, summary
+
+    df = published_points()
+    s = summary(df)
+    timed = df[df["tflops_per_gpu"].notna() & df["published_tflops"].notna()]
+    errors = (timed["tflops_per_gpu"] / timed["published_tflops"] - 1).abs()
+    s["tflops_mape"] = float(errors.mean()) if len(errors) else None
+    s["tflops_median_abs_error"] = float(statistics.median(errors)) if len(errors) else None
+    out = load_paths().tables / "published_models.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".csv.tmp")
+    df.to_csv(tmp, index=False, float_format="%.6g")
+    tmp.replace(out)
+    s["rows_file"] = str(out)
+    if as_json:
+        cols = ["release", "model", "system", "precision", "num_gpus", "tp", "pp", "vp", "cp", "ep", "etp", "mbs",
+                "gbs", "mem_total_gb", "hbm_gb", "fits", "pruned_by", "inconsistent", "reason", "settings_source",
+                "published_tflops", "tflops_per_gpu", "step_time_s", "band_pct"]  # fmt: skip
+        rows = json.loads(df[[c for c in cols if c in df.columns]].to_json(orient="records"))
+        typer.echo(json.dumps({"summary": s, "rows": rows}, indent=2))
+        return
+    typer.echo(f"published rows with a model config : {s['rows']}")
+    typer.echo(f"fit (memory and rules)              : {s['fits']}")
+    typer.echo(f"false prunes                        : {s['false_prunes']} {s['false_prunes_by_rule'] or ''}")
+    typer.echo(f"cannot have run as printed          : {s['inconsistent']}")
+    if s["tflops_mape"] is not None:
+        typer.echo(
+            f"TFLOP/s/GPU vs published           : MAPE {s['tflops_mape']:.1%}, median |error| "
+            f"{s['tflops_median_abs_error']:.1%} (shipped calibration, in sample)"
+        )
+    for r in df[~df["fits"]].itertuples():
+        tag = "cannot have run as printed" if r.inconsistent else f"PRUNED by {r.pruned_by}"
+        typer.echo(f"  {r.release} {r.model} {r.system} {r.precision} {r.num_gpus} GPUs: {tag}: {r.reason}")
+    typer.echo(f"per-row results                     : {out}")
