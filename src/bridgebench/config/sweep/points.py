@@ -99,7 +99,7 @@ def _row(base: Base, delta: dict[str, Any], v: dict[str, Any]) -> dict[str, Any]
         "account_embedding": bool(v["account_embedding"]),
         "account_loss": bool(v["account_loss"]),
         "recompute_granularity": v["recompute_granularity"],
-        "recompute_modules": ",".join(mods) if mods else None,
+        "recompute_modules": ",".join(mods) if mods and v["recompute_granularity"] == "selective" else None,
         "job_type": v["job_type"],
         "job_layers": v["job_layers"],
         "job_experts": v["job_experts"],
