@@ -17,7 +17,14 @@ class _RichProgress:
     """The sweep's progress as a rich progress bar per stage, messages above it (stderr)."""
 
     def __init__(self, console):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.console = console
         self.bar = Progress(
@@ -25,6 +32,7 @@ class _RichProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),
             console=console,
             transient=False,
         )

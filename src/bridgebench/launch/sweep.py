@@ -297,7 +297,9 @@ def run_sweep(
 
 
 def _plan_top(top, bases, sp, state: _State, name: str, say: Progress, ledger, store, timings) -> None:
-    """Stage 5: plan each top-K point (one plan folder per point, recorded in the state as soon as it is written)."""
+    """Stage 5: plan each top-K point in this process (Megatron-Bridge imported once, by the first point), one plan
+    folder per point, recorded in the state as soon as it is written, with per-point seconds and an ETA. Each
+    point is composed once: its config hash decides whether it is skipped, and the same config is planned."""
     from bridgebench.launch.plan import PlanError, plan
 
     t0 = time.perf_counter()
@@ -312,12 +314,14 @@ def _plan_top(top, bases, sp, state: _State, name: str, say: Progress, ledger, s
     plans_root = load_paths().plans / f"sweep-{name}"
     planned_hashes = {v.get("config_hash") for v in state.data["plans"].values() if v.get("status") == "planned"}
     resumed = 0
+    took: list[float] = []
     for i, row in enumerate(top, 1):
         pid = row["point_id"]
         if pid in state.data["plans"]:  # planned, skipped or failed before: never planned twice
             resumed += 1
             say.update(i, len(top))
             continue
+        t = time.perf_counter()
         base = bases[row["base"]]
         overrides = engine.point_overrides(base, json.loads(row["delta"]))
         cfg = compose(overrides)
@@ -332,7 +336,7 @@ def _plan_top(top, bases, sp, state: _State, name: str, say: Progress, ledger, s
         else:
             invalid = []
             try:
-                plan_dir, runs = plan(overrides, plans_root / pid, on_invalid=invalid.append)
+                plan_dir, runs = plan(overrides, plans_root / pid, on_invalid=invalid.append, composed=cfg)
                 info.update(status="planned", plan_dir=str(plan_dir), run=runs[0].name, reason="")
                 planned_hashes.add(h)
             except PlanError as err:
@@ -340,10 +344,20 @@ def _plan_top(top, bases, sp, state: _State, name: str, say: Progress, ledger, s
                 info.update(
                     status="plan_failed", rule=bad.rule if bad else "plan", reason=bad.reason if bad else str(err)
                 )
+        took.append(time.perf_counter() - t)
+        info["seconds"] = took[-1]
         state.data["plans"][pid] = info
         state.save()
         say.update(i, len(top))
+        left = len(top) - i
+        if left:  # the first point imports Megatron-Bridge: the ETA uses the points after it when there are any
+            per = sum(took[1:]) / len(took[1:]) if len(took) > 1 else took[0]
+            say.log(f"planned {i}/{len(top)} ({took[-1]:.1f} s); ETA {left * per:.0f} s")
     timings["plan"] = {"seconds": time.perf_counter() - t0, "points": len(top), "resumed": resumed == len(top)}
+    if took:
+        timings["plan"]["first_point_s"] = took[0]
+        if len(took) > 1:
+            timings["plan"]["per_point_after_first_s"] = sum(took[1:]) / len(took[1:])
     state.finish("plan", timings["plan"]["seconds"], len(top), None)
 
 
