@@ -184,3 +184,53 @@ def test_point_overrides_quote_strings_and_lists():
         ]
     )
     assert cfg.model.pipeline_model_parallel_layout == "E|t*61L"
+
+
+def _ranked_row(base, pid, score, mem, terms, **kw):
+    delta = kw.pop("delta", {"train.micro_batch_size": 1})
+    row = {"base": base.index, "point_id": pid, "delta": json.dumps(delta), "status": "ranked",
+           "score": score, "tflops_per_gpu": score, "mem_total_gb": mem, "band_pct": 10.0, "tp": 1, "etp": 1,
+           "ep": kw.pop("ep", 8), **{f"t_{k}_s": v for k, v in terms.items()}}  # fmt: skip
+    row.update(kw)
+    return row
+
+
+def test_ranking_says_how_far_to_trust_it():
+    """Ties within the band of the best, indistinguishable points collapsed into one with a count (the rest of the
+    top K distinct on some term), the recipe's own configuration found, expert groups beyond NVLink flagged."""
+    base = engine.base_of(["recipe=qwen3_30b_a3b_gb300_mxfp8", "release=26.08"])
+    rows = [
+        _ranked_row(base, "a", 1000.0, 200.0, {"compute": 1.0, "bubble": 0.1}),
+        _ranked_row(base, "b", 1000.0, 190.0, {"compute": 1.0, "bubble": 0.1}),  # same terms: a twin, less memory
+        _ranked_row(base, "c", 950.0, 100.0, {"compute": 1.05, "bubble": 0.1}),  # within 10 %: a tie
+        _ranked_row(base, "d", 800.0, 100.0, {"compute": 1.2, "bubble": 0.1}, ep=128),  # outside the band
+        _ranked_row(
+            base,
+            "e",
+            700.0,
+            100.0,
+            {"compute": 1.3, "bubble": 0.1},
+            delta={"train.micro_batch_size": base.flat["train.micro_batch_size"]},
+        ),  # fmt: skip
+    ]
+    engine.rank_and_annotate(rows, [base])
+    by = {r["point_id"]: r for r in rows}
+    assert by["b"]["rank"] == 1 and by["b"]["twins"] == 1  # the twin with less memory is kept
+    assert by["a"]["status"] == "indistinct" and by["a"]["collapsed_into"] == "b" and by["a"]["rank"] is None
+    assert [by[p]["rank"] for p in "cde"] == [2, 3, 4]
+    assert by["c"]["tie"] and not by["d"]["tie"] and by["b"]["tie"]
+    assert by["d"]["ep_leaves_nvlink"] and by["d"]["ep_span"] == 128 and not by["c"]["ep_leaves_nvlink"]
+    assert by["e"]["published"] and not by["c"]["published"]  # swept values equal the recipe's own
+    place = engine.published_place(rows)
+    assert place["point_id"] == "e" and place["rank"] == 4 and place["of"] == 4 and not place["tie"]
+    summary = engine.summarize(rows)
+    assert summary["ties"] == 2 and summary["ep_leaves_nvlink"] == 1 and summary["published"]["rank"] == 4
+
+
+def test_a_sweep_finds_the_recipes_own_configuration():
+    sp = engine.parse_space(["recipe=qwen3_30b_a3b_gb300_mxfp8", "release=26.08", "train.micro_batch_size=2,4,8"])
+    bases = engine.compose_bases(sp)
+    rows = engine.run_pipeline(bases, calibration.load(), space=sp)
+    mine = [r for r in rows if r["published"]]
+    assert len(mine) == 1 and mine[0]["mbs"] == bases[0].flat["train.micro_batch_size"]
+    assert engine.summarize(rows)["published"]["point_id"] == mine[0]["point_id"]

@@ -786,6 +786,7 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
         if cfg.optimizer_cpu_offload:
             opt *= 1.0 - cfg.optimizer_offload_fraction
         act = 0.0
+        emb_act = 0.0
         recomputed = 0.0
         staged = 0.0  # one layer's offloaded tensors in transit [OFF]
         n_local = sum(len(ch[0]) for ch in chunks)
@@ -802,12 +803,13 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
                     b += per_token(kind, gran, offload)
                     if offload:
                         staged = max(staged, per_token(kind, gran) - per_token(kind, gran, offload))
-            if chunk_emb:
-                b += 8.0 + 2.0 * (h / tp if sp else h)  # token ids (int64) + embedding output
             act += b * tokens * inflight
+            if chunk_emb:  # token ids (int64) + embedding output: not a layer's, never offloaded
+                emb_act += (8.0 + 2.0 * (h / tp if sp else h)) * tokens * inflight
         if cfg.cpu_offloading and cfg.cpu_offloading_activations and n_local > 1:
             off_layers = min(cfg.cpu_offloading_num_layers, n_local - 1)
             act = act * (n_local - off_layers) / n_local
+        act += emb_act
         act += staged * tokens
         if recompute == "full":
             act += recomputed * tokens * (1 if block else group_layers)

@@ -7,8 +7,8 @@
   least memory (status ``indistinct``, ``collapsed_into`` its point id; the kept point counts them in ``twins``).
 - ``tie``: a ranked point whose score lies within the prediction band of the best (``band_pct``, the model's
   cross-validated error): ``score >= best x (1 - band_pct / 100)``. Ties are not an order the model can vouch for.
-- ``published``: the point is the recipe's own configuration (NVIDIA's, when the recipe and optimizer are Megatron-
-  Bridge's perf recipe of the release): the space swept keys whose values equal the base config's on every one.
+- ``published``: the point is NVIDIA's own configuration: its base is Megatron-Bridge's perf recipe of the release
+  with that optimizer, and every swept key has the base's value.
 - ``ep_span`` / ``ep_leaves_nvlink``: the expert group (ETP x EP consecutive ranks, Megatron-Core's default order
   ``tp-cp-ep-dp-pp``) and whether it is larger than the GPU's NVLink domain (``configs/gpu`` ``nvlink_domain``), so
   its all-to-all runs over the scale-out network.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from bridgebench.config.compose import variant_provenance
 from bridgebench.config.sweep.bases import Base
 from bridgebench.config.sweep.keys import KEYS
 
@@ -31,8 +32,14 @@ def _signature(row: dict[str, Any]) -> tuple:
 
 
 def _is_published(base: Base, delta: dict[str, Any]) -> bool:
-    """The point equals its base config on every swept key (ETP unset = TP; ``auto`` keys compared as derived)."""
+    """The base is Megatron-Bridge's own perf recipe of its release with this optimizer
+    (:func:`bridgebench.config.compose.variant_provenance`) and the point equals it on every swept key (ETP unset =
+    TP; ``auto`` keys compared as derived)."""
     if not base.flat.get(KEYS["recipe"]):
+        return False
+    if "nvidia" not in base._env_cache:
+        base._env_cache["nvidia"] = variant_provenance(base.cfg)[0] == "nvidia"
+    if not base._env_cache["nvidia"]:
         return False
     flat = base.flat
     for key, value in delta.items():
