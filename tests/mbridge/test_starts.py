@@ -57,7 +57,8 @@ def test_a_model_without_a_recipe_builds_through_the_generic_provider(tmp_path, 
     )
     monkeypatch.setenv("BRIDGEBENCH_CONFIG_DIR", str(tmp_path))
     ov = ["model=mixtral_8x7b", "gpu=h100", "precision=bf16", "num_gpus=16", "train.global_batch_size=64",
-          "model.expert_model_parallel_size=8", "model.tensor_model_parallel_size=2", "model.sequence_parallel=true"]  # fmt: skip
+          "model.expert_model_parallel_size=8", "model.tensor_model_parallel_size=2",
+          "model.sequence_parallel=true"]  # fmt: skip
     result = build(compose(ov))
     model = result.container.model
     assert type(model).__name__ == "GPTModelProvider"
