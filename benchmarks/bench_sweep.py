@@ -41,7 +41,13 @@ class _Timings:
 
 def plan_stage(overrides: list[str], space: str, k: int) -> dict:
     """Run the whole sweep with ``top_k = k`` into a temporary folder; returns the plan stage's timings."""
+    import logging
+    import warnings
+
     from bridgebench.launch.sweep import run_sweep
+
+    warnings.filterwarnings("ignore")  # as `bridgebench sweep` does: Megatron-Bridge's import notes
+    logging.getLogger("megatron").setLevel(logging.WARNING)
 
     with tempfile.TemporaryDirectory(prefix="bb-bench-sweep-") as tmp:
         for var, sub in (("SWEEPS", "sweeps"), ("PLANS", "plans"), ("LEDGER", "ledger.sqlite"),

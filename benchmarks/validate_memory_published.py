@@ -244,7 +244,14 @@ def main() -> None:
     print(f"\n(a) published rows with a configs/model: {s['rows']} ({took:.1f} s)")
     print(f"    fit: {s['fits']}   false prunes: {s['false_prunes']} {s['false_prunes_by_rule']}   "
           f"printed configuration cannot have run as printed: {s['inconsistent']}")  # fmt: skip
-    print(f"    settings from: {df['settings_source'].str.split(' ').str[0].value_counts().to_dict()}")
+    kinds = df["settings_source"].map(
+        lambda x: "the release's bridgebench recipe" if x.startswith("recipes/")
+        else "0.6.2 perf recipe + the release's own settings" if "own settings" in x
+        else "0.6.2 perf recipe" if x.startswith("megatron-bridge") else "base recipe (no 0.6.2 perf recipe)"
+    )  # fmt: skip
+    print(f"    unprinted settings from: {kinds.value_counts().to_dict()}")
+    for r in df[kinds == "base recipe (no 0.6.2 perf recipe)"].itertuples():
+        print(f"      no perf recipe: {r.release} {r.model} {r.system} {r.precision}")
     shown = df if args.rows else df[~df["fits"]]
     for r in shown.itertuples():
         mem = "-" if r.mem_total_gb != r.mem_total_gb or r.mem_total_gb is None else f"{r.mem_total_gb:6.1f}"
