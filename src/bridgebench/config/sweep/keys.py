@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from bridgebench.config.time_knobs import TIME_KEYS
+
 #: short column name -> config key of the values every stage reads.
 KEYS = {
     "num_gpus": "num_gpus",
@@ -73,6 +75,7 @@ KEYS = {
     "optimizer_offload_fraction": "optimizer.optimizer_offload_fraction",
     "alloc_conf": "env_vars.PYTORCH_CUDA_ALLOC_CONF",
     "hbm_total_mib": "gpu.hbm_total_mib",
+    **TIME_KEYS,  # the time model's recipe knobs (bridgebench.config.time_knobs)
 }
 #: keys whose values must be positive integers (``None`` allowed for the optional ones).
 POSITIVE = {

@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 from bridgebench.config.calibration import ModelCalibration
 from bridgebench.config.sweep.bases import Base, _arch_spec, effective
+from bridgebench.config.time_knobs import time_knobs
 from bridgebench.model import memory as mem
 from bridgebench.model import timing
 from bridgebench.model.layout import LayoutError
@@ -95,7 +96,7 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
 
 
 def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
-    """The time model's view of a point's effective values."""
+    """The time model's view of a point's effective values (knobs: :func:`bridgebench.config.time_knobs.time_knobs`)."""
     granularity = v["recompute_granularity"]
     mods = v["recompute_modules"]
     if granularity == "selective" and mods is None:
@@ -121,7 +122,7 @@ def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
         recompute_method=v["recompute_method"],
         recompute_num_layers=v["recompute_num_layers"],
         recompute_modules=tuple(mods or ()),
-        release=v["release"],
+        **time_knobs(v),
     )
 
 
@@ -265,6 +266,7 @@ def score_time(
                     time_release=b.release or None,
                     efficiency=getattr(b, "efficiency", None),
                     efficiency_source=getattr(b, "efficiency_source", None),
+                    ep_scale_out=getattr(b, "ep_scale_out", None),
                 )
                 row["score"] = b.tflops_per_gpu
         except (timing.TimeModelError, NSError, LayoutError) as err:

@@ -1,0 +1,134 @@
+"""The memory and time models against every published row (``bridgebench check-published --models``).
+
+Each published row of a model with a ``configs/model`` entry (:func:`bridgebench.results.time_calibration.
+published_rows`) gets:
+
+- **time**: its model TFLOP/s/GPU predicted by a calibration fitted WITHOUT the row's release (leave one release
+  out, :func:`bridgebench.model.timing.cross_validate`: the scored release's rows never enter its fit), against the
+  published figure; the prediction's band (+- relative, from the shipped calibration) and whether the published
+  figure lies inside it;
+- **memory**: the row as a point of the sweep pipeline (:func:`bridgebench.results.published_points.published_points`:
+  the rules, then the busiest-GPU memory with the settings the tables do not print taken from the release's recipe
+  or Megatron-Bridge's perf recipes): ``fits`` or not, and what prunes it. Every published row ran, so a row that
+  does not fit is a false prune -- unless its printed configuration cannot have run as printed (``inconsistent``).
+
+Summary: rows, held-out MAPE and median |error| (all rows and per release), rows within their band, rows that fit.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from bridgebench.config import calibration as calib_mod
+from bridgebench.model.timing import Row, calibrate, cross_validate, predict_time
+from bridgebench.results.time_calibration import published_rows
+
+
+@dataclass(frozen=True)
+class ModelsSummary:
+    """Counts and errors of :func:`check_models` (errors relative: 0.05 = 5 %)."""
+
+    rows: int
+    predicted: int
+    mape: float
+    median_abs_error: float
+    max_abs_error: float
+    within_band: int
+    fits: int
+    false_prunes: int
+    inconsistent: int = 0
+    mape_by_release: dict[str, float] = field(default_factory=dict)
+    calibration: str = "default"
+
+
+def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict[tuple, dict]:
+    """Memory verdicts of the published rows behind ``rows`` through the sweep pipeline, by (release, model, system,
+    GPUs, TP, PP, CP, EP, MBS, GBS, published TFLOP/s)."""
+    from bridgebench.results.published_points import published_points
+    from bridgebench.results.records import load_published
+
+    wanted = {(r.release, r.spec.name, r.system) for r in rows}
+    records = [r for r in load_published() if (r.release, r.model, r.system) in wanted]
+    df = published_points(records, calib=calib)
+    out = {}
+    for r in df.to_dict("records"):
+        key = (r["release"], r["model"], r["system"], r["num_gpus"], r["tp"], r["pp"], r["cp"], r["ep"], r["mbs"],
+               r["gbs"], r["published_tflops"])  # fmt: skip
+        nan = float("nan")
+        out[key] = {
+            "mem_total_gb": nan if r.get("mem_total_gb") is None else r["mem_total_gb"],
+            "hbm_usable_gb": nan if r.get("hbm_usable_gb") is None else r["hbm_usable_gb"],
+            "fits": r["fits"],
+            "reason": r.get("reason") or "",
+            "inconsistent": r["inconsistent"],
+        }
+    return out
+
+
+def check_models(
+    rows: list[Row] | None = None,
+    calibration: str = "default",
+    progress: Callable[[str], None] | None = None,
+) -> tuple[pd.DataFrame, ModelsSummary]:
+    """Per-row table and summary (see the module docstring).
+
+    Columns: release, model, system, precision, num_gpus, tp, pp, vp, cp, ep, etp, mbs, gbs, published_tflops,
+    predicted_tflops (held out), rel_error, band (fraction), within_band, memory_gb, usable_gb, fits, memory_error.
+    """
+    rows = rows if rows is not None else published_rows()
+    calib = calib_mod.load(calibration)
+    releases = sorted({r.release for r in rows}, key=lambda x: [int(p) for p in x.split(".")])
+
+    def fit(train: list[Row]):
+        if progress:
+            held = sorted({r.release for r in rows} - {r.release for r in train})
+            progress(f"fitting without release {', '.join(held)} ({len(train)} rows)")
+        return calibrate(train)
+
+    held = cross_validate(rows, fit, releases)
+    memory = _memory_verdicts(rows, calib)
+    out = []
+    for r, p in zip(rows, held):
+        band = predict_time(r.spec, r.cfg, calib.time).band
+        c = r.cfg
+        key = (r.release, r.spec.name, r.system, c.num_gpus, c.tp, c.pp, c.cp, c.ep, c.mbs, c.gbs, r.tflops)
+        verdict = memory.get(key)
+        if verdict is None:
+            m, usable, fits, merr, inconsistent = float("nan"), float("nan"), False, "no pipeline point", False
+        else:
+            m, usable = verdict["mem_total_gb"] * 1e9, verdict["hbm_usable_gb"] * 1e9
+            fits, merr, inconsistent = bool(verdict["fits"]), verdict["reason"], bool(verdict["inconsistent"])
+        err = None if p is None else p / r.tflops - 1
+        out.append({
+            "release": r.release, "model": r.model, "system": r.system, "precision": r.precision,
+            "num_gpus": c.num_gpus, "tp": c.tp, "pp": c.pp, "vp": c.vp, "cp": c.cp, "ep": c.ep, "etp": c.etp_,
+            "mbs": c.mbs, "gbs": c.gbs, "published_tflops": r.tflops, "predicted_tflops": p, "rel_error": err,
+            "band": band, "within_band": err is not None and abs(err) <= band,
+            "memory_gb": m / 1e9, "usable_gb": usable / 1e9, "fits": fits,
+            "memory_error": "" if fits else merr, "inconsistent": inconsistent,
+        })  # fmt: skip
+    df = pd.DataFrame(out)
+    errs = df["rel_error"].dropna().abs()
+    by_rel = {
+        rel: float(df.loc[df.release == rel, "rel_error"].dropna().abs().mean())
+        for rel in releases
+        if df.loc[df.release == rel, "rel_error"].notna().any()
+    }
+    summary = ModelsSummary(
+        rows=len(df),
+        predicted=int(errs.size),
+        mape=float(errs.mean()) if errs.size else float("nan"),
+        median_abs_error=float(statistics.median(errs)) if errs.size else float("nan"),
+        max_abs_error=float(errs.max()) if errs.size else float("nan"),
+        within_band=int(df["within_band"].sum()),
+        fits=int(df["fits"].sum()),
+        false_prunes=int((~df["fits"] & ~df["inconsistent"]).sum()),
+        inconsistent=int(df["inconsistent"].sum()),
+        mape_by_release=by_rel,
+        calibration=calibration,
+    )
+    return df, summary
