@@ -47,7 +47,7 @@ class ModelsSummary:
 
 def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict[tuple, dict]:
     """Memory verdicts of the published rows behind ``rows`` through the sweep pipeline, by (release, model, system,
-    GPUs, TP, PP, CP, EP, MBS, GBS, published TFLOP/s)."""
+    GPUs, TP, PP, CP, EP, printed MBS, GBS, published TFLOP/s)."""
     from bridgebench.results.published_points import published_points
     from bridgebench.results.records import load_published
 
@@ -56,8 +56,8 @@ def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict
     df = published_points(records, calib=calib)
     out = {}
     for r in df.to_dict("records"):
-        key = (r["release"], r["model"], r["system"], r["num_gpus"], r["tp"], r["pp"], r["cp"], r["ep"], r["mbs"],
-               r["gbs"], r["published_tflops"])  # fmt: skip
+        key = (r["release"], r["model"], r["system"], r["num_gpus"], r["tp"], r["pp"], r["cp"], r["ep"],
+               r["published_mbs"], r["gbs"], r["published_tflops"])  # fmt: skip
         nan = float("nan")
         out[key] = {
             "mem_total_gb": nan if r.get("mem_total_gb") is None else r["mem_total_gb"],

@@ -269,7 +269,7 @@ def published_points(
         impossible = rule == "memory" and static * (1 + calib.fragmentation) > (row.get("hbm_gb") or float("inf"))
         out.append({
             "release": r.release, "model": r.model, "system": r.system, "precision": _precision_of(r),
-            "published_tflops": r.model_tflops_per_gpu, "settings_source": source,
+            "published_tflops": r.model_tflops_per_gpu, "published_mbs": r.mbs or 1, "settings_source": source,
             "overrides": " ".join(_overrides(bases[tuple(ov)], delta, r.release)),
             **{k: v for k, v in row.items() if k not in ("base", "base_choices", "delta", "model", "gpu", "release")},
             "fits": fits, "pruned_by": rule, "inconsistent": rule in INCONSISTENT or impossible,
