@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 import yaml  # noqa: E402
 
-ABLATIONS = REPO.parent.parent / "shared" / "reference" / "ablations"
+ABLATIONS = Path(os.environ.get("BRIDGEBENCH_ABLATIONS", REPO.parent.parent / "shared" / "reference" / "ablations"))
 if not ABLATIONS.is_dir():  # a worktree under /work/wt/<branch> or the main checkout under /work/main
     ABLATIONS = Path("/work/shared/reference/ablations")
 LOGS = REPO / "tests" / "data" / "logs"
