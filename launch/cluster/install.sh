@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the Debian packages the local single-node SLURM cluster needs (see up.sh).
+# Install the Debian packages the local single-node SLURM cluster needs (see up.sh), and those of the emulated remote
+# cluster in front of it (launch/remote/: sshd, rsync, bubblewrap).
 # Non-interactive and idempotent. Daemons are NOT started or enabled here:
 # up.sh runs private instances under the project's state directory.
 # Skips (exit 0) when not root or without apt-get, so `make cluster-install` never breaks a dev box.
@@ -10,6 +11,8 @@ PACKAGES=(
   munge                                     # authentication between SLURM components
   mariadb-server mariadb-client             # accounting database (private instance, see up.sh)
   procps iproute2                           # pgrep/ps, ss (used by up.sh/down.sh)
+  openssh-server openssh-client rsync       # the emulated login node (launch/remote/): sshd, nemo-run's rsync
+  bubblewrap                                # its containers: private mount namespaces (launch/remote/bin)
 )
 
 log() { printf '[cluster-install] %s\n' "$*"; }

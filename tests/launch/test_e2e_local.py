@@ -52,6 +52,10 @@ def test_submit_complete_collect_report(bb, capsys):
     attempts = json.loads(bb("submit", *SMALL, "--wait", "--timeout", "300", "--json").stdout)
     assert len(attempts) == 1 and attempts[0]["state"] == "COMPLETED", attempts
     assert attempts[0]["slurm_job_id"] and attempts[0]["experiment_id"]
+    # the job is named after what runs: the CPU optimizer-step payload, not a GB300 BF16 recipe
+    name = attempts[0]["name"]
+    assert name.startswith("optstep-qwen3_30b_a3b-muon-") and "gb300" not in name and "bf16" not in name
+    assert attempts[0]["job_name"].startswith(name)
     assert json.loads(bb("collect", "--json").stdout)["added"] == 1
     elapsed = time.monotonic() - t0
     assert json.loads(bb("collect", "--json").stdout)["added"] == 0  # idempotent
@@ -65,6 +69,8 @@ def test_submit_complete_collect_report(bb, capsys):
     prov = rec["provenance"]
     assert prov["slurm_job_id"] == attempts[0]["slurm_job_id"] and prov["config_hash"] and prov["node_list"]
     assert prov["versions"]["torch"] and prov["peak_table_version"] and prov["flops_formula"]
+    assert (rec["outcome"], rec["payload_started"], rec["name"]) == ("completed", True, name)
+    assert "1 optimizer-step record, all used" in bb("report").stdout
     with capsys.disabled():
         print(
             f"\n[e2e] submit-to-record {elapsed:.1f} s; Muon/AdamW step ratio {total['ratio']:.2f}; "
@@ -78,10 +84,62 @@ def fault(mode: str) -> str:
     return f"job.wrapper=['{sys.executable}','{faults}','{mode}']"
 
 
+def stored(bb) -> list[dict]:
+    from bridgebench.results.store import ResultStore
+
+    return ResultStore(Path(bb.env["BRIDGEBENCH_RESULTS"])).records(kind="optstep")
+
+
 def test_failed_job_is_recorded_with_its_reason(bb):
-    attempts = json.loads(bb("submit", *SMALL, fault("exit"), "--wait", "--timeout", "300", "--json").stdout)
+    """The wrapper in front of the payload crashes: FAILED, and the payload never started."""
+    res = bb("submit", *SMALL, fault("exit"), "--wait", "--timeout", "300", "--json", check=False)
+    assert res.returncode == 3 and "submit: 1 run: 1 FAILED" in res.stderr, res.stderr[-2000:]
+    attempts = json.loads(res.stdout)
     assert [a["state"] for a in attempts] == ["FAILED"]
     assert attempts[0]["reason"] and "crash" in attempts[0]["reason"]
+    assert json.loads(bb("collect", "--json").stdout)["added"] == 1
+    (rec,) = stored(bb)
+    assert (rec["state"], rec["exit_code"], rec["outcome"], rec["payload_started"]) == (
+        "FAILED",
+        "1:0",
+        "never_started",
+        False,
+    )
+    assert "injected failure" in rec["outcome_detail"] and rec["log_outcome"] == "crash"
+    rep = bb("report", check=False)
+    assert rep.returncode == 2 and "1 optimizer-step record, none completed: 1 never_started" in rep.stderr
+
+
+def test_failing_payload_is_failed_with_its_exit_code_and_reason(bb):
+    """The payload starts and refuses its settings (more experts than the model has): FAILED, exit 2, its error."""
+    res = bb("submit", *SMALL, "job.experts=9", "--wait", "--timeout", "300", "--json", check=False)
+    assert res.returncode == 3 and "1 FAILED" in res.stderr, res.stderr[-2000:]
+    (a,) = json.loads(res.stdout)
+    assert a["state"] == "FAILED" and a["exit_code"] == "2:0" and "exceeds" in a["reason"], a
+    bb("collect")
+    (rec,) = stored(bb)
+    assert (rec["outcome"], rec["payload_started"], rec["exit_code"]) == ("failed", True, "2:0")
+    assert "experts=9 exceeds the model's num_moe_experts=8" in rec["outcome_detail"]
+    assert "none completed: 1 FAILED" in bb("report", check=False).stderr
+
+
+def test_payload_that_never_started_is_not_completed(bb):
+    """A wrapper that exits 0 without running the payload (SLURM: COMPLETED) and one that does not exist (exit 127):
+    both 'never_started', submit --wait exits 3, report says so."""
+    res = bb("submit", *SMALL, "job.wrapper=['/bin/true']", "--wait", "--timeout", "300", "--json", check=False)
+    assert res.returncode == 3 and "1 COMPLETED (never_started)" in res.stderr, res.stderr[-2000:]
+    assert json.loads(res.stdout)[0]["state"] == "COMPLETED"
+    missing = "/nonexistent/bridgebench-wrapper"
+    res = bb("submit", *SMALL, f"job.wrapper=['{missing}']", "--again", "--wait", "--timeout", "300", check=False)
+    assert res.returncode == 3 and "1 FAILED" in res.stderr, res.stderr[-2000:]
+    assert json.loads(bb("collect", "--json").stdout) == {"added": 2, "outcomes": {"never_started": 2}}
+    recs = {r["state"]: r for r in stored(bb)}
+    assert recs["COMPLETED"]["outcome"] == "never_started" and recs["COMPLETED"]["payload_started"] is False
+    assert "never started" in recs["COMPLETED"]["outcome_detail"]
+    assert recs["FAILED"]["outcome"] == "never_started" and recs["FAILED"]["exit_code"] == "127:0"
+    assert missing in recs["FAILED"]["outcome_detail"] and "No such file" in recs["FAILED"]["outcome_detail"]
+    rep = bb("report", check=False)
+    assert rep.returncode == 2 and "2 optimizer-step records, none completed: 2 never_started" in rep.stderr
 
 
 def test_flaky_failure_is_retried_and_both_attempts_are_in_the_ledger(bb):
@@ -104,11 +162,26 @@ def test_time_limit_is_recorded_as_timeout(bb, slurm_cluster):  # noqa: F811
             break
         time.sleep(3)
     assert state == "TIMEOUT"
+    assert "added 1 new record(s) to the results store: 1 TIMEOUT" in bb("collect").stdout  # not just "added 1"
+    (rec,) = stored(bb)
+    assert rec["outcome"] == "timeout" and rec["payload_started"] is True and rec["exit_code"]
+    assert rec["outcome_detail"].startswith("time_limit") and "DUE TO TIME LIMIT" in rec["outcome_detail"]
+    rep = bb("report", check=False)
+    assert rep.returncode == 2 and "1 optimizer-step record, none completed: 1 TIMEOUT" in rep.stderr
 
 
 def test_cancel(bb, slurm_cluster):  # noqa: F811
     attempts = json.loads(bb("submit", *SMALL, "job.repeats=100000", "--json").stdout)
     slurm_cluster.wait_running(attempts[0]["slurm_job_id"], timeout=60)
-    out = bb("cancel").stdout
+    unknown = bb("cancel", "deadbeef-r0", check=False)  # the issue's reproduction: an error, nothing cancelled
+    assert unknown.returncode == 2 and "unknown run id(s) deadbeef-r0" in unknown.stderr
+    assert json.loads(bb("status", "--json").stdout)[0]["state"] == "RUNNING"
+    out = bb("cancel", attempts[0]["run_id"]).stdout
     assert "cancelled 1 attempt" in out
     assert json.loads(bb("status", "--json").stdout)[0]["state"] == "CANCELLED"
+    assert "nothing to cancel" in bb("cancel", attempts[0]["run_id"]).stdout
+    bb("collect")
+    (rec,) = stored(bb)
+    assert rec["outcome"] == "cancelled" and rec["state"] == "CANCELLED"
+    rep = bb("report", check=False)
+    assert rep.returncode == 2 and "1 optimizer-step record, none completed: 1 CANCELLED" in rep.stderr

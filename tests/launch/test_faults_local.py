@@ -160,11 +160,15 @@ def test_status_with_the_cluster_down(bb, slurm_cluster):  # noqa: F811
     wait_state(bb, a["slurm_job_id"], {"RUNNING"})
     cluster_script(slurm_cluster, "down.sh")  # cancels the job and stops every daemon
     try:
+        t0 = time.monotonic()
         res = bb("status", "--json")
+        took = time.monotonic() - t0
         (row,) = json.loads(res.stdout)
         assert row["state"] == "UNKNOWN" and "last known RUNNING" in row["reason"]
         assert "cannot reach SLURM" in res.stderr and "make cluster-up" in res.stderr
+        assert "slurmctld at 127.0.0.1:" in res.stderr and "is not answering" in res.stderr  # the real cause
         assert "Traceback" not in res.stderr
+        assert took < 5 + 3, f"status took {took:.1f} s with SLURM down (bridgebench's own start-up included)"
     finally:
         cluster_script(slurm_cluster, "up.sh")
     assert wait_state(bb, a["slurm_job_id"], {"CANCELLED"})["state"] == "CANCELLED"

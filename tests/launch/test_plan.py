@@ -170,11 +170,12 @@ def test_table1_plan_says_whose_configuration_each_run_is(table1_plan):
     mb = yaml.safe_load((out / qwen["name"] / "megatron_bridge.yaml").read_text())
     assert mb["checkpoint"]["save"] is None and mb["checkpoint"]["load"] is None and mb["train"]["eval_iters"] == 0
     assert mb["logger"]["log_interval"] == 1
-    # TensorBoard events in the first attempt's out folder: the BRIDGEBENCH_OUT_DIR its job exports (collect reads it)
+    # TensorBoard events in the first attempt's out folder as the node sees it (launch/nodepaths.py): the job folder's
+    # out/, nemo-run's /nemo_run mount in the container -- the BRIDGEBENCH_OUT_DIR its job exports (collect reads it)
     tb = mb["logger"]["tensorboard_dir"]
-    assert tb.endswith(f"/{qwen['config_hash']}-r0/a0/out/tensorboard")
+    assert tb == "/nemo_run/out/tensorboard"
     assert mb["tokenizer"]["tokenizer_type"] == "NullTokenizer" and mb["tokenizer"]["vocab_size"] == 151936
     # the 26.02 values the blog ran: TransformerEngine CUDA graphs of the router, not 26.08's full-iteration graphs
     assert mb["model"]["cuda_graph_impl"] == "transformer_engine"
     script = (out / qwen["name"] / "submit.sh").read_text()
-    assert "BRIDGEBENCH_OUT_DIR" in script and tb.removesuffix("/tensorboard") in script
+    assert f"export BRIDGEBENCH_OUT_DIR={tb.removesuffix('/tensorboard')}" in script

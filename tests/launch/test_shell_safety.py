@@ -58,7 +58,8 @@ def test_plan_out_with_shell_characters_works_and_runs_nothing(tmp_path, paths_e
     run_dir = Path(runs[0].dir)
     assert {p.name for p in run_dir.iterdir()} >= {"config.yaml", "submit.sh", "payload.sh", "run.json"}
     payload = (run_dir / "payload.sh").read_text()
-    assert shlex.quote(str(run_dir / "config.yaml")) in payload  # the one place the path reaches a shell: quoted
+    # the plan folder never reaches the job (launch/nodepaths.py: its config travels in the job folder)
+    assert str(out) not in payload and "/configs/config.yaml" in payload
     assert not list(out.parent.glob(".plan-*"))  # no staging leftovers
     no_marker(tmp_path, marker)
 

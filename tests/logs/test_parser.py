@@ -60,13 +60,13 @@ def test_megatron_lm_throughput_lines_are_incomplete_run():
     assert [s.tflops_per_gpu for s in p.steps] == pytest.approx([490.0, 494.6, 500.6])
     assert p.steps[0].extra["params norm"] == pytest.approx(8660.607)
     assert p.total_iters == 100
-    assert p.outcome == "running" and p.outcome_detail is None and not p.reached_final_iteration
+    assert p.outcome == "incomplete" and p.outcome_detail is None and not p.reached_final_iteration
     ss = steady_state(p.steps, warmup=0, min_steps=3)
     assert ss.window_ok and ss.count == 3 and ss.median == pytest.approx(15.639)
     assert (ss.first_iteration, ss.last_iteration) == (5, 7)
     # the same window judged against the run's outcome is flagged, never silently used
     ss2 = steady_state(p.steps, warmup=0, min_steps=3, outcome=p.outcome)
-    assert not ss2.window_ok and "running" in ss2.reason and ss2.median == pytest.approx(15.639)
+    assert not ss2.window_ok and "incomplete" in ss2.reason and ss2.median == pytest.approx(15.639)
     tf = steady_state(p.steps, warmup=0, min_steps=3, metric="tflops_per_gpu")
     assert tf.median == pytest.approx(494.6)
 
@@ -79,12 +79,12 @@ def test_nemo2_cloudai_lines():
     assert all(s.lm_loss == pytest.approx(11.03) for s in p.steps)
     assert p.steps[-1].consumed_samples == 3712 and p.steps[0].global_batch_size == 128
     assert p.total_iters == 100  # 'iteration N/99' is 0-based
-    assert p.outcome == "running"
+    assert p.outcome == "incomplete"
     st = p.steady["step_time_s"]
     # issue 10: warm-up is skipped by iteration number, and this excerpt starts at global step 17 > warm-up 2
     assert st.count == 12 and st.first_iteration == 17 and st.median == pytest.approx(12.65)
-    assert st.warmup_skipped == 0 and st.quality == "running"
-    assert not st.window_ok and "running" in st.reason
+    assert st.warmup_skipped == 0 and st.quality == "incomplete"
+    assert not st.window_ok and "incomplete" in st.reason
 
 
 def test_nemo_launcher_step_timing_list():
@@ -124,7 +124,7 @@ def test_mtp_doc_line_extra_losses():
     assert s.lm_loss == pytest.approx(7.968678)
     assert s.extra["mtp_1 loss"] == pytest.approx(7.925096)
     assert s.extra["load_balancing_loss"] == pytest.approx(1.329517)
-    assert p.outcome == "running"
+    assert p.outcome == "incomplete"
 
 
 @pytest.mark.parametrize(
@@ -183,7 +183,7 @@ def test_dsv3_memory_records_glued_on_one_line():
     assert p.memory["peak_reserved_mb"] == pytest.approx(182.24 * GB)  # rank 2
     assert p.memory["per_rank"][3]["max_reserved_mb"] == pytest.approx(181.59 * GB)
     assert p.ranks_seen == ["p4_v2_perf/0"]
-    assert p.outcome == "running"
+    assert p.outcome == "incomplete"
 
 
 def test_nemo2_clean_run_completed():
@@ -312,7 +312,7 @@ def test_interleaved_ranks_pick_the_loss_rank_and_drop_duplicates():
 
 def test_resume_in_same_log_makes_segments():
     p = P("constructed_megatron_lm_resume_restart.log")
-    assert p.outcome == "running"
+    assert p.outcome == "incomplete"
     assert p.restarts == 1 and p.superseded_steps == 2
     assert [(s.iteration, s.segment) for s in p.steps] == [(5, 0), (6, 1), (7, 1)]
 
@@ -369,7 +369,7 @@ def test_classify_line(line, expected):
 
 def test_outcome_precedence_is_documented_order():
     assert OUTCOME_PRECEDENCE == ("time_limit", "node_failure", "oom", "nccl_error", "nan", "crash")
-    assert OUTCOMES[-2:] == ("completed", "running")
+    assert OUTCOMES[-2:] == ("completed", "incomplete")
     lines = [
         "Traceback (most recent call last):",
         "found NaN in local forward loss calculation",
@@ -441,7 +441,7 @@ def test_skipped_iterations_count_as_nan_unless_disabled():
     line = (LOGS / "cloudai_megatron_run_3iter_tflops.log").read_text().splitlines()[0]
     line = line.replace("number of skipped iterations:   0", "number of skipped iterations:   1")
     assert parse_log(line + "\n").outcome == "nan"
-    assert parse_log(line + "\n", skipped_is_nan=False).outcome == "running"
+    assert parse_log(line + "\n", skipped_is_nan=False).outcome == "incomplete"
 
 
 def test_nemo2_tflops_field_and_colon_job_prefix():
@@ -455,7 +455,7 @@ def test_nemo2_tflops_field_and_colon_job_prefix():
 
 def test_unknown_text():
     p = parse_log("hello\nworld\n")
-    assert (p.format, p.outcome, p.steps, p.memory) == ("unknown", "running", [], {})
+    assert (p.format, p.outcome, p.steps, p.memory) == ("unknown", "incomplete", [], {})
     assert to_json(p)["step_time_s"] is None
 
 

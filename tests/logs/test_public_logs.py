@@ -12,11 +12,11 @@ from bridgebench.logs.parser import parse_log, to_json
 
 LOGS = Path(__file__).parents[1] / "data" / "logs"
 EXPECTED = json.loads((LOGS / "public_expected.json").read_text())
-#: the collector's outcome words -> bridgebench's (the parser cannot see a hang or an excerpt's end: 'running')
+#: the collector's outcome words -> bridgebench's (the parser cannot see a hang or an excerpt's end: 'incomplete')
 OUTCOME = {
-    "running-truncated": "running",
-    "hang": "running",
-    "unknown": "running",
+    "running-truncated": "incomplete",
+    "hang": "incomplete",
+    "unknown": "incomplete",
     "completed": "completed",
     "NaN": "nan",
     "crash": "crash",
@@ -44,7 +44,7 @@ def test_public_excerpt_gives_its_figures(name):
     used = [s.step_time_s for s in timed if w["first_iteration"] <= s.iteration <= w["last_iteration"]]
     assert j["step_time_s"] == pytest.approx(sum(used) / len(used))
     assert w["count"] == len(used) and w["count"] + w["warmup_skipped"] == len(timed)
-    assert j["quality"] in ("short", "running", "excerpt", "steady")
+    assert j["quality"] in ("short", "incomplete", "excerpt", "steady")
     series = [v for v in j["series"]["step_time_s"] if v is not None]
     assert sum(series) / len(series) == pytest.approx(e["mean_step_time_s"], abs=1e-6)  # hand mean, 6 decimals
 
@@ -79,7 +79,7 @@ def test_legacy_2019_fields_without_colons():
 def test_fp16_loss_scale_skips_are_not_nan():
     # 2020 GPT-2 fp16 run: every early iteration skipped by the dynamic loss scaler (loss scale 2**28 ...)
     p = parse_log(LOGS / "mlm_i60_gpt2_v100_2020_gaps5_memline.log")
-    assert p.steps[0].skipped == 5 and p.steps[0].loss_scale > 1 and p.outcome == "running"
+    assert p.steps[0].skipped == 5 and p.steps[0].loss_scale > 1 and p.outcome == "incomplete"
     assert p.memory["ranks_reported"] == [0] and p.memory["peak_allocated_mb"] == pytest.approx(12606.06201171875)
 
 

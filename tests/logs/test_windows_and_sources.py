@@ -37,20 +37,20 @@ def test_three_iteration_nemo2_excerpt_gives_its_mean_step_time():
     assert j["series"]["iteration"] == [120, 121, 122]
 
 
-def test_truncated_running_log_has_quality_and_outcome_running():
+def test_truncated_log_has_quality_and_outcome_incomplete():
     p = parse_log(LOGS / "constructed_mbridge_truncated_running.log")
     j = to_json(p)
-    assert j["outcome"] == "running" and j["quality"] == "running"
+    assert j["outcome"] == "incomplete" and j["quality"] == "incomplete"
     st = p.steady["step_time_s"]
     assert (st.first_iteration, st.last_iteration, st.count, st.warmup_skipped) == (11, 18, 8, 10)
     assert j["step_time_s"] == pytest.approx(st.mean) and not j["window_ok"]
-    assert "has not ended" in j["note"]
+    assert "stops before the run's end" in j["note"]
 
 
 def test_warmup_is_skipped_by_iteration_number_not_by_lines():
     # an excerpt from iterations 71-73: nothing in it is warm-up; a log from iteration 1: iterations 1..10 are
     p = parse_log(LOGS / "mlm_i756_mixtral8x7b_h100_iter71_73_tflops.log", warmup_steps=10, min_steps=3)
-    assert p.steady["step_time_s"].warmup_skipped == 0 and p.quality == "running"
+    assert p.steady["step_time_s"].warmup_skipped == 0 and p.quality == "incomplete"
     full = parse_log(LOGS / "mbridge_llama_7b_cp2_8rank_20iter_out1.log", warmup_steps=10)
     assert full.steady["step_time_s"].first_iteration == 11
 
@@ -202,7 +202,7 @@ def test_collect_prefers_tensorboard_events_and_keeps_log_outcome(tmp_path):
     parsed = parse_log(log)
     _write_events(tmp_path / TENSORBOARD_SUBDIR, parsed.steps)
     rec = record_figures(str(tmp_path), [log])
-    assert rec["figures_source"] == "tensorboard" and rec["outcome"] == "time_limit"
+    assert rec["figures_source"] == "tensorboard" and rec["log_outcome"] == "time_limit"
     assert rec["series"]["iteration"] == [1, 2, 3, 4, 5]
     no_tb = record_figures(str(tmp_path / "elsewhere"), [log])
     assert no_tb["figures_source"] == "log" and no_tb["step_time_s"] == pytest.approx(rec["step_time_s"], rel=1e-6)
@@ -231,7 +231,7 @@ def test_live_figures_of_a_running_log():
     from bridgebench.launch.live import describe, live_figures
 
     fig = live_figures([LOGS / "constructed_mbridge_truncated_running.log"])
-    assert (fig.iteration, fig.total, fig.outcome) == (18, 20, "running")
+    assert (fig.iteration, fig.total, fig.outcome) == (18, 20, "incomplete")
     steps = parse_log(LOGS / "constructed_mbridge_truncated_running.log").steps
     assert fig.step_time_s == steps[-1].step_time_s
     assert fig.eta_s == pytest.approx(2 * sum(s.step_time_s for s in steps) / len(steps))

@@ -97,7 +97,7 @@ def test_job_defaults_come_from_config():
 def test_experiment_config_composes():
     cfg = compose(["experiment=optstep_local"])
     assert cfg.model.name == "qwen3_30b_a3b" and "muon" in cfg.optimizer.optimizer
-    assert (cfg.job.type, cfg.job.layers, cfg.job.experts) == ("optstep", 1, 2)
+    assert (cfg.job.type, cfg.job.layers, cfg.job.experts, cfg.job.repeats) == ("optstep", 1, 1, 1)
 
 
 # ------------------------------------------------------------------------------------------- Megatron wiring

@@ -376,7 +376,7 @@ def test_runs_bad_selections(env, capsys):
         (["--a", "optimizer=adamw", "--b", "gpu=h100"], "side B: no record in the store matches gpu=h100"),
         (["--a", "optimizer=adamw", "--b", "colour=red"], "no record of the store has a field 'colour'"),
         (["--a", "optimizer=adamw", "--b", "config_hash=2"], "--a and --b select the same record"),
-        (["--a", "state=FAILED", "--b", "optimizer=muon"], "none is usable: 30/a0/pretrain: state FAILED"),
+        (["--a", "state=FAILED", "--b", "optimizer=muon"], "1 record, none completed: 1 FAILED"),
         (["model=kimi_k2"], "nothing to compare"),
     ]
     for args, message in cases:

@@ -85,7 +85,7 @@ def table(
     ),
     as_json: bool = typer.Option(False, "--json", help="print the rows as JSON instead of a table"),
     quality: str = typer.Option(
-        "steady", "--quality", help="window qualities of your runs to use: steady (default), short, excerpt, running"
+        "steady", "--quality", help="window qualities of your runs to use: steady (default), short, excerpt, incomplete"
     ),
 ) -> None:
     """Reproduce the blog's Muon vs AdamW Table 1 and write it under configs/paths' tables folder (default

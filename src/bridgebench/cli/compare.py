@@ -232,6 +232,7 @@ def _print(result, threshold: float) -> None:
         c.print(f"A: {sd.a.selection.text()}  ({len(sd.a.records)} runs: {', '.join(sd.a.record_ids)})")
         c.print(f"B: {sd.b.selection.text()}  ({len(sd.b.records)} runs: {', '.join(sd.b.record_ids)})")
         for s in (sd.a, sd.b):
+            c.print(f"{s.name}: {s.summary}")
             for why in s.skipped:
                 c.print(f"  skipped {why}")
             for why in s.flags:

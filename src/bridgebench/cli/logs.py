@@ -25,7 +25,8 @@ def _fmt(v: float | None, spec: str) -> str:
 
 def _line(j: dict) -> str:
     """One self-explaining line per file: figures, their quality, and why they are short or missing."""
-    head = f"{j['file']}: format={j['format']} outcome={j['outcome']} steps={j['steps']}"
+    state = f" ({j['job_state']})" if j.get("job_state") else ""
+    head = f"{j['file']}: format={j['format']} outcome={j['outcome']}{state} steps={j['steps']}"
     if j["step_time_s"] is None:
         return f"{head} step_time_s=- tflops_per_gpu=- ({j['note']})"
     return (
@@ -43,7 +44,8 @@ def logs_parse(
     series: bool = typer.Option(True, "--series/--no-series", help="include the per-iteration series in --json"),
 ) -> None:
     """Step time, TFLOP/s/GPU and outcome of Megatron-Bridge / Megatron-LM / NeMo logs, with the window they come
-    from and its quality (steady, short, excerpt, running). Figures are the window's means."""
+    from and its quality (steady, short, excerpt, incomplete). Figures are the window's means. A log without an end
+    is 'incomplete', or 'running' when the job ledger says its job is running."""
     from pathlib import Path
 
     from bridgebench.logs.events import is_events, parse_events
@@ -78,7 +80,14 @@ def logs_parse(
                 "end-of-training lines"
             )
             continue
-        out.append(to_json(parsed, series=series) | {"file": f})
+        j = to_json(parsed, series=series) | {"file": f, "job_state": None}
+        if j["outcome"] == "incomplete":  # a log alone cannot tell a running job from one that died silently
+            from bridgebench.launch.live import running_attempt_for
+
+            a = running_attempt_for(p)
+            if a is not None:
+                j |= {"outcome": "running", "job_state": f"job {a.slurm_job_id} {a.state} per the job ledger"}
+        out.append(j)
     if as_json and out:
         typer.echo(json.dumps(out if len(out) > 1 else out[0], indent=2, default=str))
     elif out:

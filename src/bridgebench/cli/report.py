@@ -29,16 +29,25 @@ def report(as_json: bool = typer.Option(False, "--json", help="print JSON (group
 
     from bridgebench.launch.collect import default_store
     from bridgebench.results.optstep_stats import CONTENDED_OTHER_SHARE, aggregate
+    from bridgebench.results.outcomes import skip_line, usable
 
-    recs = [r for r in default_store().records(kind="optstep") if r.get("optstep")]
-    if not recs:
+    stored = default_store().records(kind="optstep")
+    recs = [r for r in stored if usable(r) and r.get("optstep")]
+    if not stored:
         raise BridgebenchError(
             "no optimizer-step results in the store: run `bridgebench submit "
             "experiment=optstep_local --wait` and `bridgebench collect` first"
         )
+    skipped = skip_line(stored, len(recs), "optimizer-step record")
+    if not recs:  # say what is there and why none of it counts ("3 records, none completed: 1 TIMEOUT, ...")
+        raise BridgebenchError(
+            f"nothing to report: {skipped} (`bridgebench status` shows each job's reason); submit new runs with "
+            "`bridgebench submit experiment=optstep_local --again --wait`"
+        )
     rows, reps = aggregate(recs)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
+        typer.echo(f"report: {skipped}", err=True)
         return
     t = Table(title="optimizer-step benchmark (measured): median [IQR] over repeats")
     for col in (
@@ -86,6 +95,7 @@ def report(as_json: bool = typer.Option(False, "--json", help="print JSON (group
     c = Console()
     c.width = max(c.width, 240)
     c.print(t)
+    c.print(f"records: {skipped}")
     flagged = {r.record_id: r for r in reps if r.flags and r.family == "total"}
     if flagged:
         ft = Table(title="repeats set aside (contended) or flagged")

@@ -148,7 +148,9 @@ def submit(
     multirun: bool = typer.Option(False, "-m", "--multirun", help="sweep comma-separated override values"),
     as_json: bool = typer.Option(False, "--json", help="print the attempts as JSON"),
 ) -> None:
-    """Plan and submit every run through nemo-run's SlurmExecutor; record each in the job ledger."""
+    """Plan and submit every run through nemo-run's SlurmExecutor; record each in the job ledger. With --wait, wait
+    for every run and exit 0 only when each run's last attempt COMPLETED: 3 when a run ended otherwise (FAILED,
+    TIMEOUT, CANCELLED, ...), 4 when --timeout ran out first, 2 for bad input or a refused submission."""
     from rich.console import Console
 
     from bridgebench.config.compose import ConfigError, has_sweep
@@ -168,6 +170,11 @@ def submit(
             run_ids = sorted({a.run_id for a in attempts})
             attempts = sub.wait(_cluster_cfg(overrides), timeout_s=timeout, run_ids=run_ids, progress=status.update)
     _print_attempts(attempts, as_json)
+    if wait:  # one line, and an exit code that says whether every run completed (README: exit codes)
+        code, line = sub.wait_summary(attempts)
+        console.print(f"submit: {line}", style=None if code == 0 else "red", highlight=False)
+        if code:
+            raise typer.Exit(code)
 
 
 def _print_attempts(attempts, as_json: bool) -> None:
@@ -230,9 +237,17 @@ def cancel(
 ) -> None:
     """scancel unfinished attempts and mark them CANCELLED in the ledger."""
     from bridgebench.launch import submit as sub
+    from bridgebench.launch.ledger import Ledger
 
-    done = sub.cancel(_cluster_cfg([f"cluster={cluster}"]), run_ids or None)
-    typer.echo(f"cancelled {len(done)} attempt(s): " + ", ".join(f"{a.run_id}/a{a.attempt}" for a in done))
+    ledger = Ledger()
+    done = sub.cancel(_cluster_cfg([f"cluster={cluster}"]), run_ids or None, ledger)
+    if done:
+        typer.echo(f"cancelled {len(done)} attempt(s): " + ", ".join(f"{a.run_id}/a{a.attempt}" for a in done))
+    elif run_ids:  # known runs, all ended already: say how
+        last = {a.run_id: a for a in ledger.attempts() if a.run_id in run_ids}
+        typer.echo("nothing to cancel: " + ", ".join(f"{r} ended {a.state}" for r, a in sorted(last.items())))
+    else:
+        typer.echo("nothing to cancel: no unfinished run in the job ledger")
 
 
 @app.command()
@@ -242,6 +257,11 @@ def collect(as_json: bool = typer.Option(False, "--json", help="print a JSON sum
 
     from bridgebench.launch.collect import collect as do_collect
 
+    outcomes: dict[str, int] = {}
     with Console(stderr=True).status("collecting ...") as st:
-        added = do_collect(progress=st.update)
-    typer.echo(json.dumps({"added": added}) if as_json else f"added {added} new record(s) to the results store")
+        added = do_collect(progress=st.update, outcomes=outcomes)
+    if as_json:
+        typer.echo(json.dumps({"added": added, "outcomes": outcomes}))
+        return
+    what = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items(), key=lambda kv: (kv[0] != "completed", kv[0])))
+    typer.echo(f"added {added} new record(s) to the results store" + (f": {what}" if what else ""))

@@ -30,6 +30,11 @@ from bridgebench.paths import (  # noqa: F401  (CONFIG_DIR, RECIPES_DIR, REPO_RO
     config_files,
 )
 
+#: ``${bb.repo:}`` in a config: this checkout's absolute path, for defaults of paths on the submit side or, for the
+#: emulated remote cluster on this machine (configs/cluster/local_remote.yaml), on its stand-in cluster filesystem.
+if not OmegaConf.has_resolver("bb.repo"):
+    OmegaConf.register_new_resolver("bb.repo", lambda: str(REPO_ROOT))
+
 #: Keys under ``model`` that are parallel sizes (Megatron-Core ``ModelParallelConfig``), not architecture.
 PARALLEL_KEYS = (
     "tensor_model_parallel_size",

@@ -208,6 +208,8 @@ class TunnelSchema:
     job_dir: str = MISSING
     host: Optional[str] = None
     user: Optional[str] = None
+    port: Optional[int] = None  # ssh: the login node's port (None: 22, or ~/.ssh/config)
+    identity: Optional[str] = None  # ssh: private key file on the submit side (None: ssh-agent / ~/.ssh defaults)
 
 
 @dataclass

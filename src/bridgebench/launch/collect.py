@@ -17,7 +17,16 @@ A record stands on its own, so deleting ``plans/`` or ``.state/`` orphans nothin
 * ``config``: the resolved config the job ran;
 * facts of what ran: a pretrain record takes its model, parallelism and batch from the config the entrypoint built
   and its device from the entrypoint's ``BRIDGEBENCH_RUN`` line; an optimizer-step record takes model, device and
-  load from the payload and carries no GPU, precision or batch size (it trains nothing).
+  load from the payload and carries no GPU, precision or batch size (it trains nothing);
+* what happened (``launch/outcome.py``): ``state`` and ``exit_code`` (SLURM's final state and ``N:M`` exit code,
+  from ``sacct``), ``reason`` (the ledger's: the log's failure class and line, or the exit code, SLURM's reason and
+  the log's last error line), and -- newer fields, absent from older records --
+  ``outcome`` (``completed``, ``no_result``, ``never_started``, or the scheduler's state in lower case: ``failed``,
+  ``timeout``, ``cancelled``, ``out_of_memory``, ``node_fail`` ...), ``outcome_detail`` (the log's reason for it),
+  ``payload_started`` (the payload's ``BRIDGEBENCH_START`` line was in the log; None without a readable log), and
+  ``log_outcome`` / ``log_outcome_detail`` (the log parser's own class, e.g. ``incomplete`` for a log without an
+  end; before these fields, ``outcome`` held it). Only ``outcome == "completed"`` records carry figures that
+  ``report`` and ``compare`` use; the others are counted in their "skipped" lines.
 """
 
 from __future__ import annotations
@@ -31,12 +40,28 @@ from omegaconf import OmegaConf
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.launch.ledger import Attempt, Ledger
+from bridgebench.payloads.markers import OPTSTEP, RUN
 
-MARKERS = ("BRIDGEBENCH_OPTSTEP ", "BRIDGEBENCH_RUN ")
+MARKERS = (OPTSTEP, RUN)
 
 
 class CollectConflict(BridgebenchError):
     """A record id is stored already with different content; the message names both records."""
+
+
+class CollectError(BridgebenchError):
+    """Finished attempts whose logs could not be fetched from the cluster stay uncollected; the message names them."""
+
+
+def _fetch(a: Attempt) -> str | None:
+    """Fetch an SSH attempt's job folder back (launch/tracking.py ``fetch_logs``) with the cluster of its plan;
+    None, or why not."""
+    cfg_path = Path(a.plan_dir) / "config.yaml" if a.plan_dir else None
+    if not a.node_job_dir or cfg_path is None or not cfg_path.exists():
+        return None
+    from bridgebench.launch.tracking import fetch_logs
+
+    return fetch_logs(a, OmegaConf.load(cfg_path).cluster)
 
 
 def _marker(logs: list[Path], marker: str) -> dict[str, Any] | None:
@@ -120,15 +145,20 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
             "flops_formula": str(cfg.accounting.flops_formula),
             "peak_table_version": str(cfg.gpu.peak_table_version),
         }
-    # step figures, window, quality and per-iteration series (launch/figures.py: TensorBoard events, else logs)
+    # step figures, window, quality and per-iteration series (launch/figures.py: TensorBoard events, else logs), from
+    # the submit side's mirror of the job folder (launch/nodepaths.py; fetched back through the tunnel over SSH)
     from bridgebench.launch.figures import record_figures
+    from bridgebench.launch.nodepaths import attempt_folder
 
-    base |= record_figures(a.job_dir, logs, cfg)
+    folder = attempt_folder(a.job_dir, a.job_name)
+    base |= record_figures(str(folder) if folder else None, logs, cfg)
     if a.job_type == "optstep":
         payload = None
-        out = Path(a.job_dir or ".") / "out" / "optstep.json"
+        out = (folder or Path(".")) / "out" / "optstep.json"
         if out.exists():
             payload = json.loads(out.read_text())
+            if payload.get("slurm_job_id") not in (None, a.slurm_job_id):
+                payload = None  # another job's result (a folder reused on the cluster): not this attempt's
         payload = payload or _marker(logs, MARKERS[0])
         if payload:
             prov |= {"versions": payload.get("versions"), "node": payload.get("node")}
@@ -147,7 +177,7 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
                 base["series"] = series
         elif cfg is not None:
             base["model"] = str(cfg.model.name)
-        return [base | {"provenance": prov}]
+        return [base | _outcome(a, logs, has_result=payload is not None) | {"provenance": prov}]
     run_info = _marker(logs, MARKERS[1]) or {}
     prov |= {k: run_info.get(k) for k in ("megatron_bridge", "megatron_core", "torch") if k in run_info}
     if cfg is not None:
@@ -161,7 +191,15 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
             "gpu_planned": str(cfg.gpu.name),
         }
     base["device"] = run_info.get("device")  # what the entrypoint saw (torch.cuda.get_device_name), if it ran
-    return [base | {"provenance": prov}]
+    return [base | _outcome(a, logs, has_result=base.get("step_time_s") is not None) | {"provenance": prov}]
+
+
+def _outcome(a: Attempt, logs: list[Path], *, has_result: bool) -> dict[str, Any]:
+    """The record's outcome fields (module docstring; ``launch/outcome.py``)."""
+    from bridgebench.launch.outcome import decide
+
+    oc = decide(a.state, a.exit_code, logs, has_result=has_result, reason=a.reason)
+    return {"outcome": oc.outcome, "outcome_detail": oc.detail, "payload_started": oc.payload_started}
 
 
 def default_store():
@@ -180,8 +218,16 @@ def _describe(rec: dict[str, Any]) -> str:
     )
 
 
-def collect(ledger: Ledger | None = None, store=None, *, progress: Callable[[str], None] | None = None) -> int:
+def collect(
+    ledger: Ledger | None = None,
+    store=None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    outcomes: dict[str, int] | None = None,
+) -> int:
     """Collect every finished, not yet collected attempt; returns the number of NEW records in the store.
+    ``outcomes``, when given, is filled with the count of the new records per outcome (``completed``, ``TIMEOUT``,
+    ``never_started`` ...: results/outcomes.py ``label``), so the caller can say what was added.
 
     Raises:
         CollectConflict: a record id is stored with other content (every other record was stored; the conflicting
@@ -194,19 +240,36 @@ def collect(ledger: Ledger | None = None, store=None, *, progress: Callable[[str
     added = 0
     conflicts = []
     todo = [a for a in ledger.attempts() if a.finished and not a.collected]
+    unfetched = []
     for i, a in enumerate(todo, 1):
         if progress:
             progress(f"[{i}/{len(todo)}] collecting {a.name} attempt {a.attempt} (job {a.slurm_job_id})")
+        why_not = _fetch(a)
+        if why_not:  # over SSH the logs are on the cluster: leave the attempt uncollected, say why
+            unfetched.append(f"  {a.run_id} attempt {a.attempt} (job {a.slurm_job_id}): {why_not}")
+            continue
         recs = records_for(a, attempt_logs(a), store)
         clash = [(r, old) for r in recs if (old := store.stored_differs(r)) is not None]
         if clash:
             conflicts += clash
             continue
-        added += store.add(recs)
+        new = store.add(recs)
+        added += new
+        if outcomes is not None and new:
+            from bridgebench.results.outcomes import label, outcome_of
+
+            for r in recs:
+                key = label(outcome_of(r))
+                outcomes[key] = outcomes.get(key, 0) + 1
         if store.last_conflicts:  # a concurrent writer stored another version between the check and the link
             conflicts += [(r, store.get(r["record_id"])) for r in recs if r["record_id"] in store.last_conflicts]
             continue
         ledger.update(a.run_id, a.attempt, collected=True)
+    if unfetched:
+        raise CollectError(
+            f"{len(unfetched)} finished attempt(s) stay uncollected: their logs could not be fetched from the "
+            f"cluster ({added} other record(s) added):\n" + "\n".join(unfetched)
+        )
     if conflicts:
         lines = [f"  {new['record_id']}: stored = {_describe(old)}; new = {_describe(new)}" for new, old in conflicts]
         raise CollectConflict(

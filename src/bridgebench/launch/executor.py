@@ -67,15 +67,15 @@ def quoted_env(env: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def payload_command(job_type: str, config_path: str, out_dir: str, container: bool, wrapper: Sequence[str] = ()) -> str:
+def payload_command(
+    job_type: str, config_path: str, out_dir: str, repo: str, python: str, wrapper: Sequence[str] = ()
+) -> str:
     """The shell command each task runs: the compute-node entrypoint (``pretrain``) or the optimizer-step payload
-    (``optstep``), from the repository (mounted at :data:`CONTAINER_REPO` in containers). Paths are shell-quoted."""
-    import sys
-
-    repo = CONTAINER_REPO if container else str(REPO_ROOT)
-    python = "python" if container else sys.executable
-    # in a container the checkout is mounted, not installed: its src/ goes on PYTHONPATH (src layout)
-    path = f"PYTHONPATH={shlex.quote(repo + '/src')} " if container else ""
+    (``optstep``), run with ``python`` from the repository at ``repo`` -- both as the node sees them
+    (:mod:`bridgebench.launch.nodepaths`: the container's mount and ``python``, or this checkout and interpreter on
+    the host). The checkout is not installed in a container: its ``src/`` goes on ``PYTHONPATH`` (src layout). Every
+    path is shell-quoted."""
+    path = f"PYTHONPATH={shlex.quote(repo + '/src')} " if repo == CONTAINER_REPO else ""
     prefix = shlex.join([str(w) for w in wrapper]) + " " if wrapper else ""  # job.wrapper: numactl, nsys ...
     head = f"cd {shlex.quote(repo)} && {path}{prefix}{shlex.quote(python)} -m"
     if job_type == "optstep":
@@ -128,9 +128,9 @@ def make_executor(
     if cluster.tunnel.type == "local":
         tunnel = run.LocalTunnel(job_dir=str(job_dir_path))
     elif cluster.tunnel.type == "ssh":
-        check_name("ssh host", cluster.tunnel.host)
-        check_name("ssh user", cluster.tunnel.user)
-        tunnel = run.SSHTunnel(host=cluster.tunnel.host, user=cluster.tunnel.user, job_dir=str(job_dir_path))
+        from bridgebench.launch.tunnel import ssh_tunnel
+
+        tunnel = ssh_tunnel(cluster, str(job_dir_path))
     else:
         raise LaunchConfigError(f"cluster.tunnel.type must be 'local' or 'ssh', got {cluster.tunnel.type!r}")
     kwargs: dict[str, Any] = dict(

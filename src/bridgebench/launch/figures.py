@@ -1,12 +1,13 @@
 """Step figures of one attempt for its results-store record: from TensorBoard events when the job wrote them, else
-from its logs; the outcome always from the logs.
+from its logs; the log's outcome class always from the logs.
 
-Fields added to a record (``collect``): ``outcome`` (log outcome class), ``steps``, ``step_time_s``,
-``tflops_per_gpu``, ``tokens_per_s_per_gpu`` (window means; None only without a timed step), ``quality`` and
-``window`` (:func:`bridgebench.logs.steady.window_summary`), ``series`` (``iteration`` / ``step_time_s`` /
-``tflops_per_gpu`` per logged iteration, for confidence intervals later), ``log_format``, ``figures_source``
-(``tensorboard`` or ``log``) and ``figures_derived`` (which figures were computed from the run's FLOPs model rather
-than read: tokens/s/GPU = GBS x seq_length / step time / GPUs; TFLOP/s/GPU = model FLOPs per step
+Fields added to a record (``collect``): ``log_outcome`` / ``log_outcome_detail`` (the log parser's outcome class and
+its line; the record's own ``outcome`` is the attempt's, from the scheduler: launch/outcome.py), ``steps``,
+``step_time_s``, ``tflops_per_gpu``, ``tokens_per_s_per_gpu`` (window means; None only without a timed step),
+``quality`` and ``window`` (:func:`bridgebench.logs.steady.window_summary`), ``series`` (``iteration`` /
+``step_time_s`` / ``tflops_per_gpu`` per logged iteration, for confidence intervals later), ``log_format``,
+``figures_source`` (``tensorboard`` or ``log``) and ``figures_derived`` (which figures were computed from the run's
+FLOPs model rather than read: tokens/s/GPU = GBS x seq_length / step time / GPUs; TFLOP/s/GPU = model FLOPs per step
 (:func:`bridgebench.config.run_flops.step_flops`) / step time / GPUs / 1e12).
 """
 
@@ -66,7 +67,8 @@ def record_figures(job_dir: str | None, logs: list[Path], cfg=None) -> dict[str,
                 source, parsed = "tensorboard", ev
     if parsed is None:
         return {
-            "outcome": None,
+            "log_outcome": None,
+            "log_outcome_detail": None,
             "steps": 0,
             "step_time_s": None,
             "tflops_per_gpu": None,
@@ -78,8 +80,8 @@ def record_figures(job_dir: str | None, logs: list[Path], cfg=None) -> dict[str,
         }
     j = to_json(parsed)
     out: dict[str, Any] = {
-        "outcome": log.outcome if log is not None else None,
-        "outcome_detail": log.outcome_detail if log is not None else None,
+        "log_outcome": log.outcome if log is not None else None,
+        "log_outcome_detail": log.outcome_detail if log is not None else None,
         "steps": j["steps"],
         "step_time_s": j["step_time_s"],
         "tflops_per_gpu": j["tflops_per_gpu"],

@@ -21,7 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from bridgebench.config.cluster_fit import JobNeeds
 from bridgebench.launch import executor as ex
-from bridgebench.paths import REPO_ROOT, load_paths
+from bridgebench.launch import nodepaths
+from bridgebench.launch.nodepaths import JobPaths
 
 
 @dataclass(frozen=True)
@@ -51,18 +52,6 @@ class JobSpec:
             container_image=image,
             job_type=self.job_type,
         )
-
-
-@dataclass(frozen=True)
-class JobPaths:
-    """Where one submission (run id + attempt) lives: ``base`` = ``<paths.job_dir>/<run_id>/a<attempt>`` (nemo-run's
-    experiment folder, logs, ``out/``), ``tunnel_dir`` = the folder nemo-run's tunnel writes the job to (the same
-    ``base/experiments`` for a local tunnel; ``<cluster.tunnel.job_dir>/<run_id>/a<attempt>`` over SSH)."""
-
-    base: Path
-    tunnel_dir: str
-    out_dir: str
-    job_name: str
 
 
 def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
@@ -99,26 +88,15 @@ def run_id_for(config_hash: str, repeat: int) -> str:
 
 
 def job_paths(cfg: DictConfig, name: str, run_id: str, attempt: int) -> JobPaths:
-    """Paths and SLURM job name of one submission (see :class:`JobPaths`). The job name carries the repeat and the
-    attempt so that ``sacct``'s JobName tells submissions apart."""
-    base = load_paths().job_dir / run_id / f"a{attempt}"
-    if cfg.cluster.tunnel.type == "local":
-        tunnel_dir = str(base / "experiments")
-    else:
-        tunnel_dir = f"{str(cfg.cluster.tunnel.job_dir).rstrip('/')}/{run_id}/a{attempt}"
+    """Paths and SLURM job name of one submission, on both sides (:mod:`bridgebench.launch.nodepaths`). The job name
+    carries the repeat and the attempt so that ``sacct``'s JobName tells submissions apart.
+
+    Raises:
+        bridgebench.launch.executor.LaunchConfigError: the cluster gives the job no way to reach the code.
+    """
     repeat = run_id.rsplit("-r", 1)[-1]
-    return JobPaths(
-        base=base, tunnel_dir=tunnel_dir, out_dir=str(base / "out"), job_name=f"{name}-r{repeat}-a{attempt}"
-    )
-
-
-def config_on_node(run_dir: Path, container: bool) -> str:
-    """The run's ``config.yaml`` as the compute node sees it: inside the container the repository is mounted at
-    :data:`bridgebench.launch.executor.CONTAINER_REPO`, so a plan under the repository is addressed there."""
-    path = (Path(run_dir) / "config.yaml").absolute()
-    if container and path.is_relative_to(REPO_ROOT):
-        return f"{ex.CONTAINER_REPO}/{path.relative_to(REPO_ROOT)}"
-    return str(path)
+    container = job_spec(cfg).container_image is not None
+    return nodepaths.job_paths(cfg, run_id, attempt, f"{name}-r{repeat}-a{attempt}", container=container)
 
 
 def job_env(cfg: DictConfig, config_hash: str, run_id: str, attempt: int) -> dict[str, Any]:
@@ -134,12 +112,14 @@ def job_env(cfg: DictConfig, config_hash: str, run_id: str, attempt: int) -> dic
 
 @dataclass
 class Job:
-    """Everything one submission needs: the nemo-run executor, the payload command, paths and the spec."""
+    """Everything one submission needs: the nemo-run executor, the payload command, paths, the spec and the config
+    the job reads."""
 
     executor: Any
     command: str
     paths: JobPaths
     spec: JobSpec
+    config_text: str = ""  # the job's configs/config.yaml (launch/nodepaths.py node_config)
 
 
 def build_job(
@@ -166,8 +146,8 @@ def build_job(
         tasks_per_node=spec.tasks_per_node,
         gpus_per_node=spec.gpus_per_node,
         container_image=spec.container_image,
-        # BRIDGEBENCH_OUT_DIR: mbridge/build.py puts logger.tensorboard_dir = <it>/<job.tensorboard_subdir> (collect
-        # reads the events back: launch/figures.py)
+        # BRIDGEBENCH_OUT_DIR (node side: launch/nodepaths.py): mbridge/build.py puts logger.tensorboard_dir =
+        # <it>/<job.tensorboard_subdir> (collect reads the events back from the job folder: launch/figures.py)
         env=job_env(cfg, config_hash, run_id, attempt) | {"BRIDGEBENCH_OUT_DIR": paths.out_dir},
         job_dir_path=Path(paths.tunnel_dir),
         segment=spec.segment,
@@ -175,8 +155,5 @@ def build_job(
     )
     if exclude:
         executor.additional_parameters = {"exclude": ",".join(ex.check_name("node", n) for n in exclude)}
-    container = spec.container_image is not None
-    command = ex.payload_command(
-        spec.job_type, config_on_node(run_dir, container), paths.out_dir, container, spec.wrapper
-    )
-    return Job(executor=executor, command=command, paths=paths, spec=spec)
+    command = ex.payload_command(spec.job_type, paths.config, paths.out_dir, paths.repo, paths.python, spec.wrapper)
+    return Job(executor=executor, command=command, paths=paths, spec=spec, config_text=nodepaths.node_config(cfg))

@@ -61,7 +61,8 @@ CREATE TABLE IF NOT EXISTS attempts (
 #: columns added after the first release (``Ledger`` adds them to an older ledger file): bridgebench's own attempt
 #: UUID, the cluster identity and SLURM job name (a job id alone is not unique: launch/provenance.py), SLURM's start
 #: and end times, since when SLURM has not reported the job (LOST after ``cluster.lost_after_s``), the job this one
-#: waits for, the container it was started in, the sha256 of the submitted script, and the code that submitted it.
+#: waits for, the container it was started in, the sha256 of the submitted script, the code that submitted it, and
+#: the job folder on the cluster (launch/nodepaths.py: where the job's logs and out/ are; fetched back over SSH).
 EXTRA_COLUMNS = {
     "uid": "TEXT",
     "cluster_id": "TEXT",
@@ -75,6 +76,7 @@ EXTRA_COLUMNS = {
     "bridgebench_version": "TEXT",
     "git_commit": "TEXT",
     "git_dirty": "INTEGER",
+    "node_job_dir": "TEXT",
 }
 
 
@@ -109,6 +111,7 @@ class Attempt:
     bridgebench_version: str | None = None
     git_commit: str | None = None
     git_dirty: bool | None = None
+    node_job_dir: str | None = None  # the job folder on the cluster (launch/nodepaths.py); fetched back over SSH
 
     @property
     def finished(self) -> bool:

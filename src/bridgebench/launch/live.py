@@ -100,6 +100,27 @@ def describe(a: Attempt, fig: LiveFigures | None) -> str:
     return f"{head}: {it} {st}{tf} ETA {_duration(fig.eta_s)}"
 
 
+#: Ledger states in which a job is known to be running (its log may still grow).
+RUNNING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED")
+
+
+def running_attempt_for(log: Path, ledger: Ledger | None = None) -> Attempt | None:
+    """The ledger's attempt whose job folder holds ``log`` when the ledger last saw it running (state in
+    :data:`RUNNING_STATES`), else None -- also when there is no ledger (none is created)."""
+    from bridgebench.paths import load_paths
+
+    if ledger is None:
+        path = load_paths().ledger
+        if not path.exists():
+            return None
+        ledger = Ledger(path)
+    target = Path(log).resolve()
+    for a in ledger.attempts():
+        if a.state in RUNNING_STATES and a.job_dir and target.is_relative_to(Path(a.job_dir).resolve()):
+            return a
+    return None
+
+
 def live_lines(attempts: list[Attempt]) -> list[str]:
     """A line per running attempt (``status`` shows them under the ledger)."""
     from bridgebench.launch.submit import attempt_logs

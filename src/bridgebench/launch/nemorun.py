@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Mapping
 
 from bridgebench.launch import executor as ex
-from bridgebench.launch.jobspec import JobPaths
+from bridgebench.launch.nodepaths import CONFIG, JobPaths, experiment_id
 
 SHELL_PATH_HOW = {
     "job folder": "set BRIDGEBENCH_JOB_DIR (configs/paths job_dir) to a folder without them",
@@ -66,14 +66,14 @@ def check_path(kind: str, path: str | os.PathLike) -> str:
 
 def _check_job(job: JobPaths) -> None:
     ex.check_name("job name", job.job_name)
-    local = job.tunnel_dir.startswith(str(job.base))
-    check_path("job folder" if local else "cluster job folder", job.tunnel_dir)
+    check_path("job folder" if job.local_tunnel else "cluster job folder", job.tunnel_dir)
+    if not job.tunnel_dir.startswith("/"):
+        raise ex.LaunchConfigError(
+            f"cluster job folder {job.tunnel_dir!r} is not an absolute path on the cluster; set cluster.tunnel.job_dir"
+        )
 
 
-def _experiment_id(title: str) -> str:
-    # a fixed id (nemo-run's default is title_<time_ns>) makes the script's paths a function of the job alone;
-    # nemo-run derives the title back from the id's last "_"
-    return f"{title}_job"
+_experiment_id = experiment_id  # launch/nodepaths.py: the one definition
 
 
 def _passthrough(executor, job_name: str) -> None:
@@ -89,9 +89,11 @@ def _passthrough(executor, job_name: str) -> None:
     executor.tunnel.packaging_jobs[key] = PackagingJob(symlink=False)
 
 
-def _experiment(title: str, executor, base_dir: str):
+def _experiment(title: str, executor, base_dir: str, config_text: str = ""):
     """A nemo-run Experiment with a fixed id whose preparation also makes each job's ``code`` folder (the job's
-    ``srun --chdir``), in Python."""
+    ``srun --chdir``) and writes the job's ``configs/config.yaml`` (``config_text``: launch/nodepaths.py
+    ``node_config``), in Python -- inside the job folder, so nemo-run copies it with the job (rsync over SSH) and
+    the job reads it at ``/nemo_run/configs/config.yaml`` in a container."""
     import nemo_run as run
 
     exp = run.Experiment(title, executor=executor, id=_experiment_id(title), base_dir=base_dir, log_level="ERROR")
@@ -101,12 +103,16 @@ def _experiment(title: str, executor, base_dir: str):
         prepare(exist_ok=exist_ok)
         for job in exp.jobs:
             (Path(job.executor.job_dir) / "code").mkdir(parents=True, exist_ok=True)
+            if config_text:
+                target = Path(job.executor.job_dir) / CONFIG
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(config_text)
 
     exp._prepare = prepare_with_code_dirs  # this instance only
     return exp
 
 
-def render(executor, *, command: str, job: JobPaths) -> tuple[str, str]:
+def render(executor, *, command: str, job: JobPaths, config_text: str = "") -> tuple[str, str]:
     """(sbatch script, per-task payload script) that :func:`submit` would send for ``job``: nemo-run's own dry run,
     rendered in a private temporary folder (nothing is written under the job folder or submitted).
 
@@ -121,7 +127,7 @@ def render(executor, *, command: str, job: JobPaths) -> tuple[str, str]:
         check_path("temporary folder", tmp)
         _passthrough(executor, job.job_name)
         with contextlib.redirect_stdout(io.StringIO()):  # nemo-run prints its experiment banner
-            with _experiment(job.job_name, executor, tmp) as exp:
+            with _experiment(job.job_name, executor, tmp, config_text) as exp:
                 exp.add(run.Script(inline=command, entrypoint="bash"), name=job.job_name)
                 exp.dryrun(log=False, delete_exp_dir=False)
         script = sorted(Path(tmp).glob(f"**/{job.job_name}_sbatch.sh"))
@@ -133,6 +139,27 @@ def render(executor, *, command: str, job: JobPaths) -> tuple[str, str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _check_login(tunnel, job: JobPaths) -> None:
+    """Over SSH: connect once with the tunnel's own settings before nemo-run runs anything, so an unreachable login
+    node or a refused key is a :class:`bridgebench.launch.tunnel.TunnelError` naming it (nemo-run would
+    ``sys.exit(1)``); and remove the attempt's folder on the cluster when a submission that was never recorded left
+    one (as the local folder is: the caller checked the ledger), so no log or ``out/`` of another job is in it."""
+    import nemo_run as run
+
+    if not isinstance(tunnel, run.SSHTunnel):
+        return
+    from bridgebench.launch import tunnel as tun
+
+    probe = run.SSHTunnel(
+        host=tunnel.host, user=tunnel.user, port=tunnel.port, identity=tunnel.identity, job_dir=tunnel.job_dir
+    )
+    tun.connect(probe)
+    try:
+        tun.remove_tree(probe, job.tunnel_dir)
+    finally:
+        probe.cleanup()
+
+
 def submit(
     executor,
     *,
@@ -140,6 +167,7 @@ def submit(
     job: JobPaths,
     depends_on: str | None = None,
     client_env: Mapping[str, str] | None = None,
+    config_text: str = "",
 ) -> tuple[str, str, str]:
     """Submit ``command`` as ``job`` (``sbatch`` through nemo-run's tunnel); ``depends_on`` = a SLURM job id this one
     waits for (``--dependency=afterany:<id>``: repeats of a benchmark run one after the other).
@@ -161,6 +189,7 @@ def submit(
     if depends_on:
         executor.dependencies = [f"slurm_tunnel://nemo_run/{depends_on}"]  # nemo-run parses the id from a handle
         executor.dependency_type = "afterany"
+    _check_login(executor.tunnel, job)
     if job.base.exists():  # left by a submission that failed before it was recorded (the caller checked the ledger)
         shutil.rmtree(job.base)
     job.base.mkdir(parents=True)
@@ -168,9 +197,14 @@ def submit(
     os.environ.update(dict(client_env or {}))
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            with _experiment(job.job_name, executor, str(job.base)) as exp:
+            with _experiment(job.job_name, executor, str(job.base), config_text) as exp:
                 exp.add(run.Script(inline=command, entrypoint="bash"), name=job.job_name)
                 exp.run(detach=True)
+    except SystemExit as err:  # nemo-run's SSHTunnel exits when authentication fails
+        shutil.rmtree(job.base, ignore_errors=True)
+        from bridgebench.launch.tunnel import TunnelError
+
+        raise TunnelError(f"SSH to {executor.tunnel.host} failed while submitting (nemo-run exit {err.code})") from None
     except BaseException:
         shutil.rmtree(job.base, ignore_errors=True)  # nothing was submitted: leave nothing behind
         raise

@@ -9,11 +9,15 @@ cluster (``launch/jobspec.py`` + nemo-run's dry run in ``launch/nemorun.py``). O
 folders written (into a temporary directory renamed into place; parent folders it made are removed again on
 failure), so bad input writes no plan. ``--out`` is only ever handled by Python: any name works.
 
-Each run folder holds ``config.yaml`` (the resolved bridgebench config), ``megatron_bridge.yaml`` (the
-ConfigContainer dump, built and validated with the locally installed Megatron-Bridge), ``submit.sh`` (the sbatch
-script), ``payload.sh`` (what each task runs) and ``run.json`` (summary: GPUs, nodes, parallelism, config hash,
-predicted FLOPs, and the cluster rules the target cluster breaks -- ``submit`` refuses those). ``submit`` adds
-``submitted/<run id>-a<attempt>.sbatch.sh``, each script as sent.
+Each run folder holds ``config.yaml`` (the resolved bridgebench config, what ``submit`` and ``collect`` read on the
+submit side), ``node_config.yaml`` (the config the job reads, copied into its job folder as
+``configs/config.yaml``: launch/nodepaths.py), ``megatron_bridge.yaml`` (the ConfigContainer dump, built and
+validated with the locally installed Megatron-Bridge, with the node's paths), ``submit.sh`` (the sbatch script),
+``payload.sh`` (what each task runs) and ``run.json`` (summary: GPUs, nodes, parallelism, config hash, predicted
+FLOPs, and the cluster rules the target cluster breaks -- ``submit`` refuses those). ``submit`` adds
+``submitted/<run id>-a<attempt>.sbatch.sh``, each script as sent. Nothing the job reads names a path of the submit
+side (the checkout, ``--out``, the local job folder) where the job runs in a container or over SSH
+(launch/nodepaths.py; tests/launch/test_node_paths.py checks every shipped cluster).
 """
 
 from __future__ import annotations
@@ -102,7 +106,13 @@ def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
 
 
 def _run_name(cfg: DictConfig, config_hash: str) -> str:
+    """The run's name (plan folder, SLURM job name, ledger, records): what runs. A pretrain run trains the model on
+    the recipe's GPU and precision (``<model>-<optimizer>-<gpu>-<precision>-<hash>``); the optimizer-step payload
+    trains nothing and runs on whatever device the node has (a CPU on the local cluster), so its name carries no GPU
+    or precision: ``optstep-<model>-<optimizer>-<hash>``."""
     opt = OptimizerKind(str(cfg.optimizer.optimizer)).family
+    if cfg.job.type == "optstep":
+        return f"optstep-{cfg.model.name}-{opt}-{config_hash[:8]}"
     return f"{cfg.model.name}-{opt}-{cfg.gpu.name}-{cfg.precision.name}-{config_hash[:8]}"
 
 
@@ -165,12 +175,18 @@ def plan(
         result = None
         h = config_hash(cfg)
         name = _run_name(cfg, h)
+        try:
+            # the first attempt's paths as its node sees them (launch/nodepaths.py): out dir, config, code
+            first = job_paths(cfg, name, run_id_for(h, 0), 0)
+        except ex.LaunchConfigError as err:
+            reject(label, ov, "launch", f": {err}", err)
+            continue
         if cfg.job.type == "pretrain":
             from bridgebench.mbridge.build import BuildError, build  # imports megatron: only for pretrain jobs
 
             try:
-                # TensorBoard events under the out folder the first attempt gets (the one build_job exports)
-                result = build(cfg, out_dir=job_paths(cfg, name, run_id_for(h, 0), 0).out_dir)
+                # TensorBoard events under the node-side out folder the first attempt gets (build_job exports it)
+                result = build(cfg, out_dir=first.out_dir)
             except BuildError as err:
                 reject(label, ov, "megatron_bridge", f": {err}", err)
                 continue
@@ -179,7 +195,9 @@ def plan(
             [ex.check_mount(m) for m in cfg.cluster.container_mounts]
             # the script `submit` sends for repeat 0, attempt 0 (launch/jobspec.py: one source for both)
             job = build_job(cfg, final / name, name, h, run_id_for(h, 0), 0)
-            script, payload = nemorun.render(job.executor, command=job.command, job=job.paths)
+            script, payload = nemorun.render(
+                job.executor, command=job.command, job=job.paths, config_text=job.config_text
+            )
         except ex.LaunchConfigError as err:
             reject(label, ov, "launch", f": {err}", err)
             continue
@@ -201,6 +219,7 @@ def plan(
             run_dir = tmp / name
             run_dir.mkdir()
             (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+            (run_dir / "node_config.yaml").write_text(job.config_text)  # the job's configs/config.yaml
             if result is not None:
                 result.container.to_yaml(str(run_dir / "megatron_bridge.yaml"))
             nodes, per_node = job.spec.nodes, job.spec.tasks_per_node

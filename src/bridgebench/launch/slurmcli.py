@@ -1,12 +1,23 @@
 """SLURM client commands on the submit side (``squeue``, ``sacct``, ``sinfo``, ``scancel``, ``scontrol``): argument
 lists, never shell strings, locally or over nemo-run's SSH tunnel (``shlex.join``). A command that cannot reach its
-daemon raises :class:`SlurmUnreachable` with a hint, so callers can degrade (``status`` still shows the ledger)."""
+daemon raises :class:`SlurmUnreachable` with a hint, so callers can degrade (``status`` still shows the ledger).
+
+Before asking SLURM, :func:`probe` finds in well under a second what would make every command fail or hang: for a
+local tunnel a ``slurm.conf`` that does not exist (the local cluster was never started, or ``SLURM_CONF`` points
+elsewhere) and daemons whose TCP port refuses connections (read from that ``slurm.conf``: ``SlurmctldHost`` /
+``SlurmctldPort``, ``AccountingStorageHost`` / ``AccountingStoragePort``); for an SSH tunnel a login node that does
+not accept TCP connections. ``status`` then answers at once with that cause instead of waiting for SLURM's own
+retries and time-outs.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import socket
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -15,6 +26,9 @@ from bridgebench.errors import BridgebenchError
 from bridgebench.paths import REPO_ROOT
 
 TIMEOUT_S = 30
+#: Seconds a TCP probe of a daemon or login node waits.
+PROBE_TIMEOUT_S = 2.0
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 
 
 class SlurmError(BridgebenchError, RuntimeError):
@@ -40,6 +54,8 @@ def hint(cfg: DictConfig) -> str:
         return "start it with `make cluster-up` (launch/cluster/up.sh), or check `make cluster-status`"
     if cfg.cluster.tunnel.type == "local":
         return f"check that SLURM answers on this host (sinfo; SLURM_CONF) for cluster {cfg.cluster.name}"
+    if cfg.cluster.name == "local_remote":
+        return "start the emulated remote cluster with `make remote-up` (launch/remote/up.sh)"
     return f"check the SSH tunnel to {cfg.cluster.tunnel.host} and that SLURM answers there (sinfo)"
 
 
@@ -51,14 +67,11 @@ def run(cmd: list[str], cfg: DictConfig, *, timeout: float = TIMEOUT_S) -> str:
         SlurmError: any other failure.
     """
     if cfg.cluster.tunnel.type != "local":
-        import nemo_run as nrun
+        from bridgebench.launch.tunnel import TunnelError, run_remote
 
-        tunnel = nrun.SSHTunnel(
-            host=cfg.cluster.tunnel.host, user=cfg.cluster.tunnel.user, job_dir=str(cfg.cluster.tunnel.job_dir)
-        )
         try:
-            res = tunnel.run(shlex.join(cmd), hide=True, warn=True)
-        except Exception as err:  # paramiko / invoke errors: the tunnel itself is down
+            res = run_remote(cfg.cluster, shlex.join(cmd), timeout=timeout)
+        except TunnelError as err:  # the tunnel itself is down
             raise SlurmUnreachable(f"{cmd[0]} on {cfg.cluster.tunnel.host}: {err}; {hint(cfg)}") from err
         code, stdout, stderr = res.return_code, res.stdout, res.stderr
     else:
@@ -75,6 +88,78 @@ def run(cmd: list[str], cfg: DictConfig, *, timeout: float = TIMEOUT_S) -> str:
             raise SlurmUnreachable(f"{cmd[0]}: {text}; {hint(cfg)}")
         raise SlurmError(f"{shlex.join(cmd)} failed: {text}")
     return stdout
+
+
+@dataclass
+class Reach:
+    """What :func:`probe` found: ``controller`` / ``accounting`` = why slurmctld / slurmdbd cannot be reached (None:
+    no obstacle found -- SLURM may still fail, its own error then says why); :func:`hint` says what to do."""
+
+    controller: str | None = None
+    accounting: str | None = None
+
+    @property
+    def none(self) -> bool:
+        """Neither daemon can be reached."""
+        return self.controller is not None and self.accounting is not None
+
+
+def slurm_conf(cfg: DictConfig) -> Path:
+    """The ``slurm.conf`` SLURM's client commands read here: ``SLURM_CONF`` of :func:`client_env`, else
+    :data:`DEFAULT_SLURM_CONF`."""
+    return Path(client_env(cfg).get("SLURM_CONF") or DEFAULT_SLURM_CONF)
+
+
+def _conf_value(text: str, key: str) -> str | None:
+    m = re.search(rf"(?im)^\s*{key}\s*=\s*(\S+)", text)
+    return m.group(1) if m else None
+
+
+def _tcp(host: str, port: int) -> str | None:
+    """None when ``host:port`` accepts a TCP connection within :data:`PROBE_TIMEOUT_S`, else why not."""
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
+            return None
+    except OSError as err:
+        return f"{err.strerror or err}" if not isinstance(err, TimeoutError) else f"no answer in {PROBE_TIMEOUT_S:g} s"
+
+
+def probe(cfg: DictConfig) -> Reach:
+    """Find quickly (at most two TCP connects of :data:`PROBE_TIMEOUT_S`) what keeps SLURM from answering; see the
+    module docstring. Never raises."""
+    if cfg.cluster.tunnel.type != "local":
+        host, port = str(cfg.cluster.tunnel.host), int(cfg.cluster.tunnel.get("port") or 22)
+        why = _tcp(host, port)
+        if why is not None:
+            cause = f"the login node {host}:{port} does not accept SSH connections ({why})"
+            return Reach(cause, cause)
+        return Reach()
+    conf = slurm_conf(cfg)
+    if not conf.is_file():
+        how = "SLURM_CONF" if client_env(cfg).get("SLURM_CONF") else "the default slurm.conf"
+        cause = f"{how} {conf} does not exist, so no SLURM command can find the cluster"
+        return Reach(cause, cause)
+    try:
+        text = conf.read_text(errors="replace")
+    except OSError as err:
+        cause = f"cannot read {conf} ({err})"
+        return Reach(cause, cause)
+    out = Reach()
+    ctld = _conf_value(text, "SlurmctldHost") or _conf_value(text, "ControlMachine")
+    if ctld:
+        m = re.match(r"^([^(]+)(?:\(([^)]+)\))?$", ctld)
+        host = (m.group(2) or m.group(1)) if m else ctld
+        port = int(_conf_value(text, "SlurmctldPort") or 6817)
+        why = _tcp(host, port)
+        if why is not None:
+            out.controller = f"slurmctld at {host}:{port} ({conf}) is not answering: {why}"
+    if (_conf_value(text, "AccountingStorageType") or "").endswith("slurmdbd"):
+        host = _conf_value(text, "AccountingStorageHost") or "localhost"
+        port = int(_conf_value(text, "AccountingStoragePort") or 6819)
+        why = _tcp(host, port)
+        if why is not None:
+            out.accounting = f"slurmdbd at {host}:{port} ({conf}) is not answering: {why}"
+    return out
 
 
 def unreachable_text(text: str) -> bool:

@@ -77,7 +77,12 @@ def submit_run(
     env = {k: v for k, v in slurmcli.client_env(cfg).items() if k in cfg.cluster.client_env}
     try:
         job_id, script, experiment_id = nemorun.submit(
-            job.executor, command=job.command, job=job.paths, depends_on=depends_on, client_env=env
+            job.executor,
+            command=job.command,
+            job=job.paths,
+            depends_on=depends_on,
+            client_env=env,
+            config_text=job.config_text,
         )
     except ex.LaunchConfigError:
         raise
@@ -100,6 +105,7 @@ def submit_run(
         experiment_id=experiment_id,
         plan_dir=str(run_dir),
         job_dir=str(job.paths.base),
+        node_job_dir=job.paths.node_job_folder,
         excluded_nodes=list(exclude or []),
         uid=uuid.uuid4().hex,
         cluster_id=cluster_identity(cfg.cluster),
@@ -270,8 +276,31 @@ def _all_nodes(cfg: DictConfig) -> list[str]:
 
 
 def cancel(cfg: DictConfig, run_ids: list[str] | None = None, ledger: Ledger | None = None) -> list[Attempt]:
-    """``scancel`` the unsettled attempts (of ``run_ids``, or all) and mark them CANCELLED in the ledger."""
+    """``scancel`` the unsettled attempts (of ``run_ids``, or all) and mark them CANCELLED in the ledger.
+
+    Raises:
+        SubmitError: a run id the ledger does not have (nothing is cancelled then), or one submitted to another
+            cluster than ``cfg.cluster`` (pass ``--cluster``).
+    """
     ledger = ledger or Ledger()
+    if run_ids:
+        every = ledger.attempts()
+        known = {a.run_id for a in every}
+        unknown = [r for r in run_ids if r not in known]
+        if unknown:
+            from difflib import get_close_matches
+
+            near = sorted({m for r in unknown for m in get_close_matches(r, sorted(known), n=3, cutoff=0.6)})
+            raise SubmitError(
+                f"unknown run id(s) {', '.join(unknown)}: not in the job ledger {ledger.path}; nothing cancelled"
+                + (f" (did you mean {', '.join(near)}?)" if near else "; `bridgebench status` lists the runs")
+            )
+        other = sorted({a.run_id for a in every if a.run_id in run_ids and not tracking.belongs(a, cfg)})
+        if other:
+            raise SubmitError(
+                f"run(s) {', '.join(other)} were submitted to another cluster than {cfg.cluster.name}; nothing "
+                "cancelled (pass --cluster <name>)"
+            )
     targets = [
         a
         for a in ledger.attempts()
@@ -306,6 +335,51 @@ def wait(
         if not open_ or time.monotonic() > deadline:
             return attempts
         time.sleep(poll_s)
+
+
+#: ``bridgebench submit --wait`` exit codes (README "Exit codes"): every run's last attempt COMPLETED; bad input or a
+#: refused submission (every bridgebench error); a run ended otherwise (FAILED, TIMEOUT, CANCELLED, OUT_OF_MEMORY,
+#: NODE_FAIL, LOST, ...); the wait timed out with runs still pending or running.
+EXIT_OK, EXIT_ERROR, EXIT_NOT_COMPLETED, EXIT_WAIT_TIMEOUT = 0, 2, 3, 4
+
+
+def _final(a: Attempt) -> str:
+    """The attempt's state for the summary: SLURM's, except a COMPLETED job whose payload never started (its logs
+    lack the payload's start line: launch/outcome.py) -- the benchmark did not run."""
+    state = a.state.split(" ")[0]
+    if state == "COMPLETED":
+        from bridgebench.launch.outcome import NEVER_STARTED, payload_started
+
+        if payload_started(attempt_logs(a)) is False:
+            return f"COMPLETED ({NEVER_STARTED})"
+    return state
+
+
+def wait_summary(attempts: list[Attempt]) -> tuple[int, str]:
+    """(exit code, one line) for ``submit --wait``: the state of each run's last attempt (a retried run counts by
+    its retry), e.g. ``(3, "5 runs: 3 COMPLETED, 1 TIMEOUT, 1 CANCELLED")``; a COMPLETED job whose payload never
+    started counts as ``COMPLETED (never_started)``, not as completed."""
+    from collections import Counter
+
+    last: dict[str, Attempt] = {}
+    for a in attempts:
+        if a.run_id not in last or a.attempt > last[a.run_id].attempt:
+            last[a.run_id] = a
+    finals = {rid: _final(a) for rid, a in last.items()}
+    counts = Counter(finals.values())
+    n = len(last)
+    text = f"{n} run{'s' * (n != 1)}: " + ", ".join(
+        f"{c} {st}" for st, c in sorted(counts.items(), key=lambda kv: (kv[0] != "COMPLETED", -kv[1], kv[0]))
+    )
+    if any(not a.settled for a in last.values()):
+        return EXIT_WAIT_TIMEOUT, f"{text} (still unfinished when --timeout ran out)"
+    bad = [a for rid, a in last.items() if finals[rid] != "COMPLETED"]
+    if bad:
+        why = "; ".join(
+            f"{a.run_id}: {finals[a.run_id]}" + (f" ({a.reason[:120]})" if a.reason else "") for a in bad[:3]
+        )
+        return EXIT_NOT_COMPLETED, f"{text} -- {why}"
+    return EXIT_OK, text
 
 
 def json_attempts(attempts: list[Attempt]) -> str:

@@ -50,6 +50,23 @@ def attempt_logs(a: Attempt) -> list[Path]:
     return sorted(p for p in Path(a.job_dir).rglob("*.out") if p.name.endswith(f"_{jid}.out") or f"_{jid}_" in p.name)
 
 
+def fetch_logs(a: Attempt, cluster) -> str | None:
+    """Over SSH: copy the attempt's job folder on the cluster (``node_job_dir``: logs, ``out/``) into its mirror on
+    the submit side through the tunnel (:func:`bridgebench.launch.tunnel.fetch_dir`). Returns None, or why it could
+    not (the tunnel is down); a local tunnel has nothing to fetch."""
+    if cluster.tunnel.type == "local" or not a.node_job_dir or not a.job_dir or not a.job_name:
+        return None
+    from bridgebench.launch.nodepaths import experiment_id
+    from bridgebench.launch.tunnel import TunnelError, fetch_dir
+
+    local = Path(a.job_dir) / "experiments" / a.job_name / experiment_id(a.job_name) / a.job_name
+    try:
+        fetch_dir(cluster, a.node_job_dir, local)
+    except TunnelError as err:
+        return str(err)
+    return None
+
+
 def belongs(a: Attempt, cfg: DictConfig) -> bool:
     """True when ``a`` was submitted to this cluster (by name; legacy attempts without a cluster id count)."""
     name = str(cfg.cluster.name)
@@ -96,17 +113,12 @@ def _accounting(job_ids: list[str], cfg: DictConfig) -> dict[str, dict[str, str]
 
 
 def failure_reason(a: Attempt, state: str, exit_code: str, slurm_reason: str) -> str:
-    """``<outcome>: <detail>`` of a failed attempt: the log parser's outcome when a log shows one, else SLURM's."""
-    from bridgebench.logs.parser import parse_log
+    """``<class>: <detail>`` of a failed attempt: the log parser's failure class when a log shows one, else the
+    scheduler's state with the exit code, SLURM's reason and the log's last error line
+    (:func:`bridgebench.launch.outcome.failure_reason`)."""
+    from bridgebench.launch.outcome import failure_reason as reason
 
-    outcome = state.lower()
-    detail = f"exit code {exit_code}" + (f", {slurm_reason}" if slurm_reason and slurm_reason != "None" else "")
-    for log in attempt_logs(a):
-        parsed = parse_log(log)
-        if parsed.outcome not in ("completed", "incomplete"):
-            outcome, detail = parsed.outcome, (parsed.outcome_detail or "")[:300]
-            break
-    return f"{outcome}: {detail}".strip(": ")
+    return reason(state, exit_code or None, slurm_reason, attempt_logs(a))
 
 
 def update(cfg: DictConfig, ledger: Ledger, *, now: float | None = None) -> Refresh:
@@ -133,19 +145,32 @@ def update(cfg: DictConfig, ledger: Ledger, *, now: float | None = None) -> Refr
         return Refresh(ledger.attempts(), notes)
 
     queue, acct, why_ctld = None, None, None
-    try:
-        queue = _queue(cfg)
-    except slurmcli.SlurmError as err:
-        why_ctld = str(err)
-    try:
-        acct = _accounting([a.slurm_job_id for a in todo], cfg)
-    except slurmcli.SlurmError as err:
-        if queue is None:
-            notes.append(f"cannot reach SLURM ({err}); showing the ledger's last known states")
-        else:
-            notes.append(f"SLURM accounting did not answer ({err})")
-    if queue is None and acct is not None:
-        notes.append(f"the SLURM controller did not answer ({why_ctld}); unfinished jobs are UNKNOWN")
+    reach = slurmcli.probe(cfg)  # a missing slurm.conf, a daemon or login node refusing connections: known at once
+    if reach.none and reach.controller == reach.accounting:
+        notes.append(
+            f"cannot reach SLURM: {reach.controller}; {slurmcli.hint(cfg)}; showing the ledger's last known states"
+        )
+        why_ctld = reach.controller
+    else:
+        try:
+            if reach.controller is not None:
+                raise slurmcli.SlurmUnreachable(f"{reach.controller}; {slurmcli.hint(cfg)}")
+            queue = _queue(cfg)
+        except slurmcli.SlurmError as err:
+            why_ctld = str(err)
+        try:
+            if reach.accounting is not None:
+                raise slurmcli.SlurmUnreachable(f"{reach.accounting}; {slurmcli.hint(cfg)}")
+            acct = _accounting([a.slurm_job_id for a in todo], cfg)
+        except slurmcli.SlurmError as err:
+            if queue is None:
+                hint = "; " + slurmcli.hint(cfg)
+                both = f"{(why_ctld or '').replace(hint, '')}; {str(err).replace(hint, '')}{hint}"
+                notes.append(f"cannot reach SLURM ({both}); showing the ledger's last known states")
+            else:
+                notes.append(f"SLURM accounting did not answer ({err})")
+        if queue is None and acct is not None:
+            notes.append(f"the SLURM controller did not answer ({why_ctld}); unfinished jobs are UNKNOWN")
 
     for a in todo:
         q = (queue or {}).get(a.slurm_job_id)
@@ -153,6 +178,10 @@ def update(cfg: DictConfig, ledger: Ledger, *, now: float | None = None) -> Refr
         s = (acct or {}).get(a.slurm_job_id)
         s = s if s and _name_ok(a, s["jobname"]) else None
         s_state = s["state"].split(" ")[0] if s else ""
+        if (s and s_state in FINAL_STATES) or (q and q["state"].split(" ")[0] != "PENDING"):
+            why_not = fetch_logs(a, cfg.cluster)  # over SSH: the job's logs and out/ back through the tunnel
+            if why_not and why_not not in notes:
+                notes.append(f"could not fetch the logs of job {a.slurm_job_id}: {why_not}")
         if s and s_state in FINAL_STATES:
             fields = {
                 "state": s_state,

@@ -1203,7 +1203,7 @@ def parse_log(
 
     Outcome: see :func:`bridgebench.logs.signals.decide_outcome` -- the most decisive failure class seen, unless
     the run completed after an in-job restart that followed every failure; otherwise ``completed`` when the final
-    iteration or an end-of-training marker was reached, else ``running``.
+    iteration or an end-of-training marker was reached, else ``incomplete`` (the log stops before an end).
 
     The cyclic garbage collector is paused during the parse (and restored after): the parse makes no reference
     cycles, and collections triggered by the hundreds of thousands of steps it creates cost about a quarter of its
@@ -1460,7 +1460,7 @@ def parsed_from_steps(
     other :class:`ParsedLog` fields (``path``, ``format``, ``outcome`` ... ; defaults: empty / None)."""
     fields.setdefault("path", None)
     fields.setdefault("format", "unknown")
-    fields.setdefault("outcome", "running")
+    fields.setdefault("outcome", "incomplete")
     fields.setdefault("outcome_detail", None)
     fields.setdefault("total_iters", None)
     fields.setdefault("memory", {})

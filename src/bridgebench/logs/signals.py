@@ -23,9 +23,11 @@ import re
 OUTCOME_PRECEDENCE: tuple[str, ...] = ("time_limit", "node_failure", "oom", "nccl_error", "nan", "crash")
 
 #: Every outcome :func:`bridgebench.logs.parser.parse_log` can return: the failure classes, then ``completed`` (final
-#: iteration reached or an end-of-training marker, with no failure signal after the last restart) and ``running``
-#: (neither: the job has not ended, or the log is an excerpt that stops before its end).
-OUTCOMES: tuple[str, ...] = OUTCOME_PRECEDENCE + ("completed", "running")
+#: iteration reached or an end-of-training marker, with no failure signal after the last restart) and
+#: ``incomplete`` (neither: the log stops before an end -- the job is still running, was killed without a word in
+#: its log, or the file is an excerpt; a log alone cannot tell which, so only a caller that knows the job is running
+#: says ``running``: ``bridgebench logs parse`` asks the job ledger, ``status`` / ``logs follow`` show live jobs).
+OUTCOMES: tuple[str, ...] = OUTCOME_PRECEDENCE + ("completed", "incomplete")
 
 #: Substrings that make a line a candidate for :func:`classify_line` or an end-of-training marker (the pre-filter's
 #: failure half; record patterns are in :data:`bridgebench.logs.formats.RECORD_PATTERNS`).  Each class's strings in
@@ -146,7 +148,7 @@ def decide_outcome(
     (``reached_end``: final iteration or an end marker) and every signal's last occurrence (byte offset in
     ``last_offsets``) lies before ``last_segment_start``, the start of the last attempt after an in-job restart:
     then the run is ``completed`` and the classes it recovered from are returned.  Without signals: ``completed`` if
-    ``reached_end`` else ``running``.
+    ``reached_end`` else ``incomplete``.
     """
     present = [c for c in OUTCOME_PRECEDENCE if c in signals]
     if present and reached_end and last_segment_start is not None:
@@ -154,4 +156,4 @@ def decide_outcome(
             return "completed", present
     if present:
         return present[0], []
-    return ("completed" if reached_end else "running"), []
+    return ("completed" if reached_end else "incomplete"), []

@@ -6,7 +6,8 @@ Always the best available figure: any log with at least one timed step gets a wi
 * ``steady`` -- at least ``min_steps`` timed steps after warm-up, evenly spaced, from a job that has ended;
 * ``short`` -- fewer than ``min_steps`` after warm-up, or none after warm-up (then the window is every timed step);
 * ``excerpt`` -- logged iterations are missing inside the window (uneven spacing: an excerpt pasted with gaps);
-* ``running`` -- enough evenly spaced steps, but the job has not ended (outcome ``running``).
+* ``incomplete`` -- enough evenly spaced steps, but the log stops before the run's end (outcome ``incomplete``: still
+  running, killed without a word, or an excerpt).
 
 The outcome (completed, failed, ...) is separate: a failed run's healthy window is still ``steady``; ``window_ok``
 is the strict flag -- a steady window of a completed run without NaN/skipped steps.
@@ -31,7 +32,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-QUALITIES: tuple[str, ...] = ("steady", "short", "excerpt", "running")
+QUALITIES: tuple[str, ...] = ("steady", "short", "excerpt", "incomplete")
 
 
 @dataclass(slots=True)
@@ -255,8 +256,8 @@ def steady_state(
         quality = "short"
     elif gaps:
         quality = "excerpt"
-    elif outcome == "running":
-        quality = "running"
+    elif outcome == "incomplete":
+        quality = "incomplete"
     else:
         quality = "steady"
 
@@ -312,8 +313,8 @@ def _note(count, quality, fallback, skipped, warmup, min_steps, gaps, outcome) -
         return f"{used}, fewer than {min_steps}: figures from those"
     if quality == "excerpt":
         return f"{used} with {gaps} gap{'s' * (gaps != 1)} in the iterations: an excerpt"
-    if quality == "running":
-        return f"{used}; the job has not ended (outcome running)"
+    if quality == "incomplete":
+        return f"{used}; the log stops before the run's end (outcome incomplete)"
     if outcome not in (None, "completed"):
         return f"{used}; healthy window of a run that ended {outcome}"
     return used

@@ -38,10 +38,10 @@ NOT_PROVIDER_FIELDS = {"name", "display_name", "hf_model_id", "published_name", 
 MLA_ONLY_FIELDS = {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}
 #: ``ConfigContainer`` sections set from the composed config, in order (``model`` first: ``dataset`` follows it).
 SECTIONS = MB_SECTIONS
-#: The environment variable that tells the compute node its attempt's output folder:
-#: ``<paths.job_dir>/<run id>/a<attempt>/out``, exported by :func:`bridgebench.launch.jobspec.build_job` (the plan
-#: builds with the first attempt's). TensorBoard events go to ``<out dir>/<job.tensorboard_subdir>``, where
-#: ``collect`` reads them (:mod:`bridgebench.launch.figures`).
+#: The environment variable that tells the compute node its attempt's output folder as the node sees it:
+#: ``<job folder>/out`` (``/nemo_run/out`` in a container; :mod:`bridgebench.launch.nodepaths`), exported by
+#: :func:`bridgebench.launch.jobspec.build_job` (the plan builds with the first attempt's). TensorBoard events go to
+#: ``<out dir>/<job.tensorboard_subdir>``, where ``collect`` reads them (:mod:`bridgebench.launch.figures`).
 OUT_DIR_ENV = "BRIDGEBENCH_OUT_DIR"
 #: The output folder when the caller names none (diff-config, fidelity tests, recipe generation): relative to the
 #: working directory, as the payload resolves it without ``BRIDGEBENCH_OUT_DIR``.

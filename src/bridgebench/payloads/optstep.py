@@ -82,10 +82,12 @@ import typer
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.payloads.load import LoadProbe
+from bridgebench.payloads.markers import OPTSTEP
 
 #: Families in report order (``bridgebench.model.newton_schulz.MuonMatrix.family``; ``mtp`` is never selected).
 FAMILY_ORDER = ("attention", "mlp_dense", "router", "expert", "shared_expert")
-MARKER = "BRIDGEBENCH_OPTSTEP "
+#: The result line (payloads/markers.py).
+MARKER = OPTSTEP
 _METRICS = ("muon_step_s", "adamw_step_s", "ratio", "ns_time_s", "ns_flops", "ns_flops_per_s")
 #: Per-repeat times (s), in timing order, kept beside their medians (``bridgebench compare`` resamples them).
 _SERIES = ("muon_step_times_s", "adamw_step_times_s", "ns_times_s")
@@ -643,6 +645,9 @@ def main(
     ),
 ) -> None:
     """Write <out>/optstep.json and print one BRIDGEBENCH_OPTSTEP line."""
+    from bridgebench.payloads.markers import announce_start
+
+    announce_start("optstep")  # before the heavy imports: collect tells a payload that never started (markers.py)
     from bridgebench.config.compose import ConfigError
 
     try:

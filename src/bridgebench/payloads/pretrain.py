@@ -1,9 +1,9 @@
 """Compute-node entrypoint: run on every rank inside the NeMo container (``srun`` with pyxis).
 
-``python -m bridgebench.payloads.pretrain --config <plan>/<run>/config.yaml`` loads the resolved bridgebench config
-written by
-``bridgebench plan``, builds the Megatron-Bridge ``ConfigContainer`` for the container's own Megatron-Bridge version
-(field names translated by ``recipes/compat.py``), logs versions and the config hash, and calls Megatron-Bridge's
+``python -m bridgebench.payloads.pretrain --config /nemo_run/configs/config.yaml`` loads the resolved bridgebench
+config ``bridgebench plan`` wrote into the job folder (launch/nodepaths.py), builds the Megatron-Bridge
+``ConfigContainer`` for the container's own Megatron-Bridge version (field names translated by
+``recipes/compat.py``), logs versions and the config hash, and calls Megatron-Bridge's
 ``pretrain()`` with the GPT forward step on mock data (the recipes' default when no data path is given) for
 ``train.train_iters`` steps.
 
@@ -79,7 +79,9 @@ def prepare(config_path: Path) -> Prepared:
 
     info = {
         "config": str(config_path),
-        "config_hash": config_hash(cfg),
+        # the plan's hash (exported by the sbatch script); the job's config.yaml lacks the submit side's sections
+        # (launch/nodepaths.py), so its own hash differs from the plan's for every run
+        "config_hash": os.environ.get("BRIDGEBENCH_CONFIG_HASH") or config_hash(cfg),
         "megatron_bridge": megatron.bridge.__version__,
         "megatron_core": megatron.core.__version__,
         "torch": torch.__version__,
@@ -101,10 +103,14 @@ def main(
     dry_run: bool = typer.Option(False, "--dry-run", help="build and validate, print versions, do not train"),
 ):
     """Build the run's ConfigContainer and call Megatron-Bridge pretrain() (mock data)."""
+    from bridgebench.payloads.markers import RUN, announce_start
+
+    if int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0:
+        announce_start("pretrain")  # collect tells a payload that never started (payloads/markers.py)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     prepared = prepare(config)
     if prepared.info["rank"] == 0:
-        print("BRIDGEBENCH_RUN " + json.dumps(prepared.info), flush=True)
+        print(RUN + json.dumps(prepared.info), flush=True)
     if dry_run:
         return
     prepared.pretrain(prepared.container, prepared.forward_step)

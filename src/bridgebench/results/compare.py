@@ -46,6 +46,7 @@ from bridgebench.config.catalog import options, precision_names, release_sort_ke
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.optimizer import family
 from bridgebench.paths import REPO_ROOT
+from bridgebench.results.outcomes import label, outcome_of, skip_line, usable
 from bridgebench.results import compare_stats as cs
 from bridgebench.results.compare_stats import CompareError, ConfigKey, RunComparison
 from bridgebench.results.optstep_series import optstep_series
@@ -583,6 +584,7 @@ class Side:
     values: list[np.ndarray]
     skipped: list[str]  # "record_id: why"
     flags: list[str] = field(default_factory=list)  # kept, but noisier: "record_id: why"
+    summary: str = ""  # "5 records, 3 used; skipped 2: 1 TIMEOUT, 1 never_started" (results/outcomes.py)
 
     @property
     def record_ids(self) -> list[str]:
@@ -618,8 +620,9 @@ def build_side(
         )
     side = Side(name, sel, [], [], [], [])
     for r in sorted(matched, key=lambda r: r["record_id"]):
-        if r.get("state") not in (None, "COMPLETED"):
-            side.skipped.append(f"{r['record_id']}: state {r.get('state')}")
+        if not usable(r):  # the attempt's outcome (results/outcomes.py): only completed runs count
+            why = r.get("outcome_detail") or r.get("reason")
+            side.skipped.append(f"{r['record_id']}: {label(outcome_of(r))}" + (f" ({why})" if why else ""))
             continue
         v = run_values(r, metric, skip_fraction=skip_fraction, optstep_family=optstep_family)
         if v is None:
@@ -630,10 +633,10 @@ def build_side(
         share = _get_path(r, "optstep.load.other_share")
         if isinstance(share, (int, float)) and share >= CONTENDED_OTHER_SHARE:
             side.flags.append(f"{r['record_id']}: contended (other processes used {share:.0%} of the node's CPU)")
+    side.summary = skip_line(matched, len(side.records))
     if not side.records:
         raise CompareError(
-            f"side {name}: {len(matched)} record(s) match {sel.text()} but none is usable: "
-            + "; ".join(side.skipped[:5])
+            f"side {name}: {side.summary} (matching {sel.text()}): " + "; ".join(side.skipped[:5])
         )
     return side
 
@@ -781,9 +784,11 @@ def own_histories(
     if not records:
         raise CompareError("the results store has no records: submit runs and `bridgebench collect` first")
     _check_run_keys(records, sel, "selection")
-    matched = [r for r in records if _run_matches(r, sel) and r.get("state") in (None, "COMPLETED")]
+    candidates = [r for r in records if _run_matches(r, sel)]
+    matched = [r for r in candidates if usable(r)]
     if not matched:
-        raise CompareError(f"no completed record in the store matches {sel.text()}")
+        why = f": {skip_line(candidates, 0)}" if candidates else ""
+        raise CompareError(f"no completed record in the store matches {sel.text()}{why}")
     by_key: dict[tuple[str, ...], dict[str, list]] = {}
     for r in matched:
         rel = _get_path(r, "provenance.release")
@@ -836,7 +841,7 @@ def attach_own_runs(
             r
             for r in records
             if r.get("kind") == "pretrain"
-            and r.get("state") in (None, "COMPLETED")
+            and usable(r)
             and _run_key(r) == (k.model, k.gpu, k.precision, str(k.num_gpus), k.optimizer)
         ]
         by_rel: dict[str, list] = {}
@@ -1138,7 +1143,13 @@ def run_compare(
             **stat_params,
         )
         prov["sides"] = {
-            s.name: {"selection": s.selection.text(), "records": s.record_ids, "skipped": s.skipped, "flagged": s.flags}
+            s.name: {
+                "selection": s.selection.text(),
+                "records": s.record_ids,
+                "skipped": s.skipped,
+                "summary": s.summary,
+                "flagged": s.flags,
+            }
             for s in (result.sides.a, result.sides.b)
         }
         prov["store_records"] = sorted(result.sides.a.record_ids + result.sides.b.record_ids)

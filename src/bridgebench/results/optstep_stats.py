@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from bridgebench.results.outcomes import usable
+
 #: ``optstep.load.other_share`` at or above which a repeat counts as contended: 10 % of the node's CPU capacity (on
 #: the 2-CPU local node, a fifth of a CPU busy with other work for the whole timing window).
 CONTENDED_OTHER_SHARE = 0.10
@@ -87,7 +89,7 @@ def repeats(records: list[dict[str, Any]]) -> list[Repeat]:
     out = []
     for r in records:
         step = r.get("optstep")
-        if not step or (r.get("state") not in (None, "COMPLETED")):
+        if not step or not usable(r):  # outcome completed only (results/outcomes.py)
             continue
         load = step.get("load") or {}
         share = load.get("other_share")

@@ -26,6 +26,7 @@ import pandas as pd
 from bridgebench.model.mfu import mfu
 from bridgebench.model.newton_schulz import NSPolicy, ns_load
 from bridgebench.results.records import RunRecord, load_blog_table1, load_published
+from bridgebench.results.outcomes import usable
 from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
 from bridgebench.paths import load_paths
 from bridgebench.config.compose import RunFacts, compose, expand_sweep, run_facts
@@ -94,6 +95,7 @@ def measured_step_times(
         if (
             r.get("kind") == "pretrain"
             and r.get("state") == "COMPLETED"
+            and usable(r)  # outcome completed (results/outcomes.py): the payload ran and left its figures
             and r.get("step_time_s")
             and r.get("quality") in qualities
         ):
