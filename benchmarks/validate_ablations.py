@@ -41,7 +41,6 @@ from scipy.stats import spearmanr  # noqa: E402
 
 from bridgebench.config import calibration  # noqa: E402
 from bridgebench.config.catalog import load_gpu  # noqa: E402
-from bridgebench.model import memory as mem  # noqa: E402
 from bridgebench.model.spec import ModelSpec  # noqa: E402
 from bridgebench.model.timing import GpuFacts, TimeConfig, layer_time, predict_time  # noqa: E402
 
@@ -220,6 +219,11 @@ def main() -> None:
     cal = calib.time
     gpus = {}
     sets = []
+    # fits or not: every row through the sweep pipeline with its framework's settings, one way for both scripts
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import validate_memory_published
+
+    verdicts = iter(validate_memory_published.ablations(calib))
     for path in sorted(ABLATIONS.glob("*.csv")):
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
@@ -241,27 +245,18 @@ def main() -> None:
             pred = predicted_metric(r, neutral, cfg, cal)
             absolute = predicted_metric(r, spec, cfg, cal)
             eff_src = predict_time(spec, cfg, cal).efficiency_source
-            mcfg = mem.MemoryConfig(
-                num_gpus=cfg.num_gpus, mbs=cfg.mbs, gbs=cfg.gbs, tp=cfg.tp, pp=cfg.pp, vp=cfg.vp, cp=cfg.cp, ep=cfg.ep,
-                etp=cfg.etp, sequence_parallel=cfg.sp, optimizer="adam",
-                use_distributed_optimizer=cfg.use_distributed_optimizer,
-                precision={"fp8": "fp8_cs"}.get(cfg.peak_key, cfg.peak_key),
-                recompute_granularity=cfg.recompute_granularity, recompute_method=cfg.recompute_method,
-                recompute_modules=cfg.recompute_modules, other_bytes=calib.other_bytes,
-                moe_imbalance=calib.moe_imbalance,
-            )  # fmt: skip
-            try:
-                need = mem.estimate_memory(spec, mcfg).total
-            except (mem.MemoryModelError, ValueError) as err:
-                need = float("nan")
-                notes.add(f"memory model: {err}")
-            usable = calib.usable_hbm_bytes((hbm * 1e9) if hbm else gpu.hbm_bytes)
+            verdict = next(verdicts)  # the sweep pipeline's memory verdict (validate_memory_published.py)
+            assert verdict["set"] == path.stem and verdict["model"] == r["model"], (verdict, r["model"])
+            need = (verdict["mem_total_gb"] or float("nan")) * 1e9
+            usable = (verdict["hbm_gb"] or float("nan")) * 1e9 / (1 + calib.fragmentation)
+            if not verdict["fits"]:
+                notes.add(f"memory: {verdict['rule']}: {verdict['reason']}")
             time_metric = r["measured_unit"].strip() in ("s/step", "s", "ms")
             out.append({
                 "row": r, "cfg": cfg, "measured": measured, "predicted": pred, "absolute": absolute,
                 "eff_source": eff_src,
                 "cell": (cfg.gpu.name, cfg.peak_key), "key": config_key(r, cfg), "time_metric": time_metric,
-                "memory_gb": need / 1e9, "usable_gb": usable / 1e9, "fits": bool(need <= usable),
+                "memory_gb": need / 1e9, "usable_gb": usable / 1e9, "fits": bool(verdict["fits"]),
             })  # fmt: skip
         # distinct configurations
         seen, distinct = set(), []

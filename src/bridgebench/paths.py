@@ -16,6 +16,33 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_ROOT / "configs"
 RECIPES_DIR = REPO_ROOT / "recipes"
 PATHS_FILE = CONFIG_DIR / "paths" / "default.yaml"
+#: environment variable naming a folder laid out like ``configs/`` (``model/``, ``gpu/``, ``cluster/``, ``sweep/``,
+#: ``experiment/``) whose files add options to every command (bring your own model or GPU).
+USER_CONFIG_ENV = "BRIDGEBENCH_CONFIG_DIR"
+#: the config groups a user folder may add options to.
+USER_GROUPS = ("model", "gpu", "cluster", "sweep", "experiment")
+
+
+def config_dirs() -> tuple[Path, ...]:
+    """The config search path, in order: the shipped ``configs/``, then ``$BRIDGEBENCH_CONFIG_DIR`` when set (as
+    given, made absolute; ``bridgebench.config.compose.check_user_config_dir`` says what is wrong with it). Every
+    reader of config groups goes through this one function, so a cache of composed configs can key on it."""
+    import os
+
+    extra = os.environ.get(USER_CONFIG_ENV, "").strip()
+    if not extra:
+        return (CONFIG_DIR,)
+    return (CONFIG_DIR, Path(extra).expanduser().absolute())
+
+
+def config_files(group: str) -> dict[str, Path]:
+    """Option name -> YAML file of a config group over :func:`config_dirs` (the shipped file wins a name clash;
+    ``bridgebench.config.compose.check_user_config_dir`` refuses clashes before anything is composed)."""
+    out: dict[str, Path] = {}
+    for folder in config_dirs():
+        for path in sorted((folder / group).glob("*.yaml")) if (folder / group).is_dir() else []:
+            out.setdefault(path.stem, path)
+    return out
 
 
 @dataclass(frozen=True)

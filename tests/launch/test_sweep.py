@@ -52,19 +52,19 @@ def test_ctrl_c_then_resume_does_no_stage_twice(env):
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
         seen.append(line)
-        if line.startswith("stage 2 memory") or not line:
+        if line.startswith("stage 3 memory") or not line:
             break
-    assert any(s.startswith("stage 2 memory") for s in seen), "".join(seen)
+    assert any(s.startswith("stage 3 memory") for s in seen), "".join(seen)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=120)
     assert proc.returncode != 0  # interrupted, not finished
     out = Path(env["BRIDGEBENCH_SWEEPS"]) / "k"
     before = _state(env, "k")["stages"]
-    assert before["enumerate"]["done"] and not (out / "points.parquet").exists()
+    assert before["enumerate"]["done"] and before["rules"]["done"] and not (out / "points.parquet").exists()
     assert not [p for p in out.rglob(".*") if p.is_file()]  # no temporary file left behind
     res = bb(env, "sweep", *KIMI, "--name", "k", "--top-k", "0", "--resume", "--json")
     after = _state(env, "k")["stages"]
-    for stage in ("enumerate", "memory", "time"):
+    for stage in ("enumerate", "rules", "memory", "time"):
         assert after[stage]["done"] and after[stage]["runs"] == 1, (stage, after[stage])
         if stage in before:
             assert after[stage]["finished_at"] == before[stage]["finished_at"]

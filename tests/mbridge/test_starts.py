@@ -34,3 +34,36 @@ def test_the_sweep_sees_what_the_build_keeps(overrides):
     built = built_flat(overrides)
     base = engine.base_of(overrides)
     assert {k: base.flat[k] for k in START_FIELDS} == {k: built[k] for k in START_FIELDS}
+
+
+def test_shipped_perf_settings_are_the_installed_megatron_bridges():
+    from bridgebench.config.schema import PERF_FILE
+    from bridgebench.mbridge.recipes import perf_catalog
+
+    assert json.loads(PERF_FILE.read_text()) == perf_catalog(), "run: bridgebench recipes fields"
+
+
+def test_a_model_without_a_recipe_builds_through_the_generic_provider(tmp_path, monkeypatch):
+    """A model of $BRIDGEBENCH_CONFIG_DIR (Mixtral 8x7B) gets a real, validated ConfigContainer from Megatron-Bridge's
+    GPTModelProvider over its generic pretraining template; the sweep sees the values the build keeps."""
+    from bridgebench.config.compose import compose
+    from bridgebench.mbridge.build import build
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mixtral_8x7b.yaml").write_text(
+        "name: mixtral_8x7b\ndisplay_name: Mixtral 8x7B\nnum_layers: 32\nhidden_size: 4096\nffn_hidden_size: 14336\n"
+        "num_attention_heads: 32\nnum_query_groups: 8\nkv_channels: 128\nnum_moe_experts: 8\n"
+        "moe_ffn_hidden_size: 14336\nmoe_router_topk: 2\nvocab_size: 32000\nseq_length: 4096\n"
+    )
+    monkeypatch.setenv("BRIDGEBENCH_CONFIG_DIR", str(tmp_path))
+    ov = ["model=mixtral_8x7b", "gpu=h100", "precision=bf16", "num_gpus=16", "train.global_batch_size=64",
+          "model.expert_model_parallel_size=8", "model.tensor_model_parallel_size=2",
+          "model.sequence_parallel=true"]  # fmt: skip
+    result = build(compose(ov))
+    model = result.container.model
+    assert type(model).__name__ == "GPTModelProvider"
+    assert (model.num_moe_experts, model.moe_router_topk, model.expert_model_parallel_size) == (8, 2, 8)
+    assert result.container.tokenizer.tokenizer_type == "NullTokenizer"
+    base = engine.base_of(ov)
+    assert base.flat["model.recompute_granularity"] == model.recompute_granularity
+    assert base.flat["ddp.use_megatron_fsdp"] == result.container.ddp.use_megatron_fsdp

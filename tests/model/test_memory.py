@@ -173,3 +173,67 @@ def test_kimi_layout_puts_embedding_and_loss_on_the_right_ranks(models):
 def test_bad_points_raise_naming_the_rule(kw, match):
     with pytest.raises(MemoryModelError, match=match):
         estimate_memory(LLAMA3_8B, MemoryConfig(**kw))
+
+
+# ---------------------------------------------------------------------------------------------------- issue 15
+LLAMA405 = ModelSpec(
+    name="llama31_405b_t", num_layers=126, hidden_size=16384, ffn_hidden_size=53248, num_attention_heads=128,
+    num_query_groups=8, kv_channels=128, vocab_size=128256, seq_length=8192,
+)  # fmt: skip
+
+
+def test_megatron_core_splits_embedding_and_loss_as_layers():
+    """account_for_embedding/loss: (126 + 2) / 8 = 16 per rank, 4 per virtual stage; rank 0 builds 15 (its first
+    chunk 3), the last rank 15 (its last chunk 3) -- megatron-core 0.19.2 get_num_layers_to_build."""
+    ranks = stage_chunks(126, 0, 8, 4, None, account_for_embedding=True, account_for_loss=True)
+    per_rank = [sum(len(ch[0]) for ch in r) for r in ranks]
+    assert per_rank == [15] + [16] * 6 + [15]
+    assert [len(ch[0]) for ch in ranks[0]] == [3, 4, 4, 4] and ranks[0][0][1] and ranks[7][3][2]
+    assert sorted(li for r in ranks for ch in r for li in ch[0]) == list(range(126))
+    uneven = stage_chunks(61, 0, 4, None, None, first_stage_layers=13, last_stage_layers=12)
+    assert [len(r[0][0]) for r in uneven] == [13, 18, 18, 12]
+
+
+def test_fsdp_shards_the_model_state_and_keeps_two_gathered_units():
+    kw = dict(num_gpus=64, mbs=1, gbs=64, grad_reduce_in_fp32=False)
+    ddp = estimate_memory(LLAMA3_8B, MemoryConfig(**kw))
+    fsdp = estimate_memory(
+        LLAMA3_8B, MemoryConfig(**kw, use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
+    )
+    layer = sum(n for n, _ in parameter_counts(LLAMA3_8B, MemoryConfig(**kw))[:1]) // 32  # ~ one layer (bound)
+    assert fsdp.weights < ddp.weights / 4 and fsdp.grads < ddp.grads / 4
+    assert fsdp.weights > 2 * 2.0 * layer * 0.5  # two gathered bf16 units (a layer, or the larger embedding)
+    assert fsdp.optimizer_state == pytest.approx(ddp.optimizer_state)  # both shard Adam over DP x CP
+    optim = estimate_memory(
+        LLAMA3_8B, MemoryConfig(**kw, use_megatron_fsdp=True, data_parallel_sharding_strategy="optim")
+    )
+    assert optim.weights == pytest.approx(ddp.weights) and optim.grads == pytest.approx(ddp.grads)
+
+
+def test_activation_offloading_keeps_the_other_layers_and_fine_grained_drops_module_inputs():
+    kw = dict(num_gpus=8, mbs=1, gbs=8)
+    base = estimate_memory(LLAMA3_8B, MemoryConfig(**kw))
+    off = estimate_memory(LLAMA3_8B, MemoryConfig(**kw, cpu_offloading=True, cpu_offloading_num_layers=8))
+    # TE cpu_offload: layers 0..N-1 offloaded, the peak holds the other L - N layers' activations
+    layers_part = base.activations - (8.0 + 2.0 * 4096) * 8192  # without the embedding input / output
+    assert off.activations == pytest.approx(base.activations - layers_part * 8 / 32, rel=1e-6)
+    fine = estimate_memory(
+        LLAMA3_8B,
+        MemoryConfig(**kw, fine_grained_activation_offloading=True, offload_modules=("core_attn", "attn_proj")),
+    )
+    assert fine.activations < base.activations
+    with pytest.raises(MemoryModelError, match="offload_modules"):
+        estimate_memory(LLAMA3_8B, MemoryConfig(**kw, fine_grained_activation_offloading=True, offload_modules=("x",)))
+
+
+def test_precision_aware_optimizer_and_optimizer_offload():
+    kw = dict(num_gpus=8, mbs=1, gbs=8, use_distributed_optimizer=False)
+    fp32 = estimate_memory(LLAMA3_8B, MemoryConfig(**kw))
+    bf16 = estimate_memory(
+        LLAMA3_8B,
+        MemoryConfig(**kw, use_precision_aware_optimizer=True, exp_avg_dtype="torch.bfloat16",
+                     exp_avg_sq_dtype="torch.bfloat16", main_params_dtype="torch.float32"),
+    )  # fmt: skip
+    assert bf16.optimizer_state == pytest.approx(fp32.optimizer_state * 8 / 12)
+    half = estimate_memory(LLAMA3_8B, MemoryConfig(**kw, optimizer_cpu_offload=True, optimizer_offload_fraction=0.5))
+    assert half.optimizer_state == pytest.approx(fp32.optimizer_state / 2)

@@ -18,6 +18,9 @@ def test_every_row_is_predicted_without_its_release_and_gets_a_memory_verdict():
     errs = (df["predicted_tflops"] / df["published_tflops"] - 1).abs()
     assert math.isclose(summary.mape, errs.mean(), rel_tol=1e-9)
     assert summary.within_band == int((errs <= df["band"]).sum())
-    assert summary.fits + summary.false_prunes == len(rows)
+    assert summary.fits + summary.false_prunes + summary.inconsistent == len(rows)
     assert set(summary.mape_by_release) == {r.release for r in rows}
-    assert (df["memory_gb"] > 0).all() and (df["usable_gb"] == 288 * 0.9).all()
+    # the memory verdict is the sweep pipeline's (bridgebench.results.published_points): GB300's memory as the
+    # driver counts 288 datasheet GB, less the lowest measured allocator fragmentation
+    assert (df["memory_gb"] > 0).all() and df["usable_gb"].round(1).eq(round(288 * 1.0681 / 1.01, 1)).all()
+    assert summary.false_prunes == 0 and summary.fits == len(rows)

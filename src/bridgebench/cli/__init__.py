@@ -18,6 +18,7 @@ from bridgebench.cli import (  # noqa: F401  (register the commands)
     diff_config,
     listing,
     logs,
+    predict,
     quiet,
     recipes,
     report,

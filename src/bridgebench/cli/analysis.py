@@ -275,6 +275,9 @@ def check_published_cmd(
         typer.echo("  MAPE by held-out release: " + ", ".join(f"{k} {v:.1%}" for k, v in msum.mape_by_release.items()))
         typer.echo(
             f"memory model: {msum.fits} of {msum.rows} published rows fit; {msum.false_prunes} false prunes "
-            f"(every published row ran)"
+            f"(every published row ran); {msum.inconsistent} printed configuration(s) cannot have run as printed"
         )
+        for r in mdf[~mdf["fits"]].itertuples():
+            tag = "cannot have run as printed" if r.inconsistent else "FALSE PRUNE"
+            typer.echo(f"  {r.release} {r.model} {r.system} {r.precision}: {tag}: {r.memory_error}")
         typer.echo(f"per-row results        : {result['models']['per_row']}")

@@ -12,7 +12,7 @@ import yaml
 
 from bridgebench.cli.app import app
 from bridgebench.errors import BridgebenchError
-from bridgebench.paths import CONFIG_DIR, RECIPES_DIR
+from bridgebench.paths import CONFIG_DIR, RECIPES_DIR, config_files
 
 KINDS = ("models", "recipes", "gpus", "releases")
 
@@ -39,7 +39,7 @@ def rows(kind: str) -> list[dict[str, Any]]:
     """
     if kind == "models":
         out = []
-        for p in sorted((CONFIG_DIR / "model").glob("*.yaml")):
+        for p in config_files("model").values():
             d = _yaml(p)
             out.append(
                 {
@@ -49,6 +49,7 @@ def rows(kind: str) -> list[dict[str, Any]]:
                     "num_layers": d.get("num_layers"),
                     "hidden_size": d.get("hidden_size"),
                     "num_moe_experts": d.get("num_moe_experts"),
+                    "source": "configs" if p.parent.parent == CONFIG_DIR else str(p.parent.parent),
                 }
             )
         return out

@@ -87,18 +87,19 @@ def list_recipes() -> None:
 
 @recipes_app.command("fields")
 def fields(check: bool = typer.Option(False, "--check", help="exit 1 if a shipped catalogue is out of date")) -> None:
-    """Write src/bridgebench/config/mbridge_fields.json (the installed Megatron-Bridge's dataclass fields) and
+    """Write src/bridgebench/config/mbridge_fields.json (the installed Megatron-Bridge's dataclass fields),
     mbridge_starts.json (its base recipes' and mixed-precision recipes' values of the fields bridgebench's models read
-    when a config leaves them out)."""
+    when a config leaves them out) and mbridge_perf.json (its perf recipes' parallel and memory settings, which the
+    published tables do not print)."""
     import json
 
-    from bridgebench.config.schema import FIELDS_FILE, STARTS_FILE
+    from bridgebench.config.schema import FIELDS_FILE, PERF_FILE, STARTS_FILE
     from bridgebench.mbridge import setup
-    from bridgebench.mbridge.recipes import field_catalog, start_catalog
+    from bridgebench.mbridge.recipes import field_catalog, perf_catalog, start_catalog
 
     setup()
     stale = []
-    for path, make in ((FIELDS_FILE, field_catalog), (STARTS_FILE, start_catalog)):
+    for path, make in ((FIELDS_FILE, field_catalog), (STARTS_FILE, start_catalog), (PERF_FILE, perf_catalog)):
         text = json.dumps(make(), indent=1, sort_keys=True) + "\n"
         if path.exists() and path.read_text() == text:
             typer.echo(f"{path} is up to date")

@@ -16,7 +16,14 @@ class _RichProgress:
     """The sweep's progress as a rich progress bar per stage, messages above it (stderr)."""
 
     def __init__(self, console):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.console = console
         self.bar = Progress(
@@ -24,6 +31,7 @@ class _RichProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),
             console=console,
             transient=False,
         )
@@ -88,11 +96,12 @@ def sweep(
         k: {**v, "points_per_s": v["points"] / v["seconds"] if v["seconds"] else None} for k, v in result.stages.items()
     }
     cols = ("rank", "status", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "recompute_granularity",
-            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "config_hash", "plan_dir",
-            "run_ids")  # fmt: skip
+            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "tie", "twins",
+            "published", "ep_span", "ep_leaves_nvlink", "tight", "config_hash", "plan_dir", "run_ids")  # fmt: skip
     if as_json:
         top = [{k: r.get(k) for k in cols} for r in result.top]
         out = {"name": result.name, "dir": str(result.dir), "stages": stages, "counts": result.counts, "top": top}
+        out["published"] = result.counts.get("published")
         typer.echo(json.dumps({**out, "outputs": {k: str(v) for k, v in result.outputs.items()}}, indent=2))
         return
     out = Console()
@@ -118,19 +127,40 @@ def sweep(
     elif not result.top:
         out.print(f"{ranked:,} points ranked; top K = 0: nothing planned")
     else:
+        from bridgebench.results.sweep_report import flags
+
         shown = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs")
         extra = _separating_fields(result.top, shown)
-        t = Table(title=f"top {len(result.top)} (predicted)")
+        t = Table(title=f"top {len(result.top)} (predicted; +- band; tie = within the best point's band)")
         for c in ("rank", "TP", "PP", "VP", "CP", "EP", "ETP", "DP", "MBS", "GBS", "recompute", *extra, "GB/GPU",
-                  "step s", "TFLOP/s/GPU", "status", "config hash"):  # fmt: skip
+                  "step s", "TFLOP/s/GPU", "+-%", "tie", "twins", "flags", "status", "config hash"):  # fmt: skip
             t.add_column(c, justify="right", no_wrap=c not in ("recompute", *extra))
         for r in result.top:
+            band = r.get("band_pct")
             t.add_row(
                 str(r["rank"]), *(str(r[k] if r[k] is not None else "-") for k in shown), _recompute(r),
                 *(_cell(r.get(k)) for k in extra), f"{r['mem_total_gb']:.1f}", f"{r['step_time_s']:.3f}",
-                f"{r['tflops_per_gpu']:.1f}", r["status"], str(r.get("config_hash") or "-"),
+                f"{r['tflops_per_gpu']:.1f}", "-" if band is None else f"{band:.1f}", "tie" if r.get("tie") else "",
+                str(r.get("twins") or ""), flags(r), r["status"], str(r.get("config_hash") or "-"),
             )  # fmt: skip
         out.print(t)
+        ranked_n = sum(1 for r in result.rows if r.get("rank") is not None)
+        ties = result.counts.get("ties", 0)
+        out.print(
+            f"{ties:,} of {ranked_n:,} ranked points tie with the best (within its band); "
+            f"{result.counts['by_status'].get('indistinct', 0):,} collapsed into indistinguishable twins; "
+            f"{result.counts.get('ep_leaves_nvlink', 0):,} with an expert group beyond NVLink"
+        )
+        place = result.counts.get("published")
+        if place is None:
+            out.print("the recipe's own configuration is not in this space")
+        elif place["rank"] is None:
+            out.print(f"the recipe's own configuration was not ranked: {place['status']}: {place['reason']}")
+        else:
+            out.print(
+                f"the recipe's own configuration ranks [bold]{place['rank']}[/] of {place['of']:,}"
+                + (" (ties with the best)" if place["tie"] else " (outside the best point's band)")
+            )
         failed = [r for r in result.top if r["status"] == "plan_failed"]
         for r in failed:
             out.print(f"rank {r['rank']} not planned: {r.get('reason')}")

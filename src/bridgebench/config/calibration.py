@@ -29,20 +29,36 @@ class CalibrationError(BridgebenchError):
 @dataclass(frozen=True)
 class ModelCalibration:
     """One calibration file: ``time`` (:class:`bridgebench.model.timing.Calibration`), the memory model's constant
-    ``other_bytes`` (bytes per GPU), the fraction of HBM kept free when pruning (``hbm_margin``), the routed-token
-    imbalance factor (``moe_imbalance``), and where the numbers come from (``source``)."""
+    ``other_bytes`` (bytes per GPU), the caching allocator's fragmentation (reserved over allocated memory at the
+    peak, minus 1, measured in real logs: ``fragmentation`` the lowest, which the pruner uses, and
+    ``fragmentation_typical`` the median, above which a point is flagged ``tight``), the bytes a datasheet's
+    "GB" of GPU memory stands for where the driver's figure is not recorded (``datasheet_gb_bytes``), the
+    routed-token imbalance factor (``moe_imbalance``), and where the numbers come from (``source``)."""
 
     name: str
     time: Calibration
     other_bytes: float
-    hbm_margin: float
+    fragmentation: float
     moe_imbalance: float
     source: str
     raw: dict[str, Any]
+    fragmentation_typical: float = 0.0
+    datasheet_gb_bytes: float = 1e9
 
     def usable_hbm_bytes(self, hbm_bytes: float) -> float:
-        """HBM a point may use: ``hbm_bytes x (1 - hbm_margin)``."""
-        return hbm_bytes * (1.0 - self.hbm_margin)
+        """Predicted peak memory (allocated) a point may have and still run: ``hbm_bytes / (1 + fragmentation)``,
+        the caching allocator reserving at least ``1 + fragmentation`` times what it allocates (the lowest measured
+        ratio: a point above it cannot run, whatever the allocator settings)."""
+        return hbm_bytes / (1.0 + self.fragmentation)
+
+    def typical_hbm_bytes(self, hbm_bytes: float) -> float:
+        """Predicted peak a point may have with the median measured fragmentation (above it: ``tight``)."""
+        return hbm_bytes / (1.0 + self.fragmentation_typical)
+
+    @property
+    def hbm_margin(self) -> float:
+        """The fraction of HBM the pruner keeps free, ``1 - 1 / (1 + fragmentation)``."""
+        return 1.0 - 1.0 / (1.0 + self.fragmentation)
 
 
 def names() -> list[str]:
@@ -66,7 +82,9 @@ def load(name: str = "default") -> ModelCalibration:
             name=name,
             time=time,
             other_bytes=float(mem["other_bytes"]),
-            hbm_margin=float(mem["hbm_margin"]),
+            fragmentation=float(mem["fragmentation"]),
+            fragmentation_typical=float(mem.get("fragmentation_typical", mem["fragmentation"])),
+            datasheet_gb_bytes=float(mem.get("datasheet_gb_bytes", 1e9)),
             moe_imbalance=float(mem.get("moe_imbalance", 1.0)),
             source=str(data.get("source", "")),
             raw=data,
@@ -75,10 +93,15 @@ def load(name: str = "default") -> ModelCalibration:
         raise CalibrationError(f"{path}: missing {err.args[0]!r}") from err
     except (TypeError, ValueError, TimeModelError) as err:
         raise CalibrationError(f"{path}: {err}") from err
-    if not 0.0 <= out.hbm_margin < 1.0 or out.other_bytes < 0 or out.moe_imbalance < 1.0:
+    frags = (out.fragmentation, out.fragmentation_typical)
+    if not all(0.0 <= f < 1.0 for f in frags) or out.fragmentation_typical < out.fragmentation:
         raise CalibrationError(
-            f"{path}: memory.hbm_margin must be in [0, 1), other_bytes >= 0 and moe_imbalance >= 1, got "
-            f"{out.hbm_margin}, {out.other_bytes}, {out.moe_imbalance}"
+            f"{path}: memory.fragmentation <= fragmentation_typical must both be in [0, 1), got {frags}"
+        )
+    if out.other_bytes < 0 or out.moe_imbalance < 1.0 or out.datasheet_gb_bytes <= 0:
+        raise CalibrationError(
+            f"{path}: memory.other_bytes >= 0, moe_imbalance >= 1 and datasheet_gb_bytes > 0, got "
+            f"{out.other_bytes}, {out.moe_imbalance}, {out.datasheet_gb_bytes}"
         )
     return out
 

@@ -12,7 +12,7 @@ import yaml
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.mfu import PeakError
-from bridgebench.paths import CONFIG_DIR
+from bridgebench.paths import config_dirs, config_files
 
 
 class CatalogError(BridgebenchError):
@@ -20,13 +20,29 @@ class CatalogError(BridgebenchError):
 
 
 def options(group: str) -> list[str]:
-    """Option names of a config group (``configs/<group>/*.yaml``), sorted."""
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+    """Option names of a config group over the config search path (``configs/<group>/*.yaml``,
+    ``$BRIDGEBENCH_CONFIG_DIR/<group>/*.yaml``), sorted."""
+    return sorted(config_files(group))
+
+
+def _load(group: str, name: str) -> dict[str, Any]:
+    return _load_from(group, name, config_dirs())
 
 
 @functools.cache
-def _load(group: str, name: str) -> dict[str, Any]:
-    data = yaml.safe_load((CONFIG_DIR / group / f"{name}.yaml").read_text())
+def _load_from(group: str, name: str, dirs: tuple) -> dict[str, Any]:
+    """One option's YAML (cached per config search path).
+
+    Raises:
+        CatalogError: the file is not valid YAML or not a mapping.
+    """
+    path = config_files(group)[name]
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise CatalogError(f"bad_yaml: {path} is not valid YAML: {str(err).splitlines()[0]}") from err
+    if not isinstance(data, dict):
+        raise CatalogError(f"bad_yaml: {path} must hold a mapping, got {type(data).__name__}")
     return data.get(group, data) if group == "precision" else data
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,7 +20,15 @@ from omegaconf import DictConfig, OmegaConf
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.spec import ModelSpec, ModelSpecError
-from bridgebench.paths import CONFIG_DIR, RECIPES_DIR, REPO_ROOT  # noqa: F401  (re-exported for callers)
+from bridgebench.paths import (  # noqa: F401  (CONFIG_DIR, RECIPES_DIR, REPO_ROOT re-exported for callers)
+    CONFIG_DIR,
+    RECIPES_DIR,
+    REPO_ROOT,
+    USER_CONFIG_ENV,
+    USER_GROUPS,
+    config_dirs,
+    config_files,
+)
 
 #: ``${bb.repo:}`` in a config: this checkout's absolute path, for defaults of paths on the submit side or, for the
 #: emulated remote cluster on this machine (configs/cluster/local_remote.yaml), on its stand-in cluster filesystem.
@@ -43,8 +52,46 @@ class ConfigError(BridgebenchError):
 
 
 def group_options(group: str) -> list[str]:
-    """Option names of a config group (``configs/<group>/*.yaml``), sorted."""
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+    """Option names of a config group (``configs/<group>/*.yaml`` and ``$BRIDGEBENCH_CONFIG_DIR/<group>/*.yaml``),
+    sorted."""
+    return sorted(config_files(group))
+
+
+def is_group(key: str) -> bool:
+    """Whether an override key names a config group (a folder of the config search path), not a field."""
+    key = key.lstrip("+~/")
+    return "." not in key and any((folder / key).is_dir() for folder in config_dirs())
+
+
+def check_user_config_dir() -> Path | None:
+    """The ``$BRIDGEBENCH_CONFIG_DIR`` folder, checked: it exists, holds only the groups a user may add to
+    (:data:`bridgebench.paths.USER_GROUPS`), and none of its options has the name of a shipped one (it would shadow
+    it). ``None`` when the variable is unset.
+
+    Raises:
+        ConfigError: naming the rule (``user_config_dir``) and the file.
+    """
+    dirs = config_dirs()
+    if len(dirs) == 1:
+        return None
+    user = dirs[1]
+    if not user.is_dir():
+        raise ConfigError(f"user_config_dir: {USER_CONFIG_ENV}={user} is not a folder")
+    extra = sorted(p.name for p in user.iterdir() if p.is_dir() and p.name not in USER_GROUPS)
+    if extra:
+        raise ConfigError(
+            f"user_config_dir: {user} has folder(s) {extra} that are not config groups a user may add to; "
+            f"allowed: {list(USER_GROUPS)}"
+        )
+    for group in USER_GROUPS:
+        for path in sorted((user / group).glob("*.yaml")) if (user / group).is_dir() else []:
+            shipped = CONFIG_DIR / group / path.name
+            if shipped.exists():
+                raise ConfigError(
+                    f"user_config_dir: {path} has the name of the shipped {shipped.relative_to(REPO_ROOT)}; "
+                    f"give it another name (a user option adds to the shipped ones, it cannot replace one)"
+                )
+    return user
 
 
 _NUMERIC = re.compile(r"^[0-9][0-9.]*$")
@@ -71,7 +118,7 @@ def normalize_overrides(overrides: Sequence[str]) -> list[str]:
         except HydraException as err:
             raise ConfigError(f"cannot parse override {line!r}: {str(err).splitlines()[0]}") from err
         key = ov.key_or_group.lstrip("/")
-        if ov.package or ov.is_delete() or not (CONFIG_DIR / key).is_dir():
+        if ov.package or ov.is_delete() or not is_group(key):
             out.append(line)
             continue
         head, raw = line.split("=", 1)
@@ -112,6 +159,10 @@ def compose(overrides: Sequence[str] = (), *, return_hydra_config: bool = False)
 
 def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
     """One Hydra compose and bridgebench's checks (:func:`compose` without the cache)."""
+    import logging
+    import warnings
+
+    import yaml
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -119,9 +170,21 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
 
     from bridgebench.config.schema import RootSchema, SectionError, check_sections
 
+    user = check_user_config_dir()
+    search = [f"hydra.searchpath=[file://{user}]"] if user else []
     try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+        # multistorageclient's Hydra plugin logs a traceback and warns when Hydra checks the search path it adds
+        msc = logging.getLogger("multistorageclient.contrib.hydra")
+        level, msc.disabled = msc.disabled, True
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="provider=msc-universal")
+                with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+                    cfg = hydra_compose(
+                        "config", overrides=search + list(overrides), return_hydra_config=return_hydra_config
+                    )
+        finally:
+            msc.disabled = level
         if return_hydra_config:
             return cfg
         # `+key=value` appends bypass Hydra's struct flag, and Megatron-Bridge sections are open maps in the Hydra
@@ -132,6 +195,8 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
         checked = OmegaConf.merge(OmegaConf.structured(RootSchema), plain)
     except SectionError as err:
         raise ConfigError(str(err)) from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"bad_yaml: a config file is not valid YAML: {_explain(err)}") from err
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         missing = _MISSING_KEY.match(str(err))
         if missing:

@@ -6,7 +6,7 @@ as ``bridgebench table`` asks for the same handful of configs many times. The ca
 
 - the content (and relative path) of every file under every config folder Hydra searches (:func:`search_dirs`:
   ``configs/`` -- whose ``recipe`` group links to ``recipes/`` and is followed -- and every folder named in
-  ``BRIDGEBENCH_CONFIG_DIR``, ``os.pathsep``-separated), read at each lookup, so an edited, added or removed file
+  ``BRIDGEBENCH_CONFIG_DIR``), read at each lookup, so an edited, added or removed file
   is a miss;
 - the source of the code that composes and checks (every file of ``bridgebench/config/``, ``bridgebench/model/spec.py``
   and ``bridgebench/paths.py``) and the installed Hydra and OmegaConf versions, read once per process;
@@ -27,10 +27,10 @@ import pickle
 from pathlib import Path
 from typing import Any, Callable
 
-from bridgebench.paths import CONFIG_DIR
+from bridgebench.paths import USER_CONFIG_ENV, config_dirs
 
-#: The environment variable that names extra config folders (each a Hydra tree that adds options to groups).
-CONFIG_DIR_ENV = "BRIDGEBENCH_CONFIG_DIR"
+#: The environment variable that names the user's config folder (a Hydra tree that adds options to groups).
+CONFIG_DIR_ENV = USER_CONFIG_ENV
 #: Files kept on disk at most; beyond it the oldest half is removed.
 MAX_FILES = 4000
 _FORMAT = b"bridgebench-compose-cache-1"
@@ -41,9 +41,9 @@ stats = {"hits_memory": 0, "hits_disk": 0, "misses": 0}
 
 
 def search_dirs() -> list[Path]:
-    """Every config folder a compose reads: ``configs/`` and the folders named in ``BRIDGEBENCH_CONFIG_DIR``."""
-    extra = [Path(p).expanduser() for p in os.environ.get(CONFIG_DIR_ENV, "").split(os.pathsep) if p.strip()]
-    return [CONFIG_DIR, *extra]
+    """Every config folder a compose reads: :func:`bridgebench.paths.config_dirs` (``configs/`` and
+    ``$BRIDGEBENCH_CONFIG_DIR``)."""
+    return list(config_dirs())
 
 
 def tree_digest(dirs: list[Path] | None = None) -> str:

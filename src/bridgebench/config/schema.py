@@ -150,12 +150,13 @@ class PrecisionSchema:
 class GPUSchema:
     name: str = MISSING
     display_name: str = MISSING
-    published_system: str = MISSING
+    published_system: Optional[str] = None  # system name in NVIDIA's tables (DGX-H100); None: none published
     gpus_per_node: int = MISSING
     compute_capability: Optional[float] = None  # CUDA compute capability (9.0 Hopper, 10.0 / 10.3 Blackwell)
     nvlink_domain: int = MISSING
     peak_tflops: Dict[str, Optional[float]] = field(default_factory=dict)
-    hbm_gb: float = MISSING  # HBM capacity per GPU, GB (1e9 B)
+    hbm_gb: float = MISSING  # HBM capacity per GPU, GB (1e9 B), as the datasheet prints it
+    hbm_total_mib: Optional[int] = None  # total memory the driver reports (nvidia-smi), MiB; the pruner's capacity
     hbm_bandwidth_tb_s: float = MISSING  # TB/s per GPU
     nvlink_bandwidth_gb_s: float = MISSING  # GB/s per GPU per direction
     network_bandwidth_gb_s: float = MISSING  # scale-out GB/s per GPU per direction
@@ -376,8 +377,38 @@ START_FIELDS = (
     "optimizer.muon_num_ns_steps",
     "optimizer.muon_tp_mode",
     "optimizer.muon_split_qkv",
+    # the memory model's (bridgebench.model.memory): loss fusion, activation / optimizer offloading, Megatron-FSDP,
+    # the precision-aware optimizer's dtypes
+    "model.cross_entropy_loss_fusion",
+    "model.cpu_offloading",
+    "model.cpu_offloading_num_layers",
+    "model.cpu_offloading_activations",
+    "model.fine_grained_activation_offloading",
+    "model.offload_modules",
+    "ddp.use_megatron_fsdp",
+    "ddp.data_parallel_sharding_strategy",
+    "ddp.fsdp_double_buffer",
+    "optimizer.use_precision_aware_optimizer",
+    "optimizer.main_params_dtype",
+    "optimizer.exp_avg_dtype",
+    "optimizer.exp_avg_sq_dtype",
+    "optimizer.optimizer_cpu_offload",
+    "optimizer.optimizer_offload_fraction",
 )
+#: the ``mbridge_starts.json`` entry of a model without a Megatron-Bridge recipe: the generic provider's container
+#: (``bridgebench.mbridge.provider.generic_container``).
+GENERIC_START = "_generic"
 STARTS_FILE = Path(__file__).resolve().parent / "mbridge_starts.json"
+#: the installed Megatron-Bridge's perf recipes' settings (``bridgebench recipes fields``,
+#: ``bridgebench.mbridge.recipes.perf_catalog``).
+PERF_FILE = Path(__file__).resolve().parent / "mbridge_perf.json"
+
+
+@functools.cache
+def mbridge_perf() -> dict[str, Any]:
+    """The shipped perf-recipe settings (``mbridge_perf.json``): ``{"megatron_bridge": version, "recipes": {function:
+    {"model", "num_gpus", "gpu", "precision", "variant", "source", "values": {dotted field: value}}}}``."""
+    return json.loads(PERF_FILE.read_text())
 
 
 @functools.cache
@@ -399,6 +430,8 @@ def start_values(model: str, mixed_precision_recipe: str) -> dict[str, Any]:
     """
     starts = mbridge_starts()
     version = starts["megatron_bridge"]
+    if model not in starts["model"] and GENERIC_START in starts["model"]:
+        model = GENERIC_START  # no Megatron-Bridge recipe recorded: the build starts from the generic provider
     if model not in starts["model"]:
         raise SectionError(
             f"no Megatron-Bridge {version} base-recipe values recorded for model {model!r} in {STARTS_FILE.name} "

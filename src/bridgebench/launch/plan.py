@@ -123,8 +123,12 @@ def plan(
     *,
     progress: Callable[[str], None] | None = None,
     on_invalid: Callable[[InvalidRun], None] | None = None,
+    composed: DictConfig | None = None,
 ) -> tuple[Path, list[PlannedRun]]:
     """Validate and write a plan; returns its directory and the runs.
+
+    ``composed``: the config ``overrides`` compose to, when the caller has it already (a sweep's stage 5 composes
+    each point once to hash it): the plan is then that one run and nothing is composed again.
 
     ``on_invalid``: called with each run that breaks a rule, fails Megatron-Bridge's validation or a launch check,
     and planning carries on with the valid runs (``plan -m``); without it the first invalid run raises.
@@ -135,7 +139,7 @@ def plan(
         bridgebench.config.ConfigError: bad overrides.
     """
     say = progress or (lambda msg: None)
-    sweeps = expand_sweep(list(overrides))
+    sweeps = [list(overrides)] if composed is not None else expand_sweep(list(overrides))
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "adhoc")
     final = Path(out_dir) if out_dir else load_paths().plans / f"{experiment}-{stamp}"  # configs/paths: plans
@@ -157,7 +161,7 @@ def plan(
         on_invalid(invalid[-1])
 
     for i, ov in enumerate(sweeps, 1):
-        cfg = compose(ov)
+        cfg = composed if composed is not None else compose(ov)
         label = redact_overrides(ov) or "(defaults)"  # messages never echo a credential
         say(f"[{i}/{len(sweeps)}] checking {label}")
         try:

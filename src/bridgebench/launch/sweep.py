@@ -1,21 +1,22 @@
 """``bridgebench sweep``: run the sweep engine's stages, plan the top K with real ConfigContainers, submit them, and
 resume an interrupted sweep without doing any stage twice.
 
-Stages (``bridgebench.config.sweep`` does the math of 1-3):
+Stages 1-4 are the sweep pipeline (:func:`bridgebench.config.sweep.run_pipeline`, one call, one direction:
+``enumerate`` -> ``rules`` -> ``memory`` -> ``time``, ranked with ties, indistinct points collapsed, the recipe's own
+configuration and expert groups beyond NVLink marked); this module keeps their rows on disk (:class:`_Stages`, the
+pipeline's ``StageStore``) and adds:
 
-1. ``enumerate``: the space's points, the fast validity rules, duplicates;
-2. ``memory``: memory per GPU on the busiest rank, pruned above the usable HBM;
-3. ``time``: predicted step time, ranked by predicted model TFLOP/s/GPU;
-4. ``plan``: the top K, each planned by :func:`bridgebench.launch.plan.plan` (compose, rules, a validated
-   Megatron-Bridge ``ConfigContainer``, the sbatch script) into ``<paths.plans>/sweep-<name>/<point id>/``;
-5. ``submit`` (``--submit``): each planned point through :func:`bridgebench.launch.submit.submit_planned` (the job
+5. ``plan``: the top K, planned in this one process (Megatron imported once) by
+   :func:`bridgebench.launch.plan.plan` (compose, rules, a validated Megatron-Bridge ``ConfigContainer``, the sbatch
+   script) into ``<paths.plans>/sweep-<name>/<point id>/``, with progress and an ETA;
+6. ``submit`` (``--submit``): each planned point through :func:`bridgebench.launch.submit.submit_planned` (the job
    ledger).
 
 Everything lives in ``<paths.sweeps>/<name>/``: ``state.json`` (the space's fingerprint, which stages are done,
 per-stage timings, planned and submitted points), ``stages/<n>-<stage>.parquet`` (the point rows after each stage),
 and the outputs ``points.parquet``, ``summary.md`` and ``points.png``. Every file is written to a temporary name and
 renamed, and a stage is marked done only after its rows are on disk, so an interrupt (Ctrl-C) loses at most the
-stage in progress; ``--resume`` reloads the last finished stage and goes on. In stage 4 a point is skipped when its
+stage in progress; ``--resume`` reloads the last finished stage and goes on. In stage 5 a point is skipped when its
 config hash is already planned by this sweep, in the job ledger (submitted) or in the results store (measured).
 """
 
@@ -28,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any
 
 from bridgebench.config import calibration as calib_mod
 from bridgebench.config import sweep as engine
@@ -38,22 +39,15 @@ from bridgebench.errors import BridgebenchError
 from bridgebench.launch.ledger import Ledger
 from bridgebench.paths import load_paths
 
-STAGES = ("enumerate", "memory", "time", "plan", "submit")
-STATE_VERSION = 1
+STAGES = (*engine.STAGES, "plan", "submit")
+STATE_VERSION = 2
 
 
 class SweepRunError(BridgebenchError):
     """A sweep that cannot start or resume (existing folder, different space); nothing is written."""
 
 
-class Progress(Protocol):
-    """What the sweep reports while it runs (the CLI shows it with rich)."""
-
-    def start(self, stage: str, total: int) -> None: ...
-
-    def update(self, done: int, total: int) -> None: ...
-
-    def log(self, message: str) -> None: ...
+Progress = engine.Progress
 
 
 class _Quiet:
@@ -122,10 +116,38 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
                 r[k] = None
             elif hasattr(v, "item"):
                 r[k] = v.item()
-        for k in ("num_gpus", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "rank", "base", "mem_stage"):
+        for k in ("num_gpus", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "rank", "base", "mem_stage",
+                  "twins", "ep_span"):  # fmt: skip
             if isinstance(r.get(k), float):
                 r[k] = int(r[k])
     return rows
+
+
+class _Stages:
+    """The pipeline's :class:`bridgebench.config.sweep.StageStore` for a sweep folder: a stage done before (per
+    ``state.json``, its rows in ``stages/<n>-<stage>.parquet``) is loaded instead of run; a finished stage's rows are
+    written before it is marked done."""
+
+    def __init__(self, state: _State, out: Path, timings: dict[str, dict[str, Any]], say: Progress):
+        self.state, self.out, self.timings, self.say = state, out, timings, say
+
+    def _file(self, stage: str, index: int) -> Path:
+        return self.out / "stages" / f"{index}-{stage}.parquet"
+
+    def load(self, stage: str, index: int) -> list[dict[str, Any]] | None:
+        file = self._file(stage, index)
+        if not (self.state.done(stage) and file.exists()):
+            return None
+        info = self.state.data["stages"][stage]
+        self.timings[stage] = {"seconds": info["seconds"], "points": info["points"], "resumed": True}
+        self.say.log(f"stage {index} {stage}: done before ({info['points']} points), loaded")
+        return _read_rows(file)
+
+    def save(self, stage: str, index: int, rows: list[dict[str, Any]], seconds: float, points: int) -> None:
+        file = self._file(stage, index)
+        _write_rows(file, rows)
+        self.state.finish(stage, seconds, points, file.name)
+        self.timings[stage] = {"seconds": seconds, "points": points, "resumed": False}
 
 
 class _State:
@@ -195,10 +217,9 @@ def run_sweep(
         bridgebench.config.calibration.CalibrationError: an unknown calibration.
     """
     say = progress or _Quiet()
-    sp = engine.parse_space(overrides, space, top_k=top_k)
     calib = calib_mod.load(calibration)
     say.start("compose", 0)
-    bases = engine.compose_bases(sp, progress=say.update)  # raises SweepError before anything is written
+    sp, bases = engine.prepare(overrides, space, top_k=top_k, progress=say.update)  # raises before any write
     name = name or default_name(sp)
     if not name or "/" in name or name.startswith("."):
         raise SweepRunError(f"bad sweep name {name!r}: a folder name without '/' is needed")
@@ -241,56 +262,24 @@ def run_sweep(
         state.save()
     (out / "stages").mkdir(exist_ok=True)
     timings: dict[str, dict[str, Any]] = {}
-
-    def stage(key: str, index: int, total_points: int, fn: Callable[[], list[dict[str, Any]]]) -> list[dict]:
-        file = out / "stages" / f"{index}-{key}.parquet"
-        if state.done(key) and file.exists():
-            info = state.data["stages"][key]
-            timings[key] = {"seconds": info["seconds"], "points": info["points"], "resumed": True}
-            say.log(f"stage {index} {key}: done before ({info['points']} points), loaded")
-            return _read_rows(file)
-        say.start(f"{index} {key}", total_points)
-        t0 = time.perf_counter()
-        result = fn()
-        seconds = time.perf_counter() - t0
-        _write_rows(file, result)
-        state.finish(key, seconds, total_points, file.name)
-        timings[key] = {"seconds": seconds, "points": total_points, "resumed": False}
-        return result
-
-    rows: list[dict[str, Any]] = []
-    rows = stage("enumerate", 1, len(bases) * sp_field_size(sp), lambda: engine.enumerate_points(sp, bases, say.update))
-    n_valid = sum(r["status"] == "valid" for r in rows)
-
-    def memory_stage() -> list[dict]:
-        engine.score_memory(rows, bases, calib, say.update)
-        return rows
-
-    rows = stage("memory", 2, n_valid, memory_stage)
-    n_fits = sum(r["status"] in ("fits", "over_memory") for r in rows)
-
-    def time_stage() -> list[dict]:
-        engine.score_time(rows, bases, calib, say.update)
-        return rows
-
-    rows = stage("time", 3, n_fits, time_stage)
+    rows = engine.run_pipeline(bases, calib, space=sp, store=_Stages(state, out, timings, say), progress=say)
     ranked = sorted((r for r in rows if r["status"] == "ranked"), key=lambda r: r["rank"])
     top = ranked[: sp.top_k]
     pids = {r["point_id"] for r in top}
     if top and state.done("plan") and pids <= set(state.data["plans"]):
         info = state.data["stages"]["plan"]
         timings["plan"] = {"seconds": info["seconds"], "points": info["points"], "resumed": True}
-        say.log(f"stage 4 plan: done before ({len(top)} points), nothing to plan")
+        say.log(f"stage 5 plan: done before ({len(top)} points), nothing to plan")
     elif top:
         _plan_top(top, bases, sp, state, name, say, ledger, store, timings)
     planned = {p for p in pids if state.data["plans"].get(p, {}).get("status") == "planned"}
     if submit and top and state.done("submit") and planned <= set(state.data["submitted"]):
         info = state.data["stages"]["submit"]
         timings["submit"] = {"seconds": info["seconds"], "points": info["points"], "resumed": True}
-        say.log("stage 5 submit: done before, nothing to submit")
+        say.log("stage 6 submit: done before, nothing to submit")
     elif submit and top:
         _submit_top(top, state, say, ledger, repeats, timings)
-    for r in rows:  # carry stage-4/5 outcomes into the rows
+    for r in rows:  # carry stage-5/6 outcomes into the rows
         info = state.data["plans"].get(r["point_id"]) if r["status"] == "ranked" else None
         if info:
             r.update(status=info["status"], config_hash=info.get("config_hash"), plan_dir=info.get("plan_dir"))
@@ -307,21 +296,14 @@ def run_sweep(
     return result
 
 
-def sp_field_size(sp: engine.Space) -> int:
-    """Points per base: the product of the field axes' lengths."""
-    size = 1
-    for a in sp.axes:
-        if not a.group:
-            size *= len(a.values)
-    return size
-
-
 def _plan_top(top, bases, sp, state: _State, name: str, say: Progress, ledger, store, timings) -> None:
-    """Stage 4: plan each top-K point (one plan folder per point, recorded in the state as soon as it is written)."""
+    """Stage 5: plan each top-K point in this process (Megatron-Bridge imported once, by the first point), one plan
+    folder per point, recorded in the state as soon as it is written, with per-point seconds and an ETA. Each
+    point is composed once: its config hash decides whether it is skipped, and the same config is planned."""
     from bridgebench.launch.plan import PlanError, plan
 
     t0 = time.perf_counter()
-    say.start("4 plan", len(top))
+    say.start("5 plan", len(top))
     ledger = ledger or Ledger()
     submitted = {a.run_id.split("-r")[0] for a in ledger.attempts()}
     if store is None:
@@ -332,12 +314,14 @@ def _plan_top(top, bases, sp, state: _State, name: str, say: Progress, ledger, s
     plans_root = load_paths().plans / f"sweep-{name}"
     planned_hashes = {v.get("config_hash") for v in state.data["plans"].values() if v.get("status") == "planned"}
     resumed = 0
+    took: list[float] = []
     for i, row in enumerate(top, 1):
         pid = row["point_id"]
         if pid in state.data["plans"]:  # planned, skipped or failed before: never planned twice
             resumed += 1
             say.update(i, len(top))
             continue
+        t = time.perf_counter()
         base = bases[row["base"]]
         overrides = engine.point_overrides(base, json.loads(row["delta"]))
         cfg = compose(overrides)
@@ -352,7 +336,7 @@ def _plan_top(top, bases, sp, state: _State, name: str, say: Progress, ledger, s
         else:
             invalid = []
             try:
-                plan_dir, runs = plan(overrides, plans_root / pid, on_invalid=invalid.append)
+                plan_dir, runs = plan(overrides, plans_root / pid, on_invalid=invalid.append, composed=cfg)
                 info.update(status="planned", plan_dir=str(plan_dir), run=runs[0].name, reason="")
                 planned_hashes.add(h)
             except PlanError as err:
@@ -360,20 +344,30 @@ def _plan_top(top, bases, sp, state: _State, name: str, say: Progress, ledger, s
                 info.update(
                     status="plan_failed", rule=bad.rule if bad else "plan", reason=bad.reason if bad else str(err)
                 )
+        took.append(time.perf_counter() - t)
+        info["seconds"] = took[-1]
         state.data["plans"][pid] = info
         state.save()
         say.update(i, len(top))
+        left = len(top) - i
+        if left:  # the first point imports Megatron-Bridge: the ETA uses the points after it when there are any
+            per = sum(took[1:]) / len(took[1:]) if len(took) > 1 else took[0]
+            say.log(f"planned {i}/{len(top)} ({took[-1]:.1f} s); ETA {left * per:.0f} s")
     timings["plan"] = {"seconds": time.perf_counter() - t0, "points": len(top), "resumed": resumed == len(top)}
+    if took:
+        timings["plan"]["first_point_s"] = took[0]
+        if len(took) > 1:
+            timings["plan"]["per_point_after_first_s"] = sum(took[1:]) / len(took[1:])
     state.finish("plan", timings["plan"]["seconds"], len(top), None)
 
 
 def _submit_top(top, state: _State, say: Progress, ledger, repeats: int, timings) -> None:
-    """Stage 5: submit every planned top-K point not submitted yet, recording its run ids at once."""
+    """Stage 6: submit every planned top-K point not submitted yet, recording its run ids at once."""
     from bridgebench.launch.plan import PlannedRun
     from bridgebench.launch.submit import submit_planned
 
     t0 = time.perf_counter()
-    say.start("5 submit", len(top))
+    say.start("6 submit", len(top))
     ledger = ledger or Ledger()
     in_ledger = {a.run_id.split("-r")[0] for a in ledger.attempts()}
     for i, row in enumerate(top, 1):

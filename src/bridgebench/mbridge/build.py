@@ -150,7 +150,7 @@ def apply_config(container: Any, cfg: DictConfig, api_name: str) -> None:
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
     from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
-    from bridgebench.mbridge.provider import ACTIVATIONS
+    from bridgebench.mbridge.provider import activation
 
     container.mixed_precision = get_mixed_precision_config(str(cfg.precision.mixed_precision_recipe))
     for section in SECTIONS:
@@ -165,7 +165,7 @@ def apply_config(container: Any, cfg: DictConfig, api_name: str) -> None:
                 continue  # 0 and None both mean "no MTP" (configs/model writes 0): keep the recipe's own encoding
             _set(obj, section, key, value)
         if section == "model":
-            container.model.activation_func = ACTIVATIONS[str(cfg.model.activation_func)]
+            container.model.activation_func = activation(str(cfg.model.activation_func))
             if getattr(container, "dataset", None) is not None:
                 for name in ("seq_length", "sequence_length"):
                     if hasattr(container.dataset, name):
@@ -227,6 +227,30 @@ def _unify_sm_knobs(checked: Any) -> list[str]:
     ]
 
 
+def start_container(cfg: DictConfig, api_name: str):
+    """The container a build starts from: Megatron-Bridge's pretrain recipe of the model
+    (:func:`bridgebench.mbridge.compat.recipe`) or, for a model Megatron-Bridge has no recipe for (one brought in
+    through ``$BRIDGEBENCH_CONFIG_DIR``), the generic provider's
+    (:func:`bridgebench.mbridge.provider.generic_container`).
+
+    Raises:
+        BuildError: the generic provider cannot express the model (its message names what is missing).
+    """
+    name = str(cfg.model.name)
+    if name in compat.RECIPES:
+        return compat.recipe(name, api_name)()
+    from bridgebench.config.compose import model_spec
+    from bridgebench.mbridge.provider import generic_container
+
+    try:
+        return generic_container(model_spec(cfg))
+    except (AssertionError, ValueError, TypeError) as err:
+        raise BuildError(
+            f"model {name} has no Megatron-Bridge recipe and the generic GPTModelProvider / MLAModelProvider cannot "
+            f"express it: {err}"
+        ) from err
+
+
 def build(
     cfg: DictConfig,
     *,
@@ -260,7 +284,7 @@ def build(
 
 
 def _build(cfg: DictConfig, validate: bool, api_name: str, out_dir: str, policies: bool) -> BuildResult:
-    container = compat.recipe(str(cfg.model.name), api_name)()
+    container = start_container(cfg, api_name)
     apply_config(container, cfg, api_name)
     applied = apply_policies(container, cfg, out_dir) if policies else []
     skipped: list[str] = []

@@ -15,7 +15,15 @@ from bridgebench.mbridge import setup
 from bridgebench.mbridge.build import BuildError
 from bridgebench.model.spec import ModelSpec
 
-ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu}
+
+def _squared_relu():
+    from megatron.core.activations import squared_relu
+
+    return squared_relu
+
+
+#: ``activation_func`` name (:data:`bridgebench.model.spec.ACTIVATIONS`) -> the function Megatron-Core calls.
+ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu, "squared_relu": _squared_relu}
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 ARCH_FIELDS = (
     "num_layers",
@@ -38,6 +46,12 @@ ARCH_FIELDS = (
 )
 
 
+def activation(name: str):
+    """The activation function for an ``activation_func`` name (Megatron-Core's own ``squared_relu``)."""
+    fn = ACTIVATIONS[name]
+    return fn() if fn is _squared_relu else fn
+
+
 def provider_kwargs(model: ModelSpec) -> dict[str, Any]:
     """Provider constructor fields for ``model`` (architecture only; parallelism is set separately).
 
@@ -49,7 +63,7 @@ def provider_kwargs(model: ModelSpec) -> dict[str, Any]:
             f"{model.name}: unknown activation_func {model.activation_func!r}; known: {sorted(ACTIVATIONS)}"
         )
     kw: dict[str, Any] = {name: getattr(model, name) for name in ARCH_FIELDS}
-    kw["activation_func"] = ACTIVATIONS[model.activation_func]
+    kw["activation_func"] = activation(model.activation_func)
     kw["mtp_num_layers"] = model.mtp_num_layers or None
     if model.attention_output_gate:
         kw["attention_output_gate"] = True
@@ -84,3 +98,30 @@ def build_provider(model: ModelSpec, **parallel: Any):
     else:
         from megatron.bridge.models.gpt_provider import GPTModelProvider as cls
     return cls(**provider_kwargs(model), **parallel)
+
+
+def generic_container(model: ModelSpec):
+    """A Megatron-Bridge ``ConfigContainer`` for a model without a Megatron-Bridge recipe (bring your own model).
+
+    Megatron-Bridge 0.6.2 ``recipes/common.py::_pretrain_common`` (the template its recipes start from: distributed
+    fused Adam with cosine annealing, DDP with the distributed optimizer and overlapped collectives, mock GPT data,
+    BF16 mixed precision) with :func:`build_provider`'s ``GPTModelProvider`` / ``MLAModelProvider`` (dense, GQA, MLA,
+    MoE with shared experts and ``moe_layer_freq``, non-GLU activations) as the model and Megatron's ``NullTokenizer``
+    with the model's vocabulary (mock data needs no tokenizer files). The composed config is then applied over it
+    exactly as over a recipe (:func:`bridgebench.mbridge.build.apply_config`).
+
+    Raises:
+        BuildError: an activation Megatron-Bridge providers are not given here.
+        Whatever Megatron-Core's ``TransformerConfig.__post_init__`` raises for the architecture.
+    """
+    setup()
+    from megatron.bridge.recipes.common import _pretrain_common
+
+    cfg = _pretrain_common()
+    cfg.model = build_provider(model)
+    cfg.tokenizer.tokenizer_type = "NullTokenizer"
+    cfg.tokenizer.tokenizer_model = None
+    cfg.tokenizer.vocab_size = model.vocab_size
+    cfg.tokenizer.use_tokenizer_vocab_size = False
+    cfg.dataset.seq_length = model.seq_length
+    return cfg

@@ -462,17 +462,27 @@ def start_catalog() -> dict[str, Any]:
         value = getattr(obj, key.split(".", 1)[1])
         if isinstance(value, tuple):
             value = list(value)
+        if type(value).__name__ == "dtype":  # torch.float32 -> "torch.float32", as configs write dtypes
+            value = str(value)
         if not (value is None or isinstance(value, (bool, int, float, str, list))):
             raise RecipeGenError(f"{key} = {value!r} is not a plain value")
         return value
 
+    from bridgebench.config.schema import GENERIC_START
+    from bridgebench.mbridge.provider import generic_container
+    from bridgebench.model.spec import ModelSpec
+
+    def values(container: Any) -> dict[str, Any]:
+        return {k: plain(getattr(container, k.split(".")[0]), k) for k in START_FIELDS if not k.startswith("mixed_")}
+
     models: dict[str, Any] = {}
     for option in group_options("model"):
         name = str(compose([f"model={option}"]).model.name)
-        container = compat.recipe(name, api_name)()
-        models[name] = {
-            k: plain(getattr(container, k.split(".")[0]), k) for k in START_FIELDS if not k.startswith("mixed_")
-        }
+        if name in compat.RECIPES:  # shipped models; a model of $BRIDGEBENCH_CONFIG_DIR starts from the generic one
+            models[name] = values(compat.recipe(name, api_name)())
+    tiny = ModelSpec(name="generic", num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
+                     vocab_size=128, seq_length=128)  # fmt: skip
+    models[GENERIC_START] = values(generic_container(tiny))
     precisions: dict[str, Any] = {}
     for option in group_options("precision"):
         name = str(compose([f"precision={option}"]).precision.mixed_precision_recipe)
@@ -484,3 +494,106 @@ def start_catalog() -> dict[str, Any]:
         "model": models,
         "mixed_precision": precisions,
     }
+
+
+#: the parallel and memory fields recorded per perf recipe in ``mbridge_perf.json`` (besides ``START_FIELDS``).
+PERF_FIELDS = (
+    "model.tensor_model_parallel_size",
+    "model.pipeline_model_parallel_size",
+    "model.virtual_pipeline_model_parallel_size",
+    "model.context_parallel_size",
+    "model.expert_model_parallel_size",
+    "model.expert_tensor_parallel_size",
+    "model.sequence_parallel",
+    "model.pipeline_model_parallel_layout",
+    "model.num_layers_in_first_pipeline_stage",
+    "model.num_layers_in_last_pipeline_stage",
+    "model.account_for_embedding_in_pipeline_split",
+    "model.account_for_loss_in_pipeline_split",
+    "model.mtp_num_layers",
+    "model.seq_length",
+    "model.moe_token_dispatcher_type",
+    "model.moe_flex_dispatcher_backend",
+    "model.cuda_graph_impl",
+    "train.micro_batch_size",
+    "train.global_batch_size",
+    "ddp.use_distributed_optimizer",
+    "optimizer.use_distributed_optimizer",
+    "optimizer.optimizer",
+    "optimizer.main_grads_dtype",
+    "mixed_precision.fp8_param_gather",
+    "env_vars.PYTORCH_CUDA_ALLOC_CONF",
+)
+#: perf recipe function name -> (model, N GPUs, gpu, precision token, variant suffix)
+_PERF_NAME = (
+    r"^(?P<model>[a-z0-9_]+?)_pretrain_(?P<gpus>\d+)gpu_(?P<gpu>[a-z0-9]+)_"
+    r"(?P<prec>bf16|fp8cs|fp8mx|fp8sc|nvfp4)(?:_(?P<variant>[a-z0-9_]+?))?_config$"
+)
+#: perf recipe precision token -> ``configs/precision`` option (``fp8sc``: sub-channel / blockwise FP8, no option)
+PERF_PRECISIONS = {"bf16": "bf16", "fp8cs": "fp8_cs", "fp8mx": "mxfp8", "nvfp4": "nvfp4"}
+
+
+def perf_catalog() -> dict[str, Any]:
+    """Every pretraining perf recipe of the installed Megatron-Bridge (``megatron.bridge.perf_recipes``) for a
+    shipped model, GPU and precision: its function, sizes and the values of :data:`PERF_FIELDS` and of the memory
+    model's :data:`bridgebench.config.schema.START_FIELDS`, for ``src/bridgebench/config/mbridge_perf.json`` (the
+    settings NVIDIA's published runs used, which their tables do not print: recompute, Megatron-FSDP, offloading,
+    optimizer dtypes; ``bridgebench.results.published_points`` reads it).
+
+    Imports megatron and calls every perf recipe function (milliseconds each).
+
+    Raises:
+        RecipeGenError: a value that is not plain JSON.
+    """
+    import importlib
+    import inspect
+    import re
+
+    from bridgebench.config.catalog import options
+    from bridgebench.config.compose import compose, group_options
+    from bridgebench.config.schema import START_FIELDS
+    from bridgebench.mbridge import setup
+
+    setup()
+    import megatron.bridge
+
+    models = {str(compose([f"model={o}"]).model.name) for o in group_options("model")} & set(compat.RECIPES)
+    gpus = set(options("gpu"))
+    fields = list(PERF_FIELDS) + [k for k in START_FIELDS if k not in PERF_FIELDS]
+    out: dict[str, Any] = {}
+    for family in ("llama", "qwen", "deepseek", "kimi"):
+        mod = importlib.import_module(f"megatron.bridge.perf_recipes.{family}")
+        for fn_name in sorted(dir(mod)):
+            m = re.match(_PERF_NAME, fn_name)
+            if not m or m["model"] not in models or m["gpu"] not in gpus or m["prec"] not in PERF_PRECISIONS:
+                continue
+            container = getattr(mod, fn_name)()
+            values: dict[str, Any] = {}
+            for key in fields:
+                section, name = key.split(".", 1)
+                obj = getattr(container, section)
+                value = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+                if section == "env_vars" and value is not None:
+                    value = str(value)
+                if key.endswith("pipeline_model_parallel_layout") and value is not None:
+                    value = layout_string(value)
+                if isinstance(value, tuple):
+                    value = list(value)
+                if type(value).__name__ == "dtype":
+                    value = str(value)
+                if not (value is None or isinstance(value, (bool, int, float, str, list))):
+                    raise RecipeGenError(f"{fn_name}: {key} = {value!r} is not a plain value")
+                values[key] = value
+            fn = getattr(mod, fn_name)
+            where = Path(inspect.getsourcefile(fn) or "").parts
+            source = "src/" + "/".join(where[where.index("megatron") :]) + f"::{fn.__name__}"
+            out[fn_name] = {
+                "model": m["model"],
+                "num_gpus": int(m["gpus"]),
+                "gpu": m["gpu"],
+                "precision": PERF_PRECISIONS[m["prec"]],
+                "variant": m["variant"],
+                "source": source,
+                "values": values,
+            }
+    return {"megatron_bridge": megatron.bridge.__version__.split("+")[0], "recipes": out}

@@ -104,3 +104,191 @@ def balanced_layout(num_layers: int, pp: int, vp: int | None = None, mtp: int = 
         body = "t" if n == 1 else (f"t*{n}" if n else "")
         parts.append(("E" if i == 0 else "") + body + ("m" * mtp + "L" if i == stages - 1 else ""))
     return "|".join(parts)
+
+
+#: one virtual pipeline stage of a pipeline rank: (decoder / MTP layer indices, holds the embedding, holds the loss)
+Chunk = tuple[tuple[int, ...], bool, bool]
+
+
+@lru_cache(maxsize=8192)
+def stage_layers(
+    num_layers: int,
+    pp: int,
+    vp: int | None = None,
+    layout: str | None = None,
+    mtp: int = 0,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+) -> tuple[tuple[Chunk, ...], ...]:
+    """Which decoder layers each pipeline rank builds, per virtual stage, as Megatron-Core 0.19.2 assigns them.
+
+    Returns one tuple per pipeline rank of its virtual chunks in schedule order, each ``(layer indices, has
+    embedding, has loss)``; decoder layers are ``0 .. num_layers - 1``, MTP layers ``num_layers ..``.
+
+    - A ``pipeline_model_parallel_layout``: its i-th stage lives on rank ``i % PP``, virtual stage ``i // PP``
+      (``pipeline_parallel_layer_layout.py``); ``t`` layers numbered in order, ``m`` after them; a layout without
+      ``m`` puts the MTP layers with the loss.
+    - ``num_layers_in_first/last_pipeline_stage``: the first (last) rank takes that many, the middle ranks split the
+      rest evenly; each rank's layers split evenly over its VP chunks (``transformer_block.py::
+      get_num_layers_to_build``).
+    - ``account_for_embedding/loss_in_pipeline_split``: the embedding (loss) counts as one layer, ``(num_layers +
+      extra) / PP`` per rank, ``/ VP`` per chunk; the first chunk of rank 0 (last chunk of the last rank) builds one
+      decoder layer fewer (same function).
+    - Otherwise an even split, ``num_layers / (PP x VP)`` per chunk.
+    Layer indices follow Megatron-Core's offsets (``transformer_layer.py::get_transformer_layer_offset``): virtual
+    stage-major, then pipeline rank. The embedding is on rank 0's first chunk, the loss and MTP layers on the last
+    rank's last chunk.
+
+    Megatron-Core asserts the splits divide; here a split that does not divide hands the remainder to the earliest
+    stages (the validity rules in ``bridgebench.config.rules`` report it), so the function is total.
+
+    Raises:
+        LayoutError: a layout outside the grammar, or non-positive sizes.
+    """
+    if num_layers < 1 or pp < 1 or (vp is not None and vp < 1) or mtp < 0:
+        raise LayoutError(f"stage_layers needs positive sizes, got layers={num_layers} pp={pp} vp={vp} mtp={mtp}")
+    chunks = vp if (vp and pp > 1) else 1
+    if layout:
+        ranks: list[list[Chunk]] = [[] for _ in range(pp)]
+        t_i, m_i = 0, num_layers
+        for i, stage in enumerate(parse_layout(layout)):
+            layers = []
+            for ch in stage:
+                if ch == "t":
+                    layers.append(t_i)
+                    t_i += 1
+                elif ch == "m":
+                    layers.append(m_i)
+                    m_i += 1
+            ranks[i % pp].append((tuple(layers), "E" in stage, "L" in stage))
+        if mtp and m_i == num_layers:
+            for r in ranks:
+                for j, (ls, emb, loss) in enumerate(r):
+                    if loss:
+                        r[j] = (ls + tuple(range(num_layers, num_layers + mtp)), emb, loss)
+        return tuple(tuple(r) for r in ranks)
+    counts = [[0] * chunks for _ in range(pp)]  # counts[rank][chunk]
+
+    def spread(total: int, n: int) -> list[int]:
+        base, extra = divmod(max(total, 0), n)
+        return [base + (1 if i < extra else 0) for i in range(n)]
+
+    if pp > 1 and (first_stage_layers is not None or last_stage_layers is not None):
+        middle_ranks = pp - (first_stage_layers is not None) - (last_stage_layers is not None)
+        middle = num_layers - (first_stage_layers or 0) - (last_stage_layers or 0)
+        per_rank = spread(middle, middle_ranks) if middle_ranks > 0 else []
+        totals = []
+        for r in range(pp):
+            if r == 0 and first_stage_layers is not None:
+                totals.append(first_stage_layers)
+            elif r == pp - 1 and last_stage_layers is not None:
+                totals.append(last_stage_layers)
+            else:
+                totals.append(per_rank.pop(0) if per_rank else 0)
+        for r in range(pp):
+            counts[r] = spread(totals[r], chunks)
+    else:
+        extra = int(account_for_embedding) + int(account_for_loss) if pp > 1 else 0
+        flat = spread(num_layers + extra, pp * chunks)  # in (chunk, rank) order: the earliest stages first
+        for c in range(chunks):
+            for r in range(pp):
+                counts[r][c] = flat[c * pp + r]
+        if pp > 1 and account_for_embedding:
+            counts[0][0] -= 1
+        if pp > 1 and account_for_loss:
+            counts[pp - 1][chunks - 1] -= 1
+    ranks = [[] for _ in range(pp)]
+    start = 0
+    for c in range(chunks):
+        for r in range(pp):
+            n = max(counts[r][c], 0)
+            layers = tuple(range(start, min(start + n, num_layers)))
+            start += n
+            last = r == pp - 1 and c == chunks - 1
+            if last:
+                layers += tuple(range(num_layers, num_layers + mtp))
+            ranks[r].append((layers, r == 0 and c == 0, last))
+    return tuple(tuple(r) for r in ranks)
+
+
+def split_divides(
+    num_layers: int,
+    pp: int,
+    vp: int | None = None,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+) -> bool:
+    """Whether Megatron-Core 0.19.2 accepts this split without a layout string (the asserts of
+    ``transformer_block.py::get_num_layers_to_build`` and ``TransformerConfig.__post_init__``): uneven first/last
+    stages leave a middle that divides over the middle ranks and each rank's layers divide by VP; ``account_for_*``
+    make ``num_layers + extra`` divide by ``PP`` (and by ``VP`` per rank) with a layer left on the first / last
+    chunk; otherwise ``num_layers`` divides by ``PP x VP``. The two kinds of uneven split exclude each other."""
+    chunks = vp if (vp and pp > 1) else 1
+    uneven = first_stage_layers is not None or last_stage_layers is not None
+    account = account_for_embedding or account_for_loss
+    if pp == 1:
+        return not uneven
+    if uneven:
+        if account:
+            return False
+        middle_ranks = pp - (first_stage_layers is not None) - (last_stage_layers is not None)
+        middle = num_layers - (first_stage_layers or 0) - (last_stage_layers or 0)
+        if middle_ranks < 0 or middle < 0 or bool(middle) != bool(middle_ranks):
+            return False
+        if middle_ranks and (middle % middle_ranks or (middle // middle_ranks) % chunks):
+            return False
+        return all(n is None or n % chunks == 0 for n in (first_stage_layers, last_stage_layers))
+    total = num_layers + int(account_for_embedding) + int(account_for_loss)
+    if total % pp or (total // pp) % chunks:
+        return False
+    per_chunk = total // (pp * chunks)
+    return per_chunk >= (2 if account_for_embedding and account_for_loss and pp * chunks == 1 else 1)
+
+
+def auto_split(
+    num_layers: int,
+    pp: int,
+    vp: int | None = None,
+    mtp: int = 0,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+    layout: str | None = None,
+) -> tuple[str | None, int | None, int | None, bool, bool]:
+    """The split a sweep's ``pipeline_model_parallel_layout: auto`` gives a point, as
+    ``(layout, first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss)``.
+
+    In order, the first that Megatron-Core accepts (:func:`split_divides`): the base config's own split (the
+    recipe's layout string when it has ``PP x VP`` stages holding every layer, its
+    ``num_layers_in_first/last_pipeline_stage`` or ``account_for_*``: Qwen3 235B's 94 layers on PP 4 as
+    24 per rank, embedding and loss counted); an even split; the embedding and the loss counted as layers (what
+    Megatron-Bridge's Llama and Qwen3 base recipes set: Llama 3.1 405B on PP 8 x VP 4 gets 15 layers on the first
+    rank); then a layout string, :func:`balanced_layout` (Megatron-Bridge's Kimi K2 rule). A model with MTP layers
+    always takes a layout string when the split is uneven (Megatron-Core places MTP only through a layout or on the
+    last stage, which ``account_for_loss`` does not count).
+
+    Raises:
+        LayoutError: non-positive sizes.
+    """
+    if num_layers < 1 or pp < 1 or (vp is not None and vp < 1):
+        raise LayoutError(f"auto_split needs positive sizes, got layers={num_layers} pp={pp} vp={vp}")
+    if layout and layout != "auto":
+        stages = parse_layout(layout)
+        text = "".join(stages)
+        chunks = vp if (vp and pp > 1) else 1
+        if len(stages) == pp * chunks and text.count("t") == num_layers and text.count("m") in (0, mtp):
+            return layout, None, None, False, False
+    own = (first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss)
+    if own[0] is not None or own[1] is not None or own[2] or own[3]:
+        if split_divides(num_layers, pp, vp, *own):
+            return (None, *own)
+    if split_divides(num_layers, pp, vp):
+        return None, None, None, False, False
+    if not mtp and split_divides(num_layers, pp, vp, None, None, True, True):
+        return None, None, None, True, True
+    return balanced_layout(num_layers, pp, vp, mtp), None, None, False, False

@@ -33,9 +33,9 @@ Sources of the formulas (each term below names its own):
 ``other_bytes`` (allocator-visible workspaces: cuBLAS / TE workspaces, RNG states, data and loss buffers) is a
 calibration, not a derivation: its value and source are in ``configs/calibration/default.yaml``.
 
-Not modelled: allocator fragmentation (reserved vs allocated), CUDA-graph private pools, NCCL buffers outside the
-PyTorch allocator, dispatcher (DeepEP / HybridEP) workspaces, CPU offloading, transient wgrad buffers, token-routing
-imbalance beyond the ``moe_imbalance`` factor.
+Not modelled here: allocator fragmentation (reserved vs allocated: the pruner's margin,
+``bridgebench.config.calibration``), CUDA-graph private pools, NCCL buffers outside the PyTorch allocator, dispatcher
+(DeepEP / HybridEP) workspaces, transient wgrad buffers, token-routing imbalance beyond the ``moe_imbalance`` factor.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from functools import lru_cache
 from typing import Iterable
 
 from bridgebench.errors import BridgebenchError
-from bridgebench.model.layout import parse_layout
+from bridgebench.model import layout as layout_mod
 from bridgebench.model.spec import ModelSpec
 
 GiB = 1024**3
@@ -68,6 +68,32 @@ PRECISION_WEIGHT_EXTRA = {
 PRECISION_SAVED_INPUT = {"bf16": 2.0, "fp8_cs": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 1.0 + 1.0 / 32}
 
 OPTIMIZERS = ("adam", "muon", "dist_muon")
+FSDP_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+#: ``offload_modules`` of fine-grained activation offloading (megatron-core 0.19.2 ``transformer_config.py``).
+OFFLOAD_MODULES = (
+    "attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act", "fused_group_mlp",
+)  # fmt: skip
+#: bytes per element of the dtype spellings configs use (``torch.bfloat16``, ``bf16``, ``fp32`` ...).
+DTYPE_BYTES = {
+    "float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+    "uint8": 1, "float8": 1, "fp8": 1,
+}  # fmt: skip
+
+
+def dtype_bytes(dtype: str | None, default: int = 4) -> int:
+    """Bytes per element of a dtype spelling (``torch.bfloat16`` -> 2); ``None`` -> ``default``.
+
+    Raises:
+        MemoryModelError: an unknown spelling.
+    """
+    if dtype is None:
+        return default
+    key = str(dtype).rsplit(".", 1)[-1].lower()
+    if key not in DTYPE_BYTES:
+        raise MemoryModelError(f"unknown dtype {dtype!r}; known: {sorted(DTYPE_BYTES)}")
+    return DTYPE_BYTES[key]
+
+
 RECOMPUTE_GRANULARITIES = (None, "selective", "full")
 
 
@@ -93,6 +119,14 @@ class MemoryConfig:
     ``shared_experts``); ``recompute_method`` (full) ``uniform`` | ``block`` with ``recompute_num_layers``.
     ``moe_imbalance``: routed tokens on the busiest expert rank over the mean (1.0 = force-balanced routing, as in
     NVIDIA's perf recipes). ``other_bytes``: calibrated constant per GPU (``configs/calibration``).
+
+    Pipeline split (Megatron-Core): ``pipeline_model_parallel_layout``, ``num_layers_in_first/last_pipeline_stage``,
+    ``account_for_embedding/loss_in_pipeline_split`` (:func:`bridgebench.model.layout.stage_layers`). Megatron-FSDP:
+    ``use_megatron_fsdp`` with ``data_parallel_sharding_strategy`` and ``fsdp_double_buffer`` [FSDP]. Optimizer:
+    ``use_precision_aware_optimizer`` with ``main_params_dtype`` / ``exp_avg_dtype`` / ``exp_avg_sq_dtype`` [PAO],
+    ``optimizer_cpu_offload`` with ``optimizer_offload_fraction``. Activations: ``cpu_offloading`` (+
+    ``cpu_offloading_num_layers``, ``cpu_offloading_activations``), ``fine_grained_activation_offloading`` with
+    ``offload_modules`` [OFF].
     """
 
     num_gpus: int
@@ -120,6 +154,24 @@ class MemoryConfig:
     moe_imbalance: float = 1.0
     hidden_dropout: bool = False
     other_bytes: float = 0.0
+    num_layers_in_first_pipeline_stage: int | None = None
+    num_layers_in_last_pipeline_stage: int | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    use_megatron_fsdp: bool = False
+    data_parallel_sharding_strategy: str = "no_shard"
+    fsdp_double_buffer: bool = False
+    use_precision_aware_optimizer: bool = False
+    main_params_dtype: str | None = None
+    exp_avg_dtype: str | None = None
+    exp_avg_sq_dtype: str | None = None
+    optimizer_cpu_offload: bool = False
+    optimizer_offload_fraction: float = 0.0
+    cpu_offloading: bool = False
+    cpu_offloading_num_layers: int = 0
+    cpu_offloading_activations: bool = True
+    fine_grained_activation_offloading: bool = False
+    offload_modules: tuple[str, ...] = ()
 
     @property
     def etp_(self) -> int:
@@ -280,56 +332,44 @@ _BY_ID: dict[int, ModelTables] = {}
 
 
 # ---------------------------------------------------------------------------------------------------- pipeline
-Chunk = tuple[tuple[int, ...], bool, bool]  # (layer indices, holds the embedding, holds the loss)
+Chunk = layout_mod.Chunk  # (layer indices, holds the embedding, holds the loss)
 
 
-@lru_cache(maxsize=4096)
 def stage_chunks(
-    num_layers: int, mtp: int, pp: int, vp: int | None, layout: str | None
+    num_layers: int,
+    mtp: int,
+    pp: int,
+    vp: int | None,
+    layout: str | None,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
 ) -> tuple[tuple[Chunk, ...], ...]:
-    """Per pipeline rank, its virtual chunks in schedule order, each ``(layer indices, has_embedding, has_loss)``.
-
-    With a ``pipeline_model_parallel_layout`` its i-th stage lives on rank ``i % PP`` (megatron-core 0.19.2
-    ``pipeline_parallel_layer_layout.py``), decoder layers ``t`` numbered in order and MTP layers ``m`` after them
-    (a layout without ``m`` puts the MTP layers with the loss). Without one, layers are split over ``PP x VP``
-    chunks, earlier chunks taking the remainder, chunk ``c`` on rank ``c % PP``; the embedding is on rank 0's first
-    chunk, the loss and MTP layers on the last rank's last chunk.
+    """Per pipeline rank, its virtual chunks in schedule order, each ``(layer indices, has_embedding, has_loss)``,
+    as Megatron-Core assigns them: :func:`bridgebench.model.layout.stage_layers` (layout string, uneven first / last
+    stage, ``account_for_embedding/loss_in_pipeline_split``, even split).
 
     Raises:
         bridgebench.model.layout.LayoutError: a layout outside Megatron-Core's grammar.
     """
-    if layout:
-        ranks: list[list[Chunk]] = [[] for _ in range(pp)]
-        t_i, m_i = 0, num_layers
-        for i, stage in enumerate(parse_layout(layout)):
-            layers = []
-            for ch in stage:
-                if ch == "t":
-                    layers.append(t_i)
-                    t_i += 1
-                elif ch == "m":
-                    layers.append(m_i)
-                    m_i += 1
-            ranks[i % pp].append((tuple(layers), "E" in stage, "L" in stage))
-        if mtp and m_i == num_layers:
-            for r in ranks:
-                for j, (ls, emb, loss) in enumerate(r):
-                    if loss:
-                        r[j] = (ls + tuple(range(num_layers, num_layers + mtp)), emb, loss)
-        return tuple(tuple(r) for r in ranks)
-    chunks = pp * (vp or 1)
-    base, extra = divmod(num_layers, chunks)
-    ranks = [[] for _ in range(pp)]
-    start = 0
-    for c in range(chunks):
-        n = base + (1 if c < extra else 0)
-        layers = tuple(range(start, start + n))
-        start += n
-        last = c == chunks - 1
-        if last:
-            layers += tuple(range(num_layers, num_layers + mtp))
-        ranks[c % pp].append((layers, c == 0, last))
-    return tuple(tuple(r) for r in ranks)
+    return layout_mod.stage_layers(
+        num_layers, pp, vp, layout, mtp, first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss
+    )
+
+
+def _ranks(spec: ModelSpec, cfg: MemoryConfig) -> tuple[tuple[Chunk, ...], ...]:
+    return stage_chunks(
+        spec.num_layers,
+        spec.mtp_layers,
+        cfg.pp,
+        cfg.vp,
+        cfg.pipeline_model_parallel_layout,
+        cfg.num_layers_in_first_pipeline_stage,
+        cfg.num_layers_in_last_pipeline_stage,
+        cfg.account_for_embedding_in_pipeline_split,
+        cfg.account_for_loss_in_pipeline_split,
+    )
 
 
 def inflight_microbatches(pp: int, rank: int, chunk: int, vp: int | None, m: int) -> int:
@@ -366,17 +406,19 @@ def _layer_act_per_token(
     imbalance: float,
     dropout: bool,
     q: float,
+    offload: tuple[str, ...] = (),
 ) -> float:
-    """Bytes of saved activations of one decoder layer per token of the local (CP-split) microbatch.
+    """Bytes of saved activations of one decoder layer per token of the local (CP-split) microbatch, without the
+    inputs of the ``offload`` modules (fine-grained activation offloading [OFF]).
 
     Per-module accounting [ISK ``layers.py``; K22 Table 2 with fused attention]: attention -- norm input (residual),
     norm output = QKV input, Q/K/V after RoPE ``(n d + 2 g d) / t``, core-attention output = projection input
     ``n d / t``, fp32 softmax statistics ``4 n / t``; MLA -- q/kv down-projection outputs and their norm outputs
-    (replicated), up-projection outputs and RoPE'd q, k ``/ t`` (dropped by ``mla_up_proj``); dense SwiGLU MLP --
-    norm input, fc1 input ``h``, fc1 output ``2 f / t``, activation output ``f / t``; MoE -- router logits and
-    probabilities (fp32, ``8 E`` bytes), ``k`` dispatched copies of each token (x ``moe_imbalance``; x ETP / TP:
-    expert-TP ranks see their group's tokens), per routed token fc1 input ``h``, fc1 output ``2 f_e / etp``,
-    activation output ``f_e / etp`` (dropped by ``moe_act``); probabilities are applied inside the activation
+    (replicated), up-projection outputs and RoPE'd q, k ``/ t`` (dropped by ``mla_up_proj``); dense MLP -- norm
+    input, fc1 input ``h``, fc1 output ``(2 if GLU else 1) f / t``, activation output ``f / t``; MoE -- router logits
+    and probabilities (fp32, ``8 E`` bytes), ``k`` dispatched copies of each token (x ``moe_imbalance``; x ETP / TP:
+    expert-TP ranks see their group's tokens), per routed token fc1 input ``h``, fc1 output ``(2 if GLU else 1) f_e /
+    etp``, activation output ``f_e / etp`` (dropped by ``moe_act``); probabilities are applied inside the activation
     (megatron-core >= 0.13), so the fc2 output is not kept; shared expert as a dense MLP. Tensors are bf16 (2 B)
     except the fp32 router terms and GEMM inputs saved for the weight gradient, which TE keeps quantized (``q``
     bytes) [TE]. With sequence parallelism the residual-stream tensors are split by TP (``hs``). ``full``
@@ -389,26 +431,34 @@ def _layer_act_per_token(
     if recompute == "full":
         return 2.0 * hs
     mods = set(modules) if recompute == "selective" else set()
-    b = 2 * hs  # input-norm input (residual)
-    if "layernorm" not in mods:
+    off = set(offload)
+    if "fused_group_mlp" in off:
+        off |= {"expert_fc1", "moe_act"}
+    b = 0.0 if "attn_norm" in off else 2 * hs  # input-norm input (residual)
+    if "layernorm" not in mods and "qkv_linear" not in off:
         b += q * hs  # norm output = QKV / down-projection input
     if spec.multi_latent_attention:
         qk, rope, v = spec.qk_head_dim, spec.qk_pos_emb_head_dim, spec.v_head_dim
         rq = spec.q_lora_rank or 0
         b += 2 * (rq + spec.kv_lora_rank + rope) + q * (rq + spec.kv_lora_rank)  # down outputs; norm outputs
-        if "mla_up_proj" not in mods:
-            b += 2 * (n * (qk + rope) + n * (qk + v) + 2 * n * (qk + rope)) / tp  # up outputs + RoPE'd q, k
-        else:
-            b += 2 * (n * v) / tp  # V kept for core attention
-        b += q * (n * v) / tp  # core-attention output = projection input
+        if "core_attn" not in off:
+            if "mla_up_proj" not in mods:
+                b += 2 * (n * (qk + rope) + n * (qk + v) + 2 * n * (qk + rope)) / tp  # up outputs + RoPE'd q, k
+            else:
+                b += 2 * (n * v) / tp  # V kept for core attention
+        if "attn_proj" not in off:
+            b += q * (n * v) / tp  # core-attention output = projection input
     else:
         d, g = spec.head_dim, spec.query_groups
-        b += 2 * (n * d + 2 * g * d) / tp  # Q, K, V (after RoPE) saved by fused attention
-        b += q * (n * d) / tp  # attention output = linear_proj input
-        b += 4 * n / tp  # softmax statistics (fp32)
+        if "core_attn" not in off:
+            b += 2 * (n * d + 2 * g * d) / tp  # Q, K, V (after RoPE) saved by fused attention
+            b += 4 * n / tp  # softmax statistics (fp32)
+        if "attn_proj" not in off:
+            b += q * (n * d) / tp  # attention output = linear_proj input
     if dropout:
         b += hs  # dropout mask (1 B)
-    b += 2 * hs  # pre-MLP norm input (residual)
+    if "mlp_norm" not in off:
+        b += 2 * hs  # pre-MLP norm input (residual)
     ln_out = 0.0 if "layernorm" in mods else q * hs
     glu = 2 if spec.gated_linear_unit else 1
     if kind == 0:
@@ -422,8 +472,10 @@ def _layer_act_per_token(
         fe = spec.moe_ffn_hidden_size or spec.ffn_hidden_size
         b += ln_out + 8.0 * spec.num_moe_experts / (tp if sp else 1)  # router logits + probabilities
         routed = spec.moe_router_topk * imbalance * (etp / tp if sp else etp)
-        per_routed = q * h + 2 * glu * fe / etp  # fc1 input, fc1 output
-        if "moe_act" not in mods:
+        per_routed = 0.0 if "expert_fc1" in off else q * h  # fc1 input
+        if "moe_act" not in off:
+            per_routed += 2 * glu * fe / etp  # fc1 output = activation input
+        if "moe_act" not in mods and "fused_group_mlp" not in off:
             per_routed += q * fe / etp  # activation output = fc2 input
         b += routed * per_routed
         fs = spec.moe_shared_expert_intermediate_size
@@ -517,8 +569,8 @@ def lpt_loads(items: Iterable[tuple[int, float]], group: int) -> list[float]:
     return loads
 
 
-def _state(muon: bool) -> float:
-    return 8.0 if muon else 12.0
+def _state(muon: bool, adam_bytes: float = 12.0) -> float:
+    return 8.0 if muon else adam_bytes
 
 
 def _optimizer_bytes(
@@ -528,34 +580,51 @@ def _optimizer_bytes(
     distopt: bool,
     dense_group: int,
     expert_group: int,
+    adam_bytes: float = 12.0,
 ) -> float:
     """Optimizer-state bytes of the busiest rank of one pipeline stage.
 
-    ``adam``: 12 B per param (fp32 master, two fp32 moments), ``/ G`` with the distributed optimizer (``G`` = DP x
-    CP for dense params, expert-DP for routed experts) [MLM; MB]. ``muon``: Muon matrices 8 B (fp32 master + one
-    momentum), Adam-side params 12 B, on every rank. ``dist_muon`` legacy: the same bytes, each whole param on one
-    rank of its group (ping-pong by numel); param-layout (``distopt``): Adam-side ``12 / G``, Muon matrices whole,
-    balanced [MC].
+    ``adam``: ``adam_bytes`` per param (12: fp32 master and two fp32 moments; precision-aware optimizer [PAO]: the
+    main-weight and moment dtypes), ``/ G`` with the distributed optimizer or Megatron-FSDP (``G`` = DP x CP for
+    dense params, expert-DP for routed experts) [MLM; MB; FSDP]. ``muon``: Muon matrices 8 B (fp32 master + one
+    momentum), Adam-side params ``adam_bytes``, on every rank. ``dist_muon`` legacy: the same bytes, each whole param
+    on one rank of its group (ping-pong by numel); param-layout (``distopt``): Adam-side ``adam_bytes / G``, Muon
+    matrices whole, balanced [MC].
     """
     n_dense = sum(n * c for n, _, c in dense)
     n_experts = sum(n * c for n, _, c in experts)
+    a = adam_bytes
     if optimizer == "adam":
         if not distopt:
-            return 12.0 * (n_dense + n_experts)
-        return 12.0 * n_dense / dense_group + 12.0 * n_experts / expert_group
+            return a * (n_dense + n_experts)
+        return a * n_dense / dense_group + a * n_experts / expert_group
     if optimizer == "muon":
-        return sum(n * c * _state(m) for n, m, c in dense) + sum(n * c * _state(m) for n, m, c in experts)
+        return sum(n * c * _state(m, a) for n, m, c in dense) + sum(n * c * _state(m, a) for n, m, c in experts)
     if not distopt:
-        return max(_ping_pong_runs(((n, _state(m), c) for n, m, c in dense), dense_group)) + max(
-            _ping_pong_runs(((n, _state(m), c) for n, m, c in experts), expert_group)
+        return max(_ping_pong_runs(((n, _state(m, a), c) for n, m, c in dense), dense_group)) + max(
+            _ping_pong_runs(((n, _state(m, a), c) for n, m, c in experts), expert_group)
         )
-    adam_side = 12.0 * sum(n * c for n, m, c in dense if not m) / dense_group
-    adam_side += 12.0 * sum(n * c for n, m, c in experts if not m) / expert_group
+    adam_side = a * sum(n * c for n, m, c in dense if not m) / dense_group
+    adam_side += a * sum(n * c for n, m, c in experts if not m) / expert_group
     return (
         adam_side
         + max(lpt_loads(((n, 8.0) for n, m, c in dense if m for _ in range(c)), dense_group))
         + max(lpt_loads(((n, 8.0) for n, m, c in experts if m for _ in range(c)), expert_group))
     )
+
+
+@dataclass(frozen=True)
+class _StageState:
+    n_dense: int  # params on this GPU outside the routed experts
+    n_experts: int  # routed-expert params on this GPU
+    n_gemm: int  # GEMM-weight params (quantized copies under FP8 / MXFP8)
+    optimizer: float  # optimizer-state bytes
+    biggest_matrix: int  # largest Muon matrix (numel): Newton-Schulz workspace
+    biggest_unit: tuple[int, int]  # (params, GEMM params) of the largest FSDP unit: one layer, embedding or output
+
+    @property
+    def n_all(self) -> int:
+        return self.n_dense + self.n_experts
 
 
 @lru_cache(maxsize=65536)
@@ -571,14 +640,23 @@ def _stage_state(
     distopt: bool,
     dense_group: int,
     expert_group: int,
-) -> tuple[int, int, float, int]:
-    """(params, GEMM-weight params, optimizer bytes, largest Muon matrix numel) of one stage."""
+    adam_bytes: float = 12.0,
+) -> _StageState:
+    """Parameter counts, optimizer bytes, largest Muon matrix and largest FSDP unit of one pipeline stage."""
     dense, experts = _stage_params(tables_id, layers, tp, etp, ep, has_emb, has_loss)
-    n_all = sum(n * c for n, _, c in dense) + sum(n * c for n, _, c in experts)
     n_gemm = sum(n * c for n, mu, c in dense if mu) + sum(n * c for n, mu, c in experts if mu)
-    opt = _optimizer_bytes(dense, experts, optimizer, distopt, dense_group, expert_group)
+    opt = _optimizer_bytes(dense, experts, optimizer, distopt, dense_group, expert_group, adam_bytes)
     big = max((n for n, mu, _ in dense + experts if mu), default=0)
-    return n_all, n_gemm, opt, big
+    unit = (0, 0)
+    for li in layers:  # one FSDP unit per decoder / MTP layer [FSDP]
+        d, e = _stage_params(tables_id, (li,), tp, etp, ep, False, False)
+        n = sum(x * c for x, _, c in d + e)
+        if n > unit[0]:
+            unit = (n, sum(x * c for x, mu, c in d + e if mu))
+    vpad_h = _BY_ID[tables_id].spec.padded_vocab_size(tp) * _BY_ID[tables_id].spec.hidden_size // tp
+    if (has_emb or has_loss) and vpad_h > unit[0]:  # the embedding / output layer are units of the root module
+        unit = (vpad_h, vpad_h)
+    return _StageState(sum(n * c for n, _, c in dense), sum(n * c for n, _, c in experts), n_gemm, opt, big, unit)
 
 
 # ---------------------------------------------------------------------------------------------------- entry
@@ -605,24 +683,53 @@ def _check(spec: ModelSpec, cfg: MemoryConfig) -> None:
         raise MemoryModelError(
             f"recompute_granularity must be one of {list(RECOMPUTE_GRANULARITIES)}, got {cfg.recompute_granularity!r}"
         )
+    if cfg.data_parallel_sharding_strategy not in FSDP_STRATEGIES:
+        raise MemoryModelError(
+            f"data_parallel_sharding_strategy must be one of {list(FSDP_STRATEGIES)}, "
+            f"got {cfg.data_parallel_sharding_strategy!r}"
+        )
+    unknown = sorted(set(cfg.offload_modules) - set(OFFLOAD_MODULES))
+    if unknown:
+        raise MemoryModelError(f"unknown offload_modules {unknown}; known: {list(OFFLOAD_MODULES)}")
+    if not 0.0 <= cfg.optimizer_offload_fraction <= 1.0:
+        raise MemoryModelError(f"optimizer_offload_fraction must be in [0, 1], got {cfg.optimizer_offload_fraction}")
+    if cfg.cpu_offloading_num_layers < 0:
+        raise MemoryModelError(f"cpu_offloading_num_layers must be >= 0, got {cfg.cpu_offloading_num_layers}")
+
+
+def adam_state_bytes(cfg: MemoryConfig) -> float:
+    """Adam state bytes per parameter: main weights + two moments (12 B fp32; precision-aware optimizer: the
+    configured dtypes) [MLM; PAO]."""
+    if not cfg.use_precision_aware_optimizer:
+        return 12.0
+    return float(
+        dtype_bytes(cfg.main_params_dtype) + dtype_bytes(cfg.exp_avg_dtype) + dtype_bytes(cfg.exp_avg_sq_dtype)
+    )
 
 
 def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
     """Peak memory per GPU on the busiest rank (max over pipeline ranks), in bytes.
 
     weights: 2 B/param (bf16) [MLM] + quantized copies of GEMM weights [TE]; grads: 4 B/param with
-    ``grad_reduce_in_fp32`` (fp32 main-grad buffer), else 2 B [MLM]; optimizer: :func:`_optimizer_bytes`;
-    activations: per-layer bytes per token (:func:`_layer_act_per_token`) x local tokens ``s b / CP`` x in-flight
-    microbatches of each virtual chunk (:func:`inflight_microbatches`), plus token ids and embedding output
-    ``(8 + 2h) s b`` per in-flight microbatch on the embedding chunk [MLM]; full recompute (``uniform``) keeps each
-    layer's input plus one recomputed group of ``recompute_num_layers`` layers' full set [ISK], ``block``
-    recomputes the first ``recompute_num_layers`` layers of each chunk and keeps the rest; logits (loss stage, one
-    microbatch): ``s b V_pad / t`` x 6 B (4 B with fused CE) per output head (1 + MTP layers) + the output-layer
-    input [ISK; MLM uses 4 B (h + V)]; other: ``cfg.other_bytes`` + Muon's Newton-Schulz workspace for the largest
-    owned matrix ``2 (2 m n + 2 m^2)`` B bounded with ``m = sqrt(numel)`` (research notes Sec. 1.6).
+    ``grad_reduce_in_fp32`` (fp32 main-grad buffer), else 2 B [MLM]; optimizer: :func:`_optimizer_bytes` (x (1 -
+    ``optimizer_offload_fraction``) with ``optimizer_cpu_offload``). Megatron-FSDP [FSDP]: the sharded terms are
+    divided by the shard group (DP x CP; routed experts expert-DP), plus two all-gathered copies of the largest unit
+    (the current and the prefetched one, with their quantized copies) and its unsharded gradient (two with
+    ``fsdp_double_buffer``). Activations: per-layer bytes per token (:func:`_layer_act_per_token`) x local tokens
+    ``s b / CP`` x in-flight microbatches of each virtual chunk (:func:`inflight_microbatches`), plus token ids and
+    embedding output ``(8 + 2h) s b`` per in-flight microbatch on the embedding chunk [MLM]; full recompute
+    (``uniform``) keeps each layer's input plus one recomputed group of ``recompute_num_layers`` layers' full set
+    [ISK], ``block`` recomputes the first ``recompute_num_layers`` layers of each chunk and keeps the rest;
+    activation offloading [OFF]: layer-wise, ``cpu_offloading_num_layers`` of the rank's layers (at most all but
+    one) leave the GPU (the peak holds the other layers'); fine-grained, the ``offload_modules`` inputs leave the GPU
+    and one layer's are staged. Logits (loss stage, one microbatch): ``s b V_pad / t`` x 6 B (4 B with fused CE) per
+    output head (1 + MTP layers) + the output-layer input [ISK; MLM uses 4 B (h + V)]; other: ``cfg.other_bytes`` +
+    Muon's Newton-Schulz workspace for the largest owned matrix ``2 (2 m n + 2 m^2)`` B bounded with ``m =
+    sqrt(numel)`` (research notes Sec. 1.6).
 
     Raises:
-        MemoryModelError: non-positive or non-dividing sizes, unknown optimizer, precision or recompute setting.
+        MemoryModelError: non-positive or non-dividing sizes, unknown optimizer, precision, recompute, FSDP or
+            offload setting.
         bridgebench.model.layout.LayoutError: a bad pipeline layout.
     """
     _check(spec, cfg)
@@ -634,20 +741,27 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
     m = cfg.num_microbatches
     sp = cfg.sequence_parallel and tp > 1
     h = spec.hidden_size
-    ranks = stage_chunks(spec.num_layers, spec.mtp_layers, pp, cfg.vp, cfg.pipeline_model_parallel_layout)
+    ranks = _ranks(spec, cfg)
     vp_eff = len(ranks[0]) if len(ranks[0]) > 1 else None
+    fsdp = cfg.data_parallel_sharding_strategy if cfg.use_megatron_fsdp else "no_shard"
     extra_w = PRECISION_WEIGHT_EXTRA[cfg.precision][1 if cfg.fp8_param_gather else 0]
     q = PRECISION_SAVED_INPUT[cfg.precision]
     grad_b = 4.0 if cfg.grad_reduce_in_fp32 else 2.0
+    adam_b = adam_state_bytes(cfg)
     recompute = cfg.recompute_granularity
     mods = tuple(sorted(cfg.recompute_modules or ())) if recompute == "selective" else ()
+    offload = tuple(sorted(cfg.offload_modules)) if cfg.fine_grained_activation_offloading else ()
     block = recompute == "full" and cfg.recompute_method == "block"
     group_layers = max(1, cfg.recompute_num_layers or 1)
     vpad = spec.padded_vocab_size(tp)
     lb = LOGITS_BYTES_FUSED if cfg.cross_entropy_loss_fusion else LOGITS_BYTES_UNFUSED
+    dense_group, expert_group = cfg.dp * cp, cfg.edp
+    distopt = cfg.use_distributed_optimizer or fsdp != "no_shard"
 
-    def per_token(kind: int, granularity: str | None) -> float:
-        return _layer_act_per_token(tid, kind, tp, etp, sp, granularity, mods, cfg.moe_imbalance, cfg.hidden_dropout, q)
+    def per_token(kind: int, granularity: str | None, off: tuple[str, ...] = ()) -> float:
+        return _layer_act_per_token(
+            tid, kind, tp, etp, sp, granularity, mods, cfg.moe_imbalance, cfg.hidden_dropout, q, off
+        )
 
     best: MemoryBreakdown | None = None
     totals = []
@@ -655,14 +769,27 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
         layers = tuple(li for ch in chunks for li in ch[0])
         has_emb = any(ch[1] for ch in chunks)
         has_loss = any(ch[2] for ch in chunks)
-        n_all, n_gemm, opt, big = _stage_state(
-            tid, layers, tp, etp, ep, has_emb, has_loss, cfg.optimizer, cfg.use_distributed_optimizer,
-            cfg.dp * cp, cfg.edp,
-        )  # fmt: skip
-        weights = 2.0 * n_all + extra_w * n_gemm
-        grads = grad_b * n_all
+        st = _stage_state(
+            tid, layers, tp, etp, ep, has_emb, has_loss, cfg.optimizer, distopt, dense_group, expert_group, adam_b
+        )
+        sharded = st.n_dense / dense_group + st.n_experts / expert_group
+        unit, unit_gemm = st.biggest_unit
+        if fsdp == "optim_grads_params":
+            weights = 2.0 * sharded + 2 * (2.0 * unit + extra_w * unit_gemm)
+        else:
+            weights = 2.0 * st.n_all + extra_w * st.n_gemm
+        if fsdp in ("optim_grads", "optim_grads_params"):
+            grads = grad_b * sharded + (2 if cfg.fsdp_double_buffer else 1) * grad_b * unit
+        else:
+            grads = grad_b * st.n_all
+        opt = st.optimizer
+        if cfg.optimizer_cpu_offload:
+            opt *= 1.0 - cfg.optimizer_offload_fraction
         act = 0.0
+        emb_act = 0.0
         recomputed = 0.0
+        staged = 0.0  # one layer's offloaded tensors in transit [OFF]
+        n_local = sum(len(ch[0]) for ch in chunks)
         for c, (chunk_layers, chunk_emb, _) in enumerate(chunks):
             inflight = inflight_microbatches(pp, r, c, vp_eff, m)
             b = 0.0
@@ -672,17 +799,26 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
                     b += per_token(kind, "full")
                     recomputed = max(recomputed, per_token(kind, None))
                 else:  # not recomputed (a block-method layer past the first N keeps its full set)
-                    b += per_token(kind, None if recompute == "full" else recompute)
-            if chunk_emb:
-                b += 8.0 + 2.0 * (h / tp if sp else h)  # token ids (int64) + embedding output
+                    gran = None if recompute == "full" else recompute
+                    b += per_token(kind, gran, offload)
+                    if offload:
+                        staged = max(staged, per_token(kind, gran) - per_token(kind, gran, offload))
             act += b * tokens * inflight
+            if chunk_emb:  # token ids (int64) + embedding output: not a layer's, never offloaded
+                emb_act += (8.0 + 2.0 * (h / tp if sp else h)) * tokens * inflight
+        if cfg.cpu_offloading and cfg.cpu_offloading_activations and n_local > 1:
+            off_layers = min(cfg.cpu_offloading_num_layers, n_local - 1)
+            act = act * (n_local - off_layers) / n_local
+        act += emb_act
+        act += staged * tokens
         if recompute == "full":
             act += recomputed * tokens * (1 if block else group_layers)
         logits = 0.0
         if has_loss:
             logits = tokens * vpad / tp * lb * (1 + spec.mtp_layers) + 2.0 * h * tokens / (tp if sp else 1)
         other = cfg.other_bytes
-        if cfg.optimizer in ("muon", "dist_muon") and big:
+        if cfg.optimizer in ("muon", "dist_muon") and st.biggest_matrix:
+            big = st.biggest_matrix
             side = math.isqrt(big)
             other += 2.0 * (2 * big + 2 * side * side)
         total = weights + grads + opt + act + logits + other
@@ -701,7 +837,7 @@ def dist_muon_state_by_rank(spec: ModelSpec, cfg: MemoryConfig, stage: int = 0) 
     memory from the last rank) [MC]."""
     _check(spec, cfg)
     tables = model_tables(spec)
-    chunks = stage_chunks(spec.num_layers, spec.mtp_layers, cfg.pp, cfg.vp, cfg.pipeline_model_parallel_layout)[stage]
+    chunks = _ranks(spec, cfg)[stage]
     layers = tuple(li for ch in chunks for li in ch[0])
     dense, experts = _stage_params(
         id(tables), layers, cfg.tp, cfg.etp_, cfg.ep, any(c[1] for c in chunks), any(c[2] for c in chunks)
@@ -717,8 +853,7 @@ def parameter_counts(spec: ModelSpec, cfg: MemoryConfig) -> list[tuple[int, int]
     _check(spec, cfg)
     tables = model_tables(spec)
     out = []
-    ranks = stage_chunks(spec.num_layers, spec.mtp_layers, cfg.pp, cfg.vp, cfg.pipeline_model_parallel_layout)
-    for chunks in ranks:
+    for chunks in _ranks(spec, cfg):
         layers = tuple(li for ch in chunks for li in ch[0])
         dense, experts = _stage_params(
             id(tables), layers, cfg.tp, cfg.etp_, cfg.ep, any(c[1] for c in chunks), any(c[2] for c in chunks)

@@ -19,6 +19,11 @@ class ModelSpecError(BridgebenchError):
     """A model config breaks a rule; the message names the field and the rule."""
 
 
+#: ``activation_func`` values: Megatron-Core 0.19.2 ``torch.nn.functional`` activations and
+#: ``megatron/core/activations.py::squared_relu`` (Nemotron-4's non-GLU MLP).
+ACTIVATIONS = ("silu", "gelu", "relu", "squared_relu")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Architecture of one decoder-only transformer (dense or MoE, GQA or MLA).
@@ -121,6 +126,10 @@ class ModelSpec:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ModelSpecError(f"{self.name}: {name} must be a non-negative integer, got {value!r}")
+        if self.activation_func not in ACTIVATIONS:
+            raise ModelSpecError(
+                f"{self.name}: activation_func must be one of {list(ACTIVATIONS)}, got {self.activation_func!r}"
+            )
         if self.num_attention_heads % self.query_groups:
             raise ModelSpecError(
                 f"{self.name}: num_attention_heads ({self.num_attention_heads}) must be divisible by "
@@ -135,6 +144,11 @@ class ModelSpec:
             pattern = self.moe_layer_pattern  # raises on a bad moe_layer_freq
             if not any(pattern):
                 raise ModelSpecError(f"{self.name}: moe_layer_freq gives no MoE layer")
+        elif self.moe_ffn_hidden_size is not None or self.moe_shared_expert_intermediate_size is not None:
+            raise ModelSpecError(
+                f"{self.name}: moe_ffn_hidden_size / moe_shared_expert_intermediate_size need num_moe_experts "
+                f"(a dense model has no experts)"
+            )
 
     # ------------------------------------------------------------------ derived facts
     @property

@@ -7,11 +7,10 @@ published_rows`) gets:
   out, :func:`bridgebench.model.timing.cross_validate`: the scored release's rows never enter its fit), against the
   published figure; the prediction's band (+- relative, from the shipped calibration) and whether the published
   figure lies inside it;
-- **memory**: the memory model's busiest-GPU estimate (:func:`bridgebench.model.memory.estimate_memory`, the sweep's
-  stage 2) on the same point, against the GPU's HBM less the calibrated margin: ``fits`` or not. Every published row
-  ran, so a row that does not fit is a false prune of the memory model (the memory model is issue 15's other half;
-  this only calls it). The published tables do not state recompute or the loss fusion: the point is priced as the
-  time calibration sees it (:mod:`bridgebench.results.time_calibration`).
+- **memory**: the row as a point of the sweep pipeline (:func:`bridgebench.results.published_points.published_points`:
+  the rules, then the busiest-GPU memory with the settings the tables do not print taken from the release's recipe
+  or Megatron-Bridge's perf recipes): ``fits`` or not, and what prunes it. Every published row ran, so a row that
+  does not fit is a false prune -- unless its printed configuration cannot have run as printed (``inconsistent``).
 
 Summary: rows, held-out MAPE and median |error| (all rows and per release), rows within their band, rows that fit.
 """
@@ -25,7 +24,6 @@ from typing import Callable
 import pandas as pd
 
 from bridgebench.config import calibration as calib_mod
-from bridgebench.model import memory as mem
 from bridgebench.model.timing import Row, calibrate, cross_validate, predict_time
 from bridgebench.results.time_calibration import published_rows
 
@@ -42,23 +40,33 @@ class ModelsSummary:
     within_band: int
     fits: int
     false_prunes: int
+    inconsistent: int = 0
     mape_by_release: dict[str, float] = field(default_factory=dict)
     calibration: str = "default"
 
 
-def memory_config(row: Row, calib: calib_mod.ModelCalibration) -> mem.MemoryConfig:
-    """The memory model's view of a published row's point (AdamW / dist_muon, BF16 grads as the perf recipes; the
-    recompute its recipe sets where bridgebench ships it; 25.09 rows, which name no precision, as FP8-CS)."""
-    c = row.cfg
-    return mem.MemoryConfig(
-        num_gpus=c.num_gpus, mbs=c.mbs, gbs=c.gbs, tp=c.tp, pp=c.pp, vp=c.vp, cp=c.cp, ep=c.ep, etp=c.etp,
-        seq_length=row.spec.seq_length, sequence_parallel=c.sp,
-        pipeline_model_parallel_layout=c.pipeline_model_parallel_layout, optimizer=c.optimizer,
-        use_distributed_optimizer=c.use_distributed_optimizer, precision=row.precision or "fp8_cs",
-        grad_reduce_in_fp32=c.grad_reduce_in_fp32, recompute_granularity=c.recompute_granularity,
-        recompute_method=c.recompute_method, recompute_num_layers=c.recompute_num_layers,
-        recompute_modules=c.recompute_modules, moe_imbalance=calib.moe_imbalance, other_bytes=calib.other_bytes,
-    )  # fmt: skip
+def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict[tuple, dict]:
+    """Memory verdicts of the published rows behind ``rows`` through the sweep pipeline, by (release, model, system,
+    GPUs, TP, PP, CP, EP, printed MBS, GBS, published TFLOP/s)."""
+    from bridgebench.results.published_points import published_points
+    from bridgebench.results.records import load_published
+
+    wanted = {(r.release, r.spec.name, r.system) for r in rows}
+    records = [r for r in load_published() if (r.release, r.model, r.system) in wanted]
+    df = published_points(records, calib=calib)
+    out = {}
+    for r in df.to_dict("records"):
+        key = (r["release"], r["model"], r["system"], r["num_gpus"], r["tp"], r["pp"], r["cp"], r["ep"],
+               r["published_mbs"], r["gbs"], r["published_tflops"])  # fmt: skip
+        nan = float("nan")
+        out[key] = {
+            "mem_total_gb": nan if r.get("mem_total_gb") is None else r["mem_total_gb"],
+            "hbm_usable_gb": nan if r.get("hbm_usable_gb") is None else r["hbm_usable_gb"],
+            "fits": r["fits"],
+            "reason": r.get("reason") or "",
+            "inconsistent": r["inconsistent"],
+        }
+    return out
 
 
 def check_models(
@@ -82,23 +90,26 @@ def check_models(
         return calibrate(train)
 
     held = cross_validate(rows, fit, releases)
+    memory = _memory_verdicts(rows, calib)
     out = []
     for r, p in zip(rows, held):
         band = predict_time(r.spec, r.cfg, calib.time).band
-        usable = calib.usable_hbm_bytes(r.cfg.gpu.hbm_bytes)
-        try:
-            m = mem.estimate_memory(r.spec, memory_config(r, calib)).total
-            merr = ""
-        except (mem.MemoryModelError, ValueError) as err:
-            m, merr = float("nan"), str(err)
         c = r.cfg
+        key = (r.release, r.spec.name, r.system, c.num_gpus, c.tp, c.pp, c.cp, c.ep, c.mbs, c.gbs, r.tflops)
+        verdict = memory.get(key)
+        if verdict is None:
+            m, usable, fits, merr, inconsistent = float("nan"), float("nan"), False, "no pipeline point", False
+        else:
+            m, usable = verdict["mem_total_gb"] * 1e9, verdict["hbm_usable_gb"] * 1e9
+            fits, merr, inconsistent = bool(verdict["fits"]), verdict["reason"], bool(verdict["inconsistent"])
         err = None if p is None else p / r.tflops - 1
         out.append({
             "release": r.release, "model": r.model, "system": r.system, "precision": r.precision,
             "num_gpus": c.num_gpus, "tp": c.tp, "pp": c.pp, "vp": c.vp, "cp": c.cp, "ep": c.ep, "etp": c.etp_,
             "mbs": c.mbs, "gbs": c.gbs, "published_tflops": r.tflops, "predicted_tflops": p, "rel_error": err,
             "band": band, "within_band": err is not None and abs(err) <= band,
-            "memory_gb": m / 1e9, "usable_gb": usable / 1e9, "fits": bool(m <= usable), "memory_error": merr,
+            "memory_gb": m / 1e9, "usable_gb": usable / 1e9, "fits": fits,
+            "memory_error": "" if fits else merr, "inconsistent": inconsistent,
         })  # fmt: skip
     df = pd.DataFrame(out)
     errs = df["rel_error"].dropna().abs()
@@ -115,7 +126,8 @@ def check_models(
         max_abs_error=float(errs.max()) if errs.size else float("nan"),
         within_band=int(df["within_band"].sum()),
         fits=int(df["fits"].sum()),
-        false_prunes=int((~df["fits"]).sum()),
+        false_prunes=int((~df["fits"] & ~df["inconsistent"]).sum()),
+        inconsistent=int(df["inconsistent"].sum()),
         mape_by_release=by_rel,
         calibration=calibration,
     )

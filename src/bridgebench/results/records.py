@@ -19,7 +19,7 @@ import yaml
 
 from bridgebench.config.catalog import CatalogError, precision_names
 from bridgebench.config.catalog import release as release_facts
-from bridgebench.paths import CONFIG_DIR, load_paths
+from bridgebench.paths import CONFIG_DIR, config_files, load_paths
 from bridgebench.errors import BridgebenchError
 
 REFERENCE_DIR = load_paths().reference  # configs/paths: reference (shipped data)
@@ -100,7 +100,7 @@ class RunRecord:
 def _model_names() -> dict[str, str]:
     """Published model label -> configs/model name, read from each model YAML's ``published_name``."""
     out = {}
-    for path in sorted((CONFIG_DIR / "model").glob("*.yaml")):
+    for path in config_files("model").values():
         data = yaml.safe_load(path.read_text())
         if data.get("published_name"):
             out[data["published_name"]] = data["name"]
@@ -110,9 +110,10 @@ def _model_names() -> dict[str, str]:
 def _system_names() -> dict[str, str]:
     """Published system label (``DGX-GB300``) -> configs/gpu name, from each GPU YAML's ``published_system``."""
     out = {}
-    for path in sorted((CONFIG_DIR / "gpu").glob("*.yaml")):
+    for path in config_files("gpu").values():
         data = yaml.safe_load(path.read_text())
-        out[data["published_system"]] = data["name"]
+        if data.get("published_system"):
+            out[data["published_system"]] = data["name"]
     return out
 
 
@@ -230,7 +231,7 @@ def load_blog_table1(path: Path = BLOG_CSV) -> pd.DataFrame:
     """
     df = pd.read_csv(path, dtype={"release": str})
     by_display = {}
-    for p in (CONFIG_DIR / "model").glob("*.yaml"):
+    for p in config_files("model").values():
         data = yaml.safe_load(p.read_text())
         by_display[data["display_name"]] = data["name"]
     unknown = sorted(set(df["model"]) - set(by_display))

@@ -14,7 +14,8 @@ from bridgebench.config.rules import RULES
 
 #: pruning reasons that are not a ``bridgebench.config.rules`` rule.
 OTHER_REASONS = {
-    "memory": "predicted memory per GPU above the GPU's HBM less the calibrated margin (bridgebench.model.memory)",
+    "memory": "predicted peak memory per GPU x (1 + lowest measured allocator fragmentation) above the GPU's memory "
+    "(bridgebench.model.memory, configs/calibration)",
     "model_spec": "the swept architecture breaks a model rule (bridgebench.model.spec)",
     "memory_model": "the memory model cannot evaluate the point",
     "time_model": "the time model cannot evaluate the point (e.g. no peak for the precision on this GPU)",
@@ -39,6 +40,69 @@ def _fmt(value: Any, spec: str = "") -> str:
     return format(value, spec) if spec else str(value)
 
 
+def flags(r: dict[str, Any]) -> str:
+    """Short flags of a point: ``published`` (the recipe's own configuration), ``NVL>`` (its expert group leaves
+    the NVLink domain), ``tight`` (fits only below the median measured allocator fragmentation)."""
+    out = []
+    if r.get("published"):
+        out.append("published")
+    if r.get("ep_leaves_nvlink"):
+        out.append(f"NVL>{r.get('ep_span')}")
+    if r.get("tight"):
+        out.append("tight")
+    return " ".join(out)
+
+
+def _recompute(r: dict[str, Any]) -> str:
+    rec = r.get("recompute_granularity") or "none"
+    if r.get("recompute_modules"):
+        rec += f" ({r['recompute_modules']})"
+    return rec
+
+
+def _trust_lines(rows: list[dict[str, Any]], counts: dict[str, Any]) -> list[str]:
+    """The band, ties, collapsed points, the recipe's own configuration and the expert groups beyond NVLink."""
+    ranked = [r for r in rows if r.get("rank") is not None]
+    if not ranked:
+        return ["Nothing was ranked."]
+    best = min(ranked, key=lambda r: r["rank"])
+    bands = sorted({round(r["band_pct"], 1) for r in ranked if r.get("band_pct") is not None})
+    ties = [r for r in ranked if r.get("tie")]
+    collapsed = sum(1 for r in rows if r.get("status") == "indistinct")
+    out = [
+        f"- every prediction carries a band of +-{', '.join(f'{b:g}' for b in bands) or '?'} % (the time model's "
+        f"cross-validated error, `band_pct`); the best point predicts {best['tflops_per_gpu']:.1f} TFLOP/s/GPU",
+        f"- **{len(ties):,} of {len(ranked):,} ranked points tie with the best** (within its band): the model cannot "
+        "order them -- measure them rather than trusting the rank",
+        f"- {collapsed:,} points were collapsed into a twin the model cannot tell apart on any term (same predicted "
+        "terms: e.g. CP = 1 / CP = 2 pairs whose terms are equal, recompute variants with the same time); the "
+        "ranking and the top K hold one of each",
+    ]
+    nvl = counts.get("ep_leaves_nvlink", sum(1 for r in ranked if r.get("ep_leaves_nvlink")))
+    out.append(
+        f"- {nvl:,} ranked points have an EP x ETP group larger than the NVLink domain (`NVL>`): their expert "
+        "all-to-all crosses the scale-out network"
+    )
+    tight = sum(1 for r in ranked if r.get("tight"))
+    if tight:
+        out.append(f"- {tight:,} ranked points fit only below the median measured allocator fragmentation (`tight`)")
+    place = counts.get("published")
+    if place is None:
+        out.append("- the recipe's own (published) configuration is not in this space")
+    elif place["rank"] is None:
+        out.append(
+            f"- the recipe's own configuration (point `{place['point_id']}`) was not ranked: {place['status']} -- "
+            f"{place['reason']}"
+        )
+    else:
+        twin = f" (indistinct from `{place['collapsed_into']}`)" if place.get("collapsed_into") else ""
+        out.append(
+            f"- **the recipe's own configuration ranks {place['rank']} of {place['of']:,}**{twin}"
+            + (" and ties with the best" if place["tie"] else " and is outside the best point's band")
+        )
+    return out
+
+
 def summary_markdown(result: Any, state: dict[str, Any], calib: Any) -> str:
     """The Markdown summary of a sweep (see the module docstring)."""
     rows = result.rows
@@ -52,7 +116,11 @@ def summary_markdown(result: Any, state: dict[str, Any], calib: Any) -> str:
             "- axes: " + ", ".join(f"`{a.key}` ({len(a.values)})" for a in sp.axes),
             f"- points: {len(rows):,} (space size {sp.size:,}); top K = {sp.top_k}",
         ]
-    lines += [f"- calibration: `{calib.name}` ({calib.source}); HBM margin {calib.hbm_margin:g}", ""]
+    lines += [
+        f"- calibration: `{calib.name}` ({calib.source}); pruned above the GPU's memory / (1 + {calib.fragmentation:g})"
+        f" (lowest measured allocator fragmentation); `tight` above / (1 + {calib.fragmentation_typical:g}) (median)",
+        "",
+    ]
     lines += ["## Stages", "", "| stage | points in | seconds | points/s | |", "|---|---:|---:|---:|---|"]
     for stage, t in result.stages.items():
         rate = t["points"] / t["seconds"] if t["seconds"] else float("nan")
@@ -69,6 +137,8 @@ def summary_markdown(result: Any, state: dict[str, Any], calib: Any) -> str:
             example = next((r["reason"] for r in rows if r.get("rule") == rule), "")
             lines.append(f"| `{rule}` | {n:,} | {what} | {example[:160]} |")
     top = result.top
+    lines += ["", "## How far to trust the ranking", ""]
+    lines += _trust_lines(rows, counts)
     lines += ["", "## Top points (predicted)", ""]
     survivors = sum(1 for r in rows if r.get("rank") is not None)
     if not survivors:
@@ -80,22 +150,28 @@ def summary_markdown(result: Any, state: dict[str, Any], calib: Any) -> str:
         lines.append(f"{survivors:,} points ranked; top K = 0, so nothing was planned.")
     else:
         lines += [
-            "| rank | TP | PP | VP | CP | EP | ETP | DP | MBS | GBS | recompute | memory GB | step s | TFLOP/s/GPU | status "
-            "| config hash |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|",
+            "| rank | TP | PP | VP | CP | EP | ETP | DP | MBS | GBS | recompute | memory GB | step s | TFLOP/s/GPU | "
+            "+- % | tie | twins | flags | status | config hash |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---|---|---|",
         ]
         for r in top:
-            rec = r.get("recompute_granularity") or "none"
-            if r.get("recompute_modules"):
-                rec += f" ({r['recompute_modules']})"
             lines.append(
                 f"| {r['rank']} | {r['tp']} | {r['pp']} | {_fmt(r['vp'])} | {r['cp']} | {r['ep']} | {r['etp']} | "
-                f"{_fmt(r['dp'])} | {r['mbs']} | {r['gbs']} | {rec} | {r['mem_total_gb']:.1f} | "
-                f"{r['step_time_s']:.3f} | {r['tflops_per_gpu']:.1f} | {r['status']} | {_fmt(r.get('config_hash'))} |"
+                f"{_fmt(r['dp'])} | {r['mbs']} | {r['gbs']} | {_recompute(r)} | {r['mem_total_gb']:.1f} | "
+                f"{r['step_time_s']:.3f} | {r['tflops_per_gpu']:.1f} | {_fmt(r.get('band_pct'), '.1f')} | "
+                f"{'tie' if r.get('tie') else ''} | {r.get('twins') or ''} | {flags(r)} | {r['status']} | "
+                f"{_fmt(r.get('config_hash'))} |"
             )
         failed = [r for r in top if r["status"] == "plan_failed"]
         for r in failed:
             lines.append(f"\nrank {r['rank']} was not planned: {r.get('reason')}")
+        lines += [
+            "",
+            "*tie*: within the prediction band of the best point (the model cannot order them); *twins*: points "
+            "collapsed into this one because the model predicts the same on every term (status `indistinct` in "
+            "points.parquet); flags: `published` = the recipe's own configuration, `NVL>` = the EP x ETP group "
+            "leaves the NVLink domain, `tight` = fits only below the median measured allocator fragmentation.",
+        ]
     lines += ["", "![points](points.png)", ""]
     return "\n".join(lines)
 
@@ -117,7 +193,7 @@ def points_figure(result: Any, calib: Any) -> Any:
 
     rows = [r for r in result.rows if r.get("tflops_per_gpu") is not None and r.get("mem_total_gb") is not None]
     hbm = sorted(
-        {(r["gpu"], r["hbm_usable_gb"] / (1 - calib.hbm_margin)) for r in result.rows if r.get("hbm_usable_gb")}
+        {(r["gpu"], r["hbm_gb"]) for r in result.rows if r.get("hbm_gb")}
     )
     limit = 2.0 * max((cap for _, cap in hbm), default=0.0)  # x axis up to twice the largest HBM
     hidden = [r for r in rows if limit and r["mem_total_gb"] > limit]

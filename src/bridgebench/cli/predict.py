@@ -1,0 +1,123 @@
+"""``bridgebench predict``: one configuration through the sweep pipeline (the same code as ``sweep``, no second
+path) -- memory on the busiest GPU, fits or not and what prunes it, the step-time terms, TFLOP/s/GPU, tokens/s/GPU
+and the prediction's band. Works for any model of the config search path, with or without a recipe
+(``$BRIDGEBENCH_CONFIG_DIR/model/<name>.yaml``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import typer
+
+from bridgebench.cli.app import OVERRIDES, app
+
+MEMORY_TERMS = ("weights", "grads", "optimizer", "activations", "logits", "other")
+
+
+def prediction(overrides: list[str], calibration: str = "default") -> dict[str, Any]:
+    """The ``--json`` object of ``bridgebench predict`` (GB = 1e9 bytes; seconds; percent for ``band_pct``).
+
+    Raises:
+        bridgebench.config.compose.ConfigError: bad overrides (an unknown model, a value breaking the schema...).
+    """
+    from bridgebench.config import calibration as calib_mod
+    from bridgebench.config import sweep as engine
+
+    calib = calib_mod.load(calibration)
+    row = engine.predict(overrides, calib)
+    terms = {k[2:-2]: v for k, v in row.items() if k.startswith("t_") and k.endswith("_s") and v is not None}
+    pruned = row["pruned_by"]
+    return {
+        "model": row["model"],
+        "gpu": row["gpu"],
+        "precision": row["precision"],
+        "optimizer": row["optimizer"],
+        "release": row.get("time_release") or row.get("release"),
+        "num_gpus": row["num_gpus"],
+        "parallelism": {k: row.get(k) for k in ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs")},
+        "sequence_parallel": row.get("sequence_parallel"),
+        "pipeline_split": {
+            "layout": row.get("layout"),
+            "account_for_embedding": row.get("account_embedding"),
+            "account_for_loss": row.get("account_loss"),
+        },
+        "recompute": {"granularity": row.get("recompute_granularity"), "modules": row.get("recompute_modules")},
+        "memory_gb": row.get("mem_total_gb"),
+        "memory_breakdown_gb": {k: row.get(f"mem_{k}_gb") for k in MEMORY_TERMS},
+        "busiest_pipeline_rank": row.get("mem_stage"),
+        "hbm_gb": row.get("hbm_gb"),
+        "hbm_usable_gb": row.get("hbm_usable_gb"),
+        "fits": bool(row["fits"]),
+        "tight": bool(row.get("tight")),
+        "pruned_by": None if pruned is None else f"{pruned['rule']}: {pruned['reason']}",
+        "pruned_rule": None if pruned is None else pruned["rule"],
+        "step_time_s": row.get("step_time_s"),
+        "tflops_per_gpu": row.get("tflops_per_gpu"),
+        "tokens_per_s_per_gpu": row.get("tokens_per_s_per_gpu"),
+        "band_pct": row.get("band_pct"),
+        "terms": terms,
+        "ep_span": row.get("ep_span"),
+        "ep_leaves_nvlink": row.get("ep_leaves_nvlink"),
+        "calibration": calib.name,
+        "point_id": row.get("point_id"),
+    }
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+@app.command()
+def predict(
+    overrides: Optional[list[str]] = OVERRIDES,
+    calibration: str = typer.Option("default", "--calibration", help="configs/calibration/<NAME>.yaml"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Predict one configuration: memory per GPU (busiest rank), fits or not (and the rule or number that prunes
+    it), step-time terms, TFLOP/s/GPU, tokens/s/GPU and the uncertainty band -- the sweep pipeline over one point.
+    Any model of configs/model or $BRIDGEBENCH_CONFIG_DIR/model, with or without a recipe."""
+    out = prediction(list(overrides or []), calibration)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    par = " ".join(f"{k.upper()}{v}" for k, v in out["parallelism"].items() if v is not None)
+    con.print(
+        f"[bold]{out['model']}[/] on {out['num_gpus']} {out['gpu']} ({out['precision']}, {out['optimizer']}, "
+        f"release {out['release']}): {par}"
+    )
+    t = Table(title="memory per GPU, busiest pipeline rank (GB)")
+    t.add_column("term")
+    t.add_column("GB", justify="right")
+    for k, v in out["memory_breakdown_gb"].items():
+        t.add_row(k, _fmt(v, ".1f"))
+    t.add_row("[bold]total[/]", _fmt(out["memory_gb"], ".1f"))
+    t.add_row("GPU memory", _fmt(out["hbm_gb"], ".1f"))
+    con.print(t)
+    if out["fits"]:
+        verdict = "[green]fits[/]"
+        if out["tight"]:
+            verdict += " (tight: above the median measured allocator fragmentation; it may run out of memory)"
+    else:
+        verdict = f"[red]pruned[/] by {out['pruned_by']}"
+    con.print(verdict)
+    if out["step_time_s"] is None:
+        return
+    t = Table(title=f"step time (s), +-{_fmt(out['band_pct'], '.1f')} %")
+    t.add_column("term")
+    t.add_column("s", justify="right")
+    for k, v in out["terms"].items():
+        t.add_row(k, f"{v:.4f}")
+    t.add_row("[bold]step[/]", f"{out['step_time_s']:.4f}")
+    con.print(t)
+    band = out["band_pct"] or 0.0
+    con.print(
+        f"{out['tflops_per_gpu']:.1f} TFLOP/s/GPU, {out['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU (+-{band:.1f} %); "
+        f"expert group {out['ep_span']} GPUs"
+        + (" [yellow]leaves the NVLink domain[/]" if out["ep_leaves_nvlink"] else "")
+        + f"; calibration {out['calibration']!r}"
+    )
