@@ -59,7 +59,9 @@ def test_a_changed_config_file_is_a_miss(fresh_cache, tmp_path, monkeypatch):
     """Content-keyed: a copy of the tree with one value changed composes anew (same overrides)."""
     tree = tmp_path / "configs"
     shutil.copytree(CONFIG_DIR, tree, symlinks=False)
-    monkeypatch.setattr(compose_cache, "CONFIG_DIR", tree)
+    import bridgebench.paths
+
+    monkeypatch.setattr(bridgebench.paths, "CONFIG_DIR", tree)  # config_dirs() reads it at each call
     key = compose_cache.key_of(("model=kimi_k2",), False)
     assert compose_cache.key_of(("model=kimi_k2",), False) == key
     gpu = tree / "gpu" / "gb300.yaml"
