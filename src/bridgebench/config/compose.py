@@ -119,6 +119,9 @@ def compose(overrides: Sequence[str] = (), *, return_hydra_config: bool = False)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         raise ConfigError(f"bad override or config: {_explain(err)}") from err
     check_recipe_release(checked)
+    from bridgebench.config.secrets import pass_by_name
+
+    pass_by_name(checked)  # env_vars.NAME=${oc.env:VAR}: never read here, the job reads $VAR (config/secrets.py)
     return checked
 
 

@@ -77,7 +77,12 @@ def submit_run(
     env = {k: v for k, v in slurmcli.client_env(cfg).items() if k in cfg.cluster.client_env}
     try:
         job_id, script, experiment_id = nemorun.submit(
-            job.executor, command=job.command, job=job.paths, depends_on=depends_on, client_env=env
+            job.executor,
+            command=job.command,
+            job=job.paths,
+            intent=job.intent,
+            depends_on=depends_on,
+            client_env=env,
         )
     except ex.LaunchConfigError:
         raise
@@ -86,7 +91,7 @@ def submit_run(
     if script:
         kept = Path(run_dir) / "submitted" / f"{run_id}-a{attempt}.sbatch.sh"
         kept.parent.mkdir(parents=True, exist_ok=True)
-        kept.write_text(script)
+        kept.write_text(script, encoding="utf-8", newline="")
     now = time.time()
     a = Attempt(
         run_id=run_id,
