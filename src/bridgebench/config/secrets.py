@@ -175,14 +175,16 @@ def redact(text: str, known: Any = ()) -> str:
     return _ASSIGNMENT.sub(assignment, text)
 
 
+def redact_override(line: str) -> str:
+    """One Hydra override as it may be shown or written: the value of a credential-like key or value redacted."""
+    key, eq, value = line.partition("=")
+    last = key.lstrip("+~").rsplit(".", 1)[-1]
+    return f"{key}=<redacted>" if eq and (secret_name(last) or token_kind(value)) else redact(line)
+
+
 def redact_overrides(overrides: list[str]) -> str:
     """Hydra overrides joined for a message, with the value of a credential-like key or value redacted."""
-    out = []
-    for line in overrides:
-        key, eq, value = line.partition("=")
-        last = key.lstrip("+~").rsplit(".", 1)[-1]
-        out.append(f"{key}=<redacted>" if eq and (secret_name(last) or token_kind(value)) else redact(line))
-    return " ".join(out)
+    return " ".join(redact_override(line) for line in overrides)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -337,6 +339,8 @@ def check_secrets(cfg: Any) -> None:
     """
     if not isinstance(cfg, Mapping) or hasattr(cfg, "_get_node"):
         found = resolver_violations(cfg)
+        if found:  # before anything is resolved: resolving would read the variable (and an error could echo it)
+            raise RuleError(found)
         names = by_name_all(cfg)
         plain = disk_container(cfg)
     else:

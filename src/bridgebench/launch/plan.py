@@ -33,7 +33,7 @@ from bridgebench.config.cluster_fit import cluster_violations
 from bridgebench.config.compose import compose, expand_sweep, run_facts, variant_provenance
 from bridgebench.config.hashing import config_hash
 from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
-from bridgebench.config.secrets import check_secrets, disk_container, redact_overrides
+from bridgebench.config.secrets import check_secrets, disk_container, redact, redact_override, redact_overrides
 from bridgebench.errors import BridgebenchError
 from bridgebench.launch import executor as ex
 from bridgebench.launch import nemorun, shellsafe
@@ -162,7 +162,7 @@ def plan(
         if on_invalid is None:
             raise PlanError(f"run {label!r}{message}") from err
         reason = "; ".join(map(str, err.violations)) if isinstance(err, rules.RuleError) else message[1:].strip()
-        invalid.append(InvalidRun(label, list(ov), rule, reason))
+        invalid.append(InvalidRun(label, [redact_override(o) for o in ov], rule, redact(reason)))
         on_invalid(invalid[-1])
 
     for i, ov in enumerate(sweeps, 1):
@@ -265,7 +265,7 @@ def plan(
         (tmp / "plan.json").write_text(
             json.dumps(
                 {
-                    "overrides": list(overrides),
+                    "overrides": [redact_override(o) for o in overrides],  # a refused run's credential: never written
                     "created": stamp,
                     "runs": [asdict(r) for r in runs],
                     "invalid": [asdict(r) for r in invalid],
