@@ -107,7 +107,10 @@ def table(
         wanted = tuple(q.strip() for q in quality.split(",") if q.strip())
         if not wanted or set(wanted) - set(QUALITIES):
             raise BridgebenchError(f"--quality must be a comma list of {', '.join(QUALITIES)}, got {quality!r}")
-        records = default_store().records(kind="pretrain")
+        store = default_store()
+        records = store.records(kind="pretrain")
+        for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         measured = measured_step_times(records, wanted)
         other = len(measured_step_times(records, QUALITIES + (None,))) - len(measured)
         console.print(

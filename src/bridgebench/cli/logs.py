@@ -27,7 +27,8 @@ def _line(j: dict) -> str:
     """One self-explaining line per file: figures, their quality, and why they are short or missing."""
     head = f"{j['file']}: format={j['format']} outcome={j['outcome']} steps={j['steps']}"
     if j["step_time_s"] is None:
-        return f"{head} step_time_s=- tflops_per_gpu=- ({j['note']})"
+        quality = f" quality={j['quality']}" if j.get("quality") else ""
+        return f"{head} step_time_s=- tflops_per_gpu=-{quality} ({j['note']})"
     return (
         f"{head} step_time_s={_fmt(j['step_time_s'], '.4g')} tflops_per_gpu={_fmt(j['tflops_per_gpu'], '.5g')} "
         f"quality={j['quality']} ({j['note']})"
@@ -72,6 +73,7 @@ def logs_parse(
             and not parsed.signals
             and not parsed.memory
             and parsed.end_marker is None
+            and not parsed.invalid_iterations
         ):
             errors.append(
                 f"{f}: not a training log: no iteration, Step Time, NeMo timing, memory, failure or "

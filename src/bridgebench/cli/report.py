@@ -30,7 +30,10 @@ def report(as_json: bool = typer.Option(False, "--json", help="print JSON (group
     from bridgebench.launch.collect import default_store
     from bridgebench.results.optstep_stats import CONTENDED_OTHER_SHARE, aggregate
 
-    recs = [r for r in default_store().records(kind="optstep") if r.get("optstep")]
+    store = default_store()
+    recs = [r for r in store.records(kind="optstep") if r.get("optstep")]
+    for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
+        typer.echo(line, err=True)
     if not recs:
         raise BridgebenchError(
             "no optimizer-step results in the store: run `bridgebench submit "

@@ -22,7 +22,6 @@ A record stands on its own, so deleting ``plans/`` or ``.state/`` orphans nothin
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +29,7 @@ from typing import Any, Callable
 from omegaconf import OmegaConf
 
 from bridgebench.errors import BridgebenchError
+from bridgebench.launch import jobfiles
 from bridgebench.launch.ledger import Attempt, Ledger
 
 MARKERS = ("BRIDGEBENCH_OPTSTEP ", "BRIDGEBENCH_RUN ")
@@ -39,19 +39,15 @@ class CollectConflict(BridgebenchError):
     """A record id is stored already with different content; the message names both records."""
 
 
+class CollectRefused(BridgebenchError):
+    """Attempts whose job folder holds files collect will not read (FIFOs, devices, symlinks leading out of it);
+    the message names each path. Those attempts stay uncollected; every other attempt was collected."""
+
+
 def _marker(logs: list[Path], marker: str) -> dict[str, Any] | None:
-    """The JSON payload of the last ``<marker><json>`` line in the logs (rank prefixes allowed before it)."""
-    found = None
-    for log in logs:
-        with open(log, errors="replace") as f:
-            for line in f:
-                i = line.find(marker)
-                if i >= 0:
-                    try:
-                        found = json.loads(line[i + len(marker) :])
-                    except json.JSONDecodeError:
-                        continue
-    return found
+    """The JSON payload of the last ``<marker><json>`` line in the logs (rank prefixes allowed before it), streamed
+    (launch/jobfiles.py: bounded memory whatever the log's line lengths)."""
+    return jobfiles.last_marker(logs, marker)
 
 
 def _utc(ts: float | None) -> str | None:
@@ -65,11 +61,7 @@ def record_id(a: Attempt) -> str:
 
 
 def _blobs(store, logs: list[Path]) -> list[dict[str, Any]]:
-    out = []
-    for p in logs:
-        data = p.read_bytes()
-        out.append({"name": p.name, "sha256": store.put_blob(data) if store is not None else None, "bytes": len(data)})
-    return out
+    return jobfiles.log_copies(store, logs)  # streamed into the store: memory bounded per log
 
 
 def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]]:
@@ -82,7 +74,7 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
     if a.plan_dir:
         kept = Path(a.plan_dir) / "submitted" / f"{a.run_id}-a{a.attempt}.sbatch.sh"
         if kept.exists() and store is not None:
-            script = store.put_blob(kept.read_bytes())
+            script, _ = store.put_blob_file(kept)
     prov: dict[str, Any] = {
         "cluster_id": a.cluster_id,
         "slurm_job_id": a.slurm_job_id,
@@ -128,7 +120,7 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
         payload = None
         out = Path(a.job_dir or ".") / "out" / "optstep.json"
         if out.exists():
-            payload = json.loads(out.read_text())
+            payload = jobfiles.read_json(out)  # a regular file of bounded size (launch/jobfiles.py)
         payload = payload or _marker(logs, MARKERS[0])
         if payload:
             prov |= {"versions": payload.get("versions"), "node": payload.get("node")}
@@ -186,18 +178,26 @@ def collect(ledger: Ledger | None = None, store=None, *, progress: Callable[[str
     Raises:
         CollectConflict: a record id is stored with other content (every other record was stored; the conflicting
             attempts stay uncollected).
+        CollectRefused: a job folder holds a FIFO, device or socket, or a symlink leading out of it (named; those
+            attempts stay uncollected, every other one is collected).
     """
     from bridgebench.launch.tracking import attempt_logs
 
     ledger = ledger or Ledger()
-    store = store or default_store()
+    store = store if store is not None else default_store()  # an empty store is falsy (len 0)
     added = 0
     conflicts = []
+    refused = []
     todo = [a for a in ledger.attempts() if a.finished and not a.collected]
     for i, a in enumerate(todo, 1):
         if progress:
             progress(f"[{i}/{len(todo)}] collecting {a.name} attempt {a.attempt} (job {a.slurm_job_id})")
-        recs = records_for(a, attempt_logs(a), store)
+        logs = attempt_logs(a)
+        bad = jobfiles.refused(a.job_dir, logs)  # the job wrote them: regular files inside its folder only
+        if bad:
+            refused += [f"  {a.run_id} attempt {a.attempt} (job {a.slurm_job_id}): {b}" for b in bad]
+            continue
+        recs = records_for(a, logs, store)
         clash = [(r, old) for r in recs if (old := store.stored_differs(r)) is not None]
         if clash:
             conflicts += clash
@@ -207,6 +207,12 @@ def collect(ledger: Ledger | None = None, store=None, *, progress: Callable[[str
             conflicts += [(r, store.get(r["record_id"])) for r in recs if r["record_id"] in store.last_conflicts]
             continue
         ledger.update(a.run_id, a.attempt, collected=True)
+    if refused:
+        raise CollectRefused(
+            f"{len(refused)} file(s) in job folders are not regular files or lead out of their folder; collect does "
+            f"not read them and leaves those attempts uncollected ({added} other record(s) added). Remove them, then "
+            "collect again:\n" + "\n".join(refused)
+        )
     if conflicts:
         lines = [f"  {new['record_id']}: stored = {_describe(old)}; new = {_describe(new)}" for new, old in conflicts]
         raise CollectConflict(

@@ -276,9 +276,12 @@ def plan(
         if final.exists():
             final.rmdir()
         tmp.rename(final)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_dirs(created)
+        if isinstance(err, OSError):  # a full disk, a folder that vanished: said plainly, nothing left behind
+            why = err.strerror or str(err)
+            raise PlanError(f"cannot write the plan under {final.parent}: {why}; nothing was written") from err
         raise
     return final, runs
 
