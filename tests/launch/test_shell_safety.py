@@ -184,3 +184,20 @@ def test_checkout_path_with_a_space(tmp_path):
     payload = next((tmp_path / "p2").glob("*/payload.sh")).read_text()
     assert f"cd {shlex.quote(str(checkout))} &&" in payload
     no_marker(tmp_path, tmp_path / "PWNED")
+
+
+@pytest.mark.parametrize("wrapper", ["[true]", "[numactl,1]", "[1.5]"])
+def test_job_wrapper_must_be_a_list_of_strings(tmp_path, wrapper):
+    """Issue 17: `job.wrapper=[true]` was accepted and ran `True`; now refused, naming the item and the rule."""
+    res = run(tmp_path, "plan", "experiment=optstep_local", f"job.wrapper={wrapper}", "--out", "p")
+    assert res.returncode == 2 and "shell_safe_value" in res.stderr and "job.wrapper[" in res.stderr, res.stderr
+    assert "not a string" in res.stderr and not (tmp_path / "p").exists()
+
+
+def test_job_wrapper_of_strings_reaches_the_payload_quoted(tmp_path):
+    res = run(
+        tmp_path, "plan", "experiment=optstep_local", "job.wrapper=[numactl,'--cpunodebind=0','a b']", "--out", "p"
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    payload = next((tmp_path / "p").glob("*/payload.sh")).read_text()
+    assert "numactl --cpunodebind=0 'a b' " in payload
