@@ -111,10 +111,12 @@ URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):([^/\s@]+)@"
 #: that ``secret_in_config: env_vars...`` in a message is not taken for one) where NAME may be a credential's
 _FRAGMENT = r"(?i:[A-Za-z0-9_.-]*(?:token|secret|pass|key|cred|auth|pat|private|cookie|session)[A-Za-z0-9_.-]*)"
 _ASSIGNMENT = re.compile(
-    rf"""({_FRAGMENT})(=['"]?|['"]\s*:\s*['"]?)([^\s'",}}]+)"""
-    r"""|(?<![\w.])([A-Z0-9_]*(?:TOKEN|SECRET|PASS|KEY|AUTH|PAT)[A-Z0-9_]*)(: +)(\S+)"""
+    rf"""({_FRAGMENT})(=['"]?|['"]\s*:\s*['"]?)([^\s'",{{}}\[\]]+)"""
+    r"""|(?<![\w.])([A-Z0-9_]*(?:TOKEN|SECRET|PASS|KEY|AUTH|PAT)[A-Z0-9_]*)(: +)([^\s{\[]\S*)"""
 )
 
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|true|false|null|None|True|False")
+_PLACEHOLDER_NAMES = frozenset({"key", "keys"})
 #: known secret values shorter than this are not replaced wherever they appear (too likely to be ordinary text; the
 #: structural patterns still catch them in ``NAME=value`` and URLs)
 MIN_KNOWN = 6
@@ -168,7 +170,13 @@ def redact(text: str, known: Any = ()) -> str:
 
     def assignment(m: re.Match) -> str:
         name, sep, value = m.group(1, 2, 3) if m.group(1) else m.group(4, 5, 6)
-        if not secret_name(name.rsplit(".", 1)[-1]) or value == "<redacted>":
+        last = name.rsplit(".", 1)[-1]
+        if (
+            not secret_name(last)
+            or value == "<redacted>"
+            or _NUMBER.fullmatch(value.rstrip(",;)"))  # a figure (model_flops_per_token: 5.1e9) is no secret
+            or last.lower() in _PLACEHOLDER_NAMES  # "expected key=value"
+        ):
             return m.group(0)
         return name + sep + "<redacted>"
 
