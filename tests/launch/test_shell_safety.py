@@ -201,3 +201,18 @@ def test_job_wrapper_of_strings_reaches_the_payload_quoted(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     payload = next((tmp_path / "p").glob("*/payload.sh")).read_text()
     assert "numactl --cpunodebind=0 'a b' " in payload
+
+
+def test_the_issue_command_refuses_naming_the_rule(tmp_path):
+    """Done-when of issue 17: `bridgebench plan experiment=optstep_local cluster=example_nvl72
+    "release.container_image='nvcr.io/x;touch P;#'"` refuses naming the rule (and the field); nothing is written."""
+    res = run(
+        tmp_path,
+        "plan",
+        "experiment=optstep_local",
+        "cluster=example_nvl72",
+        "release.container_image='nvcr.io/x;touch P;#'",
+    )
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "shell_safe_value" in res.stderr and "release.container_image" in res.stderr
+    assert not (tmp_path / "P").exists() and not (tmp_path / "plans").exists()
