@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from omegaconf import OmegaConf
 
+from bridgebench.config.secrets import disk_container
 from bridgebench.errors import BridgebenchError
 from bridgebench.launch import jobfiles
 from bridgebench.launch.ledger import Attempt, Ledger
@@ -104,7 +105,8 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
             "started_utc": _utc(a.started_at),
             "ended_utc": _utc(a.ended_at),
         },
-        "config": OmegaConf.to_container(cfg, resolve=True) if cfg is not None else None,
+        # as written (config/secrets.py): a variable passed by name stays ${oc.env:VAR}, never read here
+        "config": disk_container(cfg) if cfg is not None else None,
     }
     if cfg is not None:
         prov |= {

@@ -335,8 +335,12 @@ def verify_sbatch(script: str, intent: Intent) -> None:
     after = script[at:].split("\n")[2:] if at >= 0 else []
     srun = next((line for line in after if line), "")  # the first line after the command's heading
     words = srun.replace(_RESTART, "0").split(" ")
-    if not srun.startswith("srun ") or not all(_PLAIN_WORD.fullmatch(w) for w in words):
-        _fail(f"has an srun line that is not plain words: {_shown(srun)}")
+    if not srun.startswith("srun "):
+        _fail(f"has no srun line after '# Command 1' (found {_shown(srun)})")
+    bad = [w for w in words if not _PLAIN_WORD.fullmatch(w)]
+    if bad:
+        shown = ", ".join(map(_shown, bad[:3]))
+        _fail(f"has an srun line that is not plain words: {shown} would be split or run by bash")
     got_image = words[words.index("--container-image") + 1] if "--container-image" in words else None
     if got_image != intent.image:
         _fail(f"starts the container {got_image!r}, meant {intent.image!r}")
