@@ -1332,17 +1332,18 @@ def _finish(S: _State, path: str | None, nbytes: int, warmup: int, min_steps: in
     starts: dict[int, int] = {}
     last_segment_start: int | None = None
     invalid = 0
-    for label, rs in list(S.records.items()):  # impossible iteration numbers: invalid data, not a crash
-        if rs and not all(-1 <= r.iteration <= MAX_ITERATION for r in rs):
-            kept = [r for r in rs if -1 <= r.iteration <= MAX_ITERATION]
-            invalid += len(rs) - len(kept)
-            if kept:
-                S.records[label] = kept
-            else:
-                del S.records[label]
     iteration_ranks = sorted(label for label in S.records if label is not None)
     recs = S.records[_pick_rank(S.records)] if S.records else []
-    its = np.fromiter(map(_ITERATION, recs), np.int64, len(recs)) if recs else None
+    try:
+        its = np.fromiter(map(_ITERATION, recs), np.int64, len(recs)) if recs else None
+    except OverflowError:  # beyond int64: certainly beyond MAX_ITERATION
+        its = np.array([MAX_ITERATION + 1])
+    if its is not None and (its.max() > MAX_ITERATION or its.min() < -1):
+        # impossible iteration numbers: invalid data, dropped and counted (the rare path; the check above is numpy)
+        kept = [r for r in recs if -1 <= r.iteration <= MAX_ITERATION]
+        invalid = len(recs) - len(kept)
+        recs = kept
+        its = np.fromiter(map(_ITERATION, recs), np.int64, len(recs)) if recs else None
     if (
         recs
         and all(off < recs[0].offset for off, _ in S.restart_markers)
