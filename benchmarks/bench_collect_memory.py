@@ -2,7 +2,7 @@
 
 Builds, in a temporary folder, a ledger with one finished optimizer-step attempt whose job folder holds one log of
 ``--size-mb`` MB -- ``--shape lines``: Megatron iteration lines among long NCCL/warning noise lines (a verbose
-training log); ``--shape one-line``: a single line without a newline (a progress bar rewriting itself) -- plus the
+training log); ``--shape one-line``: a single line without a newline (binary-ish junk or a progress bar without line ends) -- plus the
 plan's ``config.yaml``; then runs, each in a fresh process, ``collect`` (the log parsed, its marker found, the log
 copied into the results store) and ``logs parse`` of the same file, and prints each one's peak resident memory
 (``ru_maxrss`` of the child) beside the interpreter's own baseline (the same imports, no work).
@@ -33,7 +33,7 @@ NOISE = (
 def make_log(path: Path, size: int, shape: str) -> None:
     with open(path, "wb") as f:
         if shape == "one-line":
-            block = b"\r[progress " + b"#" * 1000 + b"]"
+            block = b" [progress " + b"#" * 1000 + b"]"  # no newline, no carriage return: truly one line
             for _ in range(size // len(block)):
                 f.write(block)
             return
