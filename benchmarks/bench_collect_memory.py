@@ -2,8 +2,8 @@
 
 Builds, in a temporary folder, a ledger with one finished optimizer-step attempt whose job folder holds one log of
 ``--size-mb`` MB -- ``--shape lines``: Megatron iteration lines among long NCCL/warning noise lines (a verbose
-training log); ``--shape one-line``: a single line without a newline (binary-ish junk or a progress bar without line ends) -- plus the
-plan's ``config.yaml``; then runs, each in a fresh process, ``collect`` (the log parsed, its marker found, the log
+training log); ``--shape one-line``: a single line without a newline or carriage return (the issue's case) -- plus
+the plan's ``config.yaml``; then runs, each in a fresh process, ``collect`` (the log parsed, its marker found, the log
 copied into the results store) and ``logs parse`` of the same file, and prints each one's peak resident memory
 (``ru_maxrss`` of the child) beside the interpreter's own baseline (the same imports, no work).
 
