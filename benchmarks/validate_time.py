@@ -1,21 +1,19 @@
 """Validate bridgebench's time model (bridgebench.model.timing) against measurements nobody here made; prints figures.
 
-(c) Rank correlation (Spearman, scipy) between predicted and published model TFLOP/s/GPU within each (model, system,
-    precision) group of NVIDIA's perf tables with at least 4 scored rows, every row predicted by a calibration fitted
-    on OTHER releases: leave-one-release-out (each release held out in turn; a group's other releases lie on both
-    sides of the held-out one, so the group terms interpolate) and early -> late (fit 25.09 .. 26.02.01, score
-    26.04 .. 26.08: they extrapolate). Models: physics only; with the common release trend; with the group levels
-    (``fit_group_levels``: each group's software level and release slope, pooled or shrunk -- the shipped one); the
-    group's own held-out residuals interpolated between neighbouring releases; and two references that are not
-    models: an ORACLE that also knows the scored release's published rows of the other groups (leaks the scored
-    release, not allowed), and the release order alone. Pooled rho and MAPE over all held-out rows go with each.
+(c) Every published row of NVIDIA's perf tables predicted by a calibration fitted on OTHER releases: leave one release
+    out (each release held out in turn; a group's other releases lie on both sides of it, so its level is read off
+    its neighbours) and early -> late (fit 25.09 .. 26.02.01, score 26.04 .. 26.08: the levels are carried forward).
+    Models: physics only (efficiency per GPU and precision class, no release level), the shipped model (+ the release
+    levels read off the table, bridgebench.model.steptime.release), and the release order alone (a reference, not a
+    model: "later is faster"). Per (model, system, precision) group with >= 4 scored rows: Spearman (scipy); pooled
+    Spearman and MAPE over all held-out rows; the consecutive configuration changes inside groups.
 (d) The Muon / Adam iteration-time ratio of Megatron-LM's golden pairs (results/reference/golden, H100 and GB200):
-    predicted as 1 + (Muon optimizer step - Adam optimizer step) / the measured Adam median, against the measured
-    medians (INDEX.csv, steps 10 onward).
+    predicted as 1 + (Muon step - Adam step) / the measured Adam median, against the measured medians (INDEX.csv,
+    steps 10 onward).
 (e) The blog's Table 1 (GB300, MXFP8, 26.02): Muon's step-time increase over AdamW for Kimi K2 (+2.1 %) and Qwen3
     30B-A3B (+3.9 %), from the shipped calibration.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/validate_time.py [--json out.json]
+    PYTHONPATH=src .venv/bin/python benchmarks/validate_time.py [--json out.json] [--skip-c]
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -37,20 +35,20 @@ from scipy.stats import spearmanr  # noqa: E402
 from bridgebench.config import calibration  # noqa: E402
 from bridgebench.config import sweep as engine  # noqa: E402
 from bridgebench.config.catalog import load_gpu  # noqa: E402
-from bridgebench.model.timing import GpuFacts, TimeConfig, calibrate, fit_group_levels, predict_time  # noqa: E402
+from bridgebench.model.timing import (  # noqa: E402
+    GpuFacts,
+    TimeConfig,
+    adam_counterpart,
+    calibrate,
+    predict_time,
+    release_index,
+)
 from bridgebench.results.golden import golden_cases, golden_spec  # noqa: E402
 from bridgebench.results.time_calibration import published_rows  # noqa: E402
 
 EARLY = {"25.09", "25.11", "26.02", "26.02.01"}
-#: models compared in (c): name -> how the held-out prediction of a row is made from the training releases' fit.
-MODELS = (
-    "physics only",
-    "+ release trend",
-    "+ group levels, pooled slope (k = inf)",
-    "+ group levels, shrunk slope (shipped)",
-    "+ group neighbours (interpolated)",
-    "ORACLE: + scored release's factor from other groups (leaks)",
-)
+#: models compared in (c).
+MODELS = ("physics only", "+ release levels (shipped)")
 
 
 def splits_of(rows, mode: str) -> list[tuple[set, set]]:
@@ -64,63 +62,17 @@ def group_of(r) -> tuple[str, str, str]:
     return (r.model, r.system, r.precision)
 
 
-def interpolated(rows, train_idx, pred, i) -> float:
-    """Log correction of row ``i``: the log(published / predicted) of its group's training rows, interpolated
-    linearly in release index between the nearest training releases on either side (flat beyond the ends)."""
-    pts = defaultdict(list)
-    for j in train_idx:
-        if group_of(rows[j]) == group_of(rows[i]):
-            pts[rows[j].cfg.release_index].append(math.log(rows[j].tflops / pred[j]))
-    if not pts:
-        return 0.0
-    xs = sorted(pts)
-    ys = [statistics.mean(pts[x]) for x in xs]
-    x = rows[i].cfg.release_index
-    left = [k for k in range(len(xs)) if xs[k] <= x]
-    right = [k for k in range(len(xs)) if xs[k] >= x]
-    if left and right:
-        lo, hi = left[-1], right[0]
-        w = 0.0 if xs[hi] == xs[lo] else (x - xs[lo]) / (xs[hi] - xs[lo])
-        return ys[lo] * (1 - w) + ys[hi] * w
-    return ys[left[-1] if left else right[0]]
-
-
 def held_out(rows, mode: str) -> dict[str, dict[int, float]]:
     """Held-out predicted TFLOP/s/GPU of every scored row under each of :data:`MODELS`."""
     out: dict[str, dict[int, float]] = {name: {} for name in MODELS}
     for train, test in splits_of(rows, mode):
-        train_rows = [r for r in rows if r.release in train]
-        train_idx = [j for j, r in enumerate(rows) if r.release in train]
-        physics = calibrate(train_rows, groups=False)
-        cals = {
-            "physics only": physics,
-            "+ release trend": calibrate(train_rows, trend=True, groups=False),
-            "+ group levels, pooled slope (k = inf)": dataclasses.replace(physics),
-            "+ group levels, shrunk slope (shipped)": dataclasses.replace(physics),
-        }
-        for name, k in (
-            ("+ group levels, pooled slope (k = inf)", math.inf),
-            ("+ group levels, shrunk slope (shipped)", None),
-        ):
-            cal = cals[name]
-            cal.groups, cal.group_slope, cal.group_shrinkage = fit_group_levels(train_rows, cal, k)
-        pred = {name: [predict_time(r.spec, r.cfg, cal).tflops_per_gpu for r in rows] for name, cal in cals.items()}
-        shipped = pred["+ group levels, shrunk slope (shipped)"]
+        shipped = calibrate([r for r in rows if r.release in train])
+        physics = dataclasses.replace(shipped, groups={}, family_level={})
         for i, r in enumerate(rows):
-            if r.release not in test:
-                continue
-            for name in cals:
-                out[name][i] = pred[name][i]
-            out["+ group neighbours (interpolated)"][i] = pred["physics only"][i] * math.exp(
-                interpolated(rows, train_idx, pred["physics only"], i)
-            )
-            # not allowed: the scored release's own published rows of OTHER groups set a per-release factor
-            others = [
-                math.log(s.tflops / shipped[j])
-                for j, s in enumerate(rows)
-                if s.release == r.release and group_of(s) != group_of(r)
-            ]
-            out[MODELS[-1]][i] = shipped[i] * math.exp(statistics.mean(others) if others else 0.0)
+            if r.release in test:
+                out["physics only"][i] = predict_time(r.spec, r.cfg, physics).tflops_per_gpu
+                out["+ release levels (shipped)"][i] = predict_time(r.spec, r.cfg, shipped).tflops_per_gpu
+        print(f"  fitted without {', '.join(sorted(test))}", flush=True)
     return out
 
 
@@ -156,7 +108,7 @@ CONFIG_FIELDS = ("gbs", "mbs", "tp", "pp", "vp", "cp", "ep", "etp")
 def config_changes(rows) -> dict:
     """Which configuration fields change inside the groups of >= 4 rows, and whether the physics (fitted on all rows,
     no group terms) moves each consecutive change the way the published figure moves."""
-    cal = calibrate(rows, groups=False)
+    cal = calibrate(rows, levels=False)
     groups = defaultdict(list)
     for r in rows:
         groups[group_of(r)].append(r)
@@ -164,7 +116,7 @@ def config_changes(rows) -> dict:
     for key, members in sorted(groups.items()):
         if len(members) < 4:
             continue
-        members.sort(key=lambda r: r.cfg.release_index)
+        members.sort(key=lambda r: release_index(r.release))
         sig = lambda r: {f: getattr(r.cfg, f) for f in CONFIG_FIELDS} | {"mtp": r.spec.mtp_layers}  # noqa: E731
         constant += all(sig(r) == sig(members[0]) for r in members)
         for a, b in zip(members, members[1:]):
@@ -189,7 +141,7 @@ def part_c(rows) -> dict:
     for mode in ("leave-one-release-out", "early->late"):
         preds = held_out(rows, mode)
         scored = sorted(preds["physics only"])
-        order = {i: rows[i].cfg.release_index for i in scored}  # "later is faster", the release order alone
+        order = {i: release_index(rows[i].release) for i in scored}  # "later is faster", the release order alone
         table = {name: scores(rows, preds[name]) for name in MODELS}
         table["release order alone (ceiling of a monotone software trend)"] = scores(rows, order)
         print(f"\n  {mode}: rho per group ({', '.join(f'[{n}] {name}' for n, name in enumerate(table))})")
@@ -224,7 +176,7 @@ def part_c(rows) -> dict:
 
 def part_d(cal) -> list[dict]:
     print("\n(d) golden Muon / Adam iteration-time ratio (Megatron-LM golden values, median from step 10)")
-    print("    predicted = 1 + (predicted Muon optimizer step - predicted Adam optimizer step) / measured Adam median")
+    print("    predicted = 1 + (predicted Muon step - predicted Adam step) / measured Adam median")
     cases = {(c.test_case, c.hardware): c for c in golden_cases()}
     out = []
     for c in golden_cases():
@@ -244,10 +196,11 @@ def part_d(cal) -> list[dict]:
             gbs=int(c.args["--global-batch-size"]),
             ep=int(c.args["--expert-model-parallel-size"]),
         )
-        muon = predict_time(spec, TimeConfig(**kw, optimizer="dist_muon" if distributed else "muon"), cal)
-        adam = predict_time(spec, TimeConfig(**kw, optimizer="adam"), cal)
+        muon_opt = "dist_muon" if distributed else "muon"
+        muon = predict_time(spec, TimeConfig(**kw, optimizer=muon_opt, use_distributed_optimizer=False), cal)
+        adam = predict_time(spec, TimeConfig(**kw, optimizer="adam", use_distributed_optimizer=distributed), cal)
         measured = c.iter_time_median_s / twin.iter_time_median_s
-        predicted = 1 + (muon.optimizer - adam.optimizer) / twin.iter_time_median_s
+        predicted = 1 + (muon.total - adam.total) / twin.iter_time_median_s
         note = "" if distributed else "  [non-distributed muon; also checks weight hashes every step]"
         print(
             f"  {c.short:30s} {c.hardware:12s} measured {c.iter_time_median_s:.3f}/{twin.iter_time_median_s:.3f} = "
@@ -267,7 +220,7 @@ def part_e(cal) -> list[dict]:
         v = engine.effective(base, {})
         cfg = engine.time_config(v, base.gpu)
         muon = predict_time(base.spec, cfg, cal)
-        adam = predict_time(base.spec, dataclasses.replace(cfg, optimizer="adam"), cal)
+        adam = predict_time(base.spec, adam_counterpart(cfg), cal)
         published_adam_s = adam.flops / cfg.num_gpus / (adam_tf * 1e12)
         published = adam_tf / muon_tf - 1
         delta = muon.total - adam.total
@@ -279,7 +232,8 @@ def part_e(cal) -> list[dict]:
         print(
             f"  {'':14s} Muon terms: NS {muon.ns:.3f} s ({muon.busiest_ns_flops / 1e12:.0f} TFLOP on the busiest GPU), "
             f"{muon.busiest_matrices} matrices x {cal.kappa * 1e6:.0f} us = {muon.per_matrix:.3f} s, all-gather "
-            f"{muon.allgather:.3f} s, element-wise {muon.elementwise:.3f} s; AdamW optimizer {adam.optimizer:.3f} s"
+            f"{muon.allgather:.3f} s, element-wise {muon.opt.elementwise:.3f} s, DP {muon.terms['dp_comm']:.3f} s; "
+            f"AdamW optimizer {adam.optimizer:.3f} s, DP {adam.terms['dp_comm']:.3f} s (release {muon.release})"
         )
         out.append(
             {
@@ -295,9 +249,11 @@ def part_e(cal) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the figures as JSON")
+    ap.add_argument("--skip-c", action="store_true", help="skip (c) (the held-out fits take a few minutes)")
     args = ap.parse_args()
+    print(f"load average {os.getloadavg()[0]:.1f}")
     rows = published_rows()
-    c = part_c(rows)
+    c = {} if args.skip_c else part_c(rows)
     cal = calibration.load().time
     d = part_d(cal)
     e = part_e(cal)

@@ -176,8 +176,16 @@ def table(
 
 
 @app.command("check-published")
-def check_published_cmd(as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
-    """FLOPs/token x tokens/s/GPU vs published model TFLOP/s/GPU over every published row of a known model."""
+def check_published_cmd(
+    models: bool = typer.Option(
+        False, "--models", help="also check the time and memory models on every row (held-out release; ~2 min)"
+    ),
+    calibration: str = typer.Option("default", "--calibration", help="configs/calibration/<NAME>.yaml (--models)"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+) -> None:
+    """FLOPs/token x tokens/s/GPU vs published model TFLOP/s/GPU over every published row of a known model; with
+    --models, every row's TFLOP/s predicted by the time model calibrated WITHOUT the row's release, its band, and
+    the memory model's verdict (every published row ran, so one that does not fit is a false prune)."""
     import dataclasses
 
     from bridgebench.paths import load_paths
@@ -185,13 +193,25 @@ def check_published_cmd(as_json: bool = typer.Option(False, "--json", help="prin
 
     df, summary = check_published()
     # generated output goes to configs/paths' tables folder, never over the tracked results/reference/ files
-    out = load_paths().tables / "flops_check.csv"
+    tables = load_paths().tables
+    out = tables / "flops_check.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".csv.tmp")
     df.to_csv(tmp, index=False, float_format="%.6g")
     tmp.replace(out)
+    result = {"flops": dataclasses.asdict(summary)}
+    mdf = msum = None
+    if models:
+        from bridgebench.results.published_models import check_models
+
+        mdf, msum = check_models(calibration=calibration, progress=lambda msg: typer.echo(msg, err=True))
+        mout = tables / "models_check.csv"
+        tmp = mout.with_suffix(".csv.tmp")
+        mdf.to_csv(tmp, index=False, float_format="%.6g")
+        tmp.replace(mout)
+        result["models"] = {**dataclasses.asdict(msum), "per_row": str(mout)}
     if as_json:
-        typer.echo(json.dumps(dataclasses.asdict(summary), indent=2))
+        typer.echo(json.dumps(result if models else result["flops"], indent=2))
         return
     typer.echo(f"rows checked           : {summary.rows}")
     typer.echo(f"within rounding bound  : {summary.within_rounding}")
@@ -202,3 +222,37 @@ def check_published_cmd(as_json: bool = typer.Option(False, "--json", help="prin
         " belong to groups whose published rows fit no constant FLOPs/token"
     )
     typer.echo(f"per-row results        : {out}")
+    if models and mdf is not None and msum is not None:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console()
+        console.width = max(console.width, 150)
+        t = Table(title="time and memory models vs published rows (time: calibration fitted without the row's release)")
+        for c in ("release", "model", "GPU", "prec", "GPUs", "TP", "PP", "VP", "CP", "EP", "MBS", "published",
+                  "predicted", "error", "band", "memory GB", "usable GB", "fits"):  # fmt: skip
+            t.add_column(c, justify="left" if c in ("release", "model", "GPU", "prec") else "right", no_wrap=True)
+        for r in mdf.itertuples():
+            pred = (
+                "-"
+                if r.predicted_tflops != r.predicted_tflops or r.predicted_tflops is None
+                else f"{r.predicted_tflops:.0f}"
+            )
+            err = "-" if r.rel_error != r.rel_error or r.rel_error is None else f"{r.rel_error:+.1%}"
+            t.add_row(
+                r.release, r.model, r.system, r.precision, str(r.num_gpus), str(r.tp), str(r.pp), str(r.vp or "-"),
+                str(r.cp), str(r.ep), str(r.mbs), f"{r.published_tflops:.0f}", pred, err, f"+-{r.band:.0%}",
+                f"{r.memory_gb:.0f}", f"{r.usable_gb:.0f}", "yes" if r.fits else "[red]NO[/]",
+            )  # fmt: skip
+        console.print(t)
+        typer.echo(
+            f"time model: {msum.predicted} of {msum.rows} rows predicted with their release held out; MAPE "
+            f"{msum.mape:.1%}, median |error| {msum.median_abs_error:.1%}, max {msum.max_abs_error:.1%}; "
+            f"{msum.within_band} within their band"
+        )
+        typer.echo("  MAPE by held-out release: " + ", ".join(f"{k} {v:.1%}" for k, v in msum.mape_by_release.items()))
+        typer.echo(
+            f"memory model: {msum.fits} of {msum.rows} published rows fit; {msum.false_prunes} false prunes "
+            f"(every published row ran)"
+        )
+        typer.echo(f"per-row results        : {result['models']['per_row']}")

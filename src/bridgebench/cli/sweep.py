@@ -142,9 +142,10 @@ def muon_cost(
     calibration: str = typer.Option("default", "--calibration", help="configs/calibration/<NAME>.yaml"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
-    """The Muon overhead model of one configuration: Newton-Schulz FLOPs and time per GPU, the layer-wise
-    assignment's load balance (busiest vs mean GPU), the all-gather volume, the predicted Muon / AdamW step-time
-    ratio, and what a cost-balanced assignment of matrices would give instead of Megatron-Core's order."""
+    """The Muon overhead model of one configuration at its release: Newton-Schulz FLOPs and time per GPU, the
+    layer-wise deal's load balance (busiest vs mean GPU), the TP mode's and the param all-gather's cost, the predicted
+    Muon / AdamW step times, and Muon's choices as what-ifs: Megatron-Core 0.19.2's deal vs a cost-balanced packing
+    (Megatron-LM PR #6379), TP modes duplicated / distributed / blockwise, SYRK (hypothetical here)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -170,8 +171,10 @@ def muon_cost(
         "model": base.spec.name,
         "gpu": base.gpu.name,
         "num_gpus": v["num_gpus"],
+        "release": cost.release,
         "parallelism": {k: v[k] for k in ("tp", "pp", "vp", "cp", "ep", "etp_effective")},
         "optimizer": v["optimizer"],
+        "choices": {"assignment": cost.assignment, "muon_tp_mode": cost.tp_mode, "ns_kernel": cost.kernel},
         "ns_rate_tflops": cost.ns_rate / 1e12,
         "kappa_s": cost.kappa,
         "ns_flops_total": sum(pp.ns_flops),
@@ -183,6 +186,7 @@ def muon_cost(
         "load_balance": cost.busiest_s(pp) / cost.mean_s(pp),
         "balanced_ns_time_busiest_s": cost.busiest_s(ba),
         "balanced_load_balance": cost.busiest_s(ba) / cost.mean_s(ba),
+        "tp_mode_comm_s": cost.muon.opt.tp_mode,
         "allgather_bytes_per_gpu": cost.allgather_bytes,
         "allgather_s": cost.allgather_s,
         "elementwise_s": cost.elementwise_s,
@@ -191,8 +195,28 @@ def muon_cost(
         "muon_over_adamw": cost.ratio,
         "muon_step_balanced_s": cost.balanced_step_s,
         "muon_over_adamw_balanced": cost.balanced_step_s / cost.adam.total,
+        "band_pct": cost.muon.band_pct,
+        "muon_terms_s": cost.muon.terms,
+        "adamw_terms_s": cost.adam.terms,
+        "what_ifs": [
+            {
+                "assignment": w.assignment,
+                "muon_tp_mode": w.tp_mode,
+                "ns_kernel": w.kernel,
+                "step_s": w.step_s,
+                "optimizer_s": w.optimizer_s,
+                "ns_s": w.ns_s,
+                "tp_mode_comm_s": w.tp_mode_s,
+                "muon_over_adamw": w.step_s / cost.adam.total,
+                "status": w.status,
+            }
+            for w in cost.variants
+        ],  # fmt: skip
         "calibration": calib.name,
+        "efficiency": cost.muon.efficiency,
         "efficiency_source": cost.muon.efficiency_source,
+        "software_level": cost.muon.level,
+        "software_level_source": cost.muon.level_source,
     }
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
@@ -200,10 +224,13 @@ def muon_cost(
     out = Console()
     out.width = max(out.width, 140)
     par = " ".join(f"{k.split('_')[0].upper()}{val}" for k, val in summary["parallelism"].items() if val)
-    t = Table(title=f"Muon cost: {base.spec.name} on {v['num_gpus']} {base.gpu.name} ({par}, {v['optimizer']})")
+    t = Table(
+        title=f"Muon cost: {base.spec.name} on {v['num_gpus']} {base.gpu.name} ({par}, {v['optimizer']}) at release "
+        f"{cost.release}"
+    )
     t.add_column("quantity")
     t.add_column("Megatron-Core order (ping-pong)", justify="right")
-    t.add_column("cost-balanced", justify="right")
+    t.add_column("cost-balanced (PR #6379)", justify="right")
     t.add_row("NS TFLOP on the busiest GPU", f"{max(pp.ns_flops) / 1e12:.2f}", f"{max(ba.ns_flops) / 1e12:.2f}")
     t.add_row("NS TFLOP per GPU, mean", f"{sum(pp.ns_flops) / n / 1e12:.2f}", f"{sum(ba.ns_flops) / n / 1e12:.2f}")
     t.add_row("matrices on the busiest GPU", str(max(pp.matrices)), str(max(ba.matrices)))
@@ -214,12 +241,24 @@ def muon_cost(
     t.add_row("Muon step (s)", f"{cost.muon.total:.3f}", f"{cost.balanced_step_s:.3f}")
     t.add_row("Muon / AdamW step time", f"{cost.ratio:.4f}", f"{cost.balanced_step_s / cost.adam.total:.4f}")
     out.print(t)
+    w = Table(title=f"what-ifs at release {cost.release} (AdamW step {cost.adam.total:.3f} s)")
+    for c in ("deal", "TP mode", "NS kernel", "Muon step s", "optimizer s", "NS s", "TP-mode comm s", "Muon/AdamW",
+              "status"):  # fmt: skip
+        w.add_column(c, justify="right" if c.endswith(("s", "AdamW")) else "left")
+    for x in cost.variants:
+        mark = " *" if (x.assignment, x.tp_mode, x.kernel) == (cost.assignment, cost.tp_mode, cost.kernel) else ""
+        w.add_row(x.assignment + mark, x.tp_mode, x.kernel, f"{x.step_s:.3f}", f"{x.optimizer_s:.3f}",
+                  f"{x.ns_s:.3f}", f"{x.tp_mode_s:.4f}", f"{x.step_s / cost.adam.total:.4f}", x.status)  # fmt: skip
+    out.print(w)
     out.print(
-        f"NS rate {cost.ns_rate / 1e12:.0f} TFLOP/s (BF16 peak x ns_efficiency {calib.time.ns_efficiency}), "
-        f"{cost.kappa * 1e6:.0f} us per matrix; all-gather of updated bf16 params {cost.allgather_bytes / 1e9:.2f} GB "
-        f"per GPU -> {cost.allgather_s:.3f} s; element-wise update {cost.elementwise_s:.3f} s; AdamW step "
-        f"{cost.adam.total:.3f} s (optimizer {cost.adam.optimizer:.3f} s). Calibration {calib.name!r}; model "
-        f"efficiency {cost.muon.efficiency:.3f} ({cost.muon.efficiency_source})."
+        f"release {cost.release}: AdamW step {cost.adam.total:.3f} s, Muon step {cost.muon.total:.3f} s "
+        f"(+-{cost.muon.band_pct:.1f} %, band from held-out published rows: {cost.muon.band_source}). NS rate "
+        f"{cost.ns_rate / 1e12:.0f} TFLOP/s (BF16 peak x ns_efficiency {calib.time.ns_efficiency}), "
+        f"{cost.kappa * 1e6:.0f} us per matrix (first-principles values, no GPU measurement); all-gather of updated "
+        f"bf16 params {cost.allgather_bytes / 1e9:.2f} GB per GPU -> {cost.allgather_s:.3f} s; element-wise update "
+        f"{cost.elementwise_s:.3f} s. Calibration {calib.name!r}: efficiency {cost.muon.efficiency:.3f} "
+        f"({cost.muon.efficiency_source}, software level x{cost.muon.level:.3f} from the {cost.muon.level_source}). "
+        "* = this configuration."
     )
 
 
@@ -229,33 +268,44 @@ def calibrate(
     name: str = typer.Option("default", "--calibration", help="calibration file to write"),
     as_json: bool = typer.Option(False, "--json", help="print the fitted constants as JSON"),
 ) -> None:
-    """Fit the time model's efficiencies and per-layer overhead on every published perf-table row of a model
-    bridgebench knows (results/reference/published_pretrain_throughput.csv)."""
+    """Fit the time model on every published perf-table row of a model bridgebench knows
+    (results/reference/published_pretrain_throughput.csv): efficiency per GPU and precision class, per-layer
+    overhead, the release-level process, and the uncertainty bands from leave-one-release-out predictions (one fit
+    per release: about a minute here)."""
     import math
     import statistics
 
     from bridgebench.config import calibration as calib_mod
-    from bridgebench.model.timing import predict_time
-    from bridgebench.results.time_calibration import fit, published_rows
+    from bridgebench.model.timing import calibrate_with_bands, predict_time
+    from bridgebench.results.time_calibration import published_rows
 
     rows = published_rows()
-    cal = fit(rows)
+    cal, held = calibrate_with_bands(rows)
     errors = [predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops - 1 for r in rows]
+    out_errors = [p / r.tflops - 1 for r, p in zip(rows, held) if p]
     releases = sorted({r.release for r in rows}, key=lambda x: [int(p) for p in x.split(".")])
     median = statistics.median(abs(e) for e in errors)
     grms = math.exp(math.sqrt(statistics.mean(math.log1p(e) ** 2 for e in errors))) - 1
+    mape = statistics.mean(abs(e) for e in out_errors)
     source = (
         f"bridgebench calibrate --write: {len(rows)} published rows of releases {', '.join(releases)} "
         f"(results/reference/published_pretrain_throughput.csv); fit error: median |error| {median:.1%}, "
-        f"geometric RMS {grms:.1%}"
+        f"geometric RMS {grms:.1%}; held-out (leave one release out) MAPE {mape:.1%} over {len(out_errors)} rows"
     )
     if write:
         path = calib_mod.write_time(name, cal, source)
         typer.echo(f"wrote {path}", err=True)
     if as_json:
         typer.echo(json.dumps({"source": source, "time": cal.to_mapping()}, indent=2))
-    else:
-        typer.echo(source)
-        typer.echo(f"c_layer {cal.c_layer * 1e3:.2f} ms per layer per microbatch")
-        for (gpu, pclass, fam), value in sorted(cal.efficiency.items()):
-            typer.echo(f"  {gpu:6s} {pclass:6s} {fam:6s} efficiency {value:.3f} ({cal.rows[(gpu, pclass, fam)]} rows)")
+        return
+    typer.echo(source)
+    typer.echo(f"c_layer {cal.c_layer * 1e3:.3f} ms per layer per microbatch")
+    for (gpu, pclass), value in sorted(cal.efficiency.items()):
+        band = cal.band_by_gpu.get((gpu, pclass))
+        extra = f", band +-{band:.1%}" if band is not None else ""
+        typer.echo(f"  {gpu:6s} {pclass:6s} efficiency {value:.3f} ({cal.rows[(gpu, pclass)]} rows{extra})")
+    typer.echo(
+        f"release levels: {len(cal.groups)} published groups ("
+        + ", ".join(f"{f} mean x{math.exp(v):.3f}" for f, v in sorted(cal.family_level.items()))
+        + f"); band over all rows +-{cal.band_default:.1%} (held out by release)"
+    )

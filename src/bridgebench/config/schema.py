@@ -196,6 +196,9 @@ class ReleaseSchema:
 class AccountingSchema:
     flops_formula: str = MISSING
     ns_kernel: str = "gemm"
+    muon_assignment: str = (
+        "ping_pong"  # ping_pong (Megatron-Core 0.19.2) | cost_balanced (Megatron-LM PR #6379 what-if)
+    )
 
 
 @dataclass

@@ -43,6 +43,7 @@ from bridgebench.config.calibration import ModelCalibration
 from bridgebench.config.compose import ConfigError, compose, model_spec, normalize_overrides
 from bridgebench.config.hashing import config_hash
 from bridgebench.config.schema import MB_SECTIONS, START_FIELDS, SectionError, check_sections, start_values
+from bridgebench.config.time_knobs import TIME_KEYS, time_knobs
 from bridgebench.model import memory as mem
 from bridgebench.model import timing
 from bridgebench.model.layout import LayoutError, balanced_layout
@@ -99,6 +100,7 @@ KEYS = {
     "muon_split_qkv": "optimizer.muon_split_qkv",
     "ns_kernel": "accounting.ns_kernel",
     "flops_formula": "accounting.flops_formula",
+    **TIME_KEYS,  # the time model's recipe knobs (bridgebench.config.time_knobs)
 }
 #: keys whose values must be positive integers (``None`` allowed for the optional ones).
 POSITIVE = {
@@ -656,7 +658,7 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
 
 
 def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
-    """The time model's view of a point's effective values."""
+    """The time model's view of a point's effective values (knobs: :func:`bridgebench.config.time_knobs.time_knobs`)."""
     granularity = v["recompute_granularity"]
     mods = v["recompute_modules"]
     if granularity == "selective" and mods is None:
@@ -682,6 +684,7 @@ def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
         recompute_method=v["recompute_method"],
         recompute_num_layers=v["recompute_num_layers"],
         recompute_modules=tuple(mods or ()),
+        **time_knobs(v),
     )
 
 
@@ -802,6 +805,7 @@ def score_time(
                 row["score"] = -t
             else:
                 b = timing.predict_time(spec, time_config(v, base.gpu), calib.time)
+                row.update({f"t_{k}_s": val for k, val in b.terms.items()})  # every term, seconds per step
                 row.update(
                     step_time_s=b.total,
                     tflops_per_gpu=b.tflops_per_gpu,
@@ -816,6 +820,9 @@ def score_time(
                     t_allgather_s=b.allgather,
                     efficiency=b.efficiency,
                     efficiency_source=b.efficiency_source,
+                    band_pct=b.band_pct,
+                    release=b.release,
+                    ep_scale_out=b.ep_scale_out,
                 )
                 row["score"] = b.tflops_per_gpu
         except (timing.TimeModelError, NSError, LayoutError) as err:

@@ -5,30 +5,57 @@ Each row of ``results/reference/published_pretrain_throughput.csv`` whose model 
 a :class:`bridgebench.model.timing.Row`: the model at the row's sequence length (DeepSeek V3 "w/o MTP" rows without
 MTP), the row's GPU facts (``configs/gpu``), parallel sizes and batch, the precision's peak key (25.09 rows name no
 precision: their footnote pairs differ in FP8 quantization granularity, so they are FP8), the release's FLOPs formula
-(``configs/release``), Kimi K2 rows as layer-wise Muon (``dist_muon``, their footnote says Muon), the others AdamW.
-A pipeline split that Megatron-Core cannot do evenly gets :func:`bridgebench.model.layout.balanced_layout` (Kimi
-K2's 61 layers: the layouts of Megatron-Bridge's Kimi K2 recipe). FSDP rows are modelled as plain data parallelism.
-An empty ETP cell is ETP = TP unless that cannot fit the expert grid (then 1, the MoE recipes' value); a row whose
-sizes cannot fit its GPU count at all (DeepSeekV3 25.09 GB200: PP8 x EP64 on 256 GPUs) is left out.
+(``configs/release``) and the release itself, Kimi K2 rows as layer-wise Muon (``dist_muon``, their footnote says
+Muon; the Muon recipes' ``overlap_param_gather: false``), the others AdamW with the distributed optimizer. A pipeline
+split that Megatron-Core cannot do evenly gets :func:`bridgebench.model.layout.balanced_layout` (Kimi K2's 61 layers:
+the layouts of Megatron-Bridge's Kimi K2 recipe). Megatron-FSDP rows (the table's FSDP column) are priced as
+Megatron-FSDP. An empty ETP cell is ETP = TP unless that cannot fit the expert grid (then 1, the MoE recipes' value);
+a row whose sizes cannot fit its GPU count at all (DeepSeekV3 25.09 GB200: PP8 x EP64 on 256 GPUs) is left out.
+
+The tables do not state the recipe's communication knobs. Where bridgebench ships the row's recipe at the row's release
+(``recipes/<model>_<gpu>_<precision>/<release>.yaml``), the row takes that recipe's knobs exactly as the sweep and
+``muon-cost`` compose them (:func:`bridgebench.config.sweep.time_config`: dispatcher, EP / TP overlap, FP8 attention,
+recompute, DDP overlap flags), so a calibration row and a sweep point of the same recipe and release are priced
+alike. A row whose own recipe lacks its release takes its recipe's knobs at the nearest release where that recipe
+has the row's sizes and batch (the same tuned configuration: DeepSeek V3 and Qwen3 235B-A22B publish the 26.08
+configurations from 26.06 on), else borrows the GPU-independent knobs (:data:`SHARED_KNOBS`: EP / TP
+overlap, FP8 attention, recompute) of a recipe of the same model and precision on another GPU at that release
+(NVIDIA's recipes of one model move together: Qwen3 30B-A3B gains EP overlap and FP8 attention at 26.06 on GB300 and
+on the other GPUs at 26.08, the first release bridgebench ships them at). The other rows take those of NVIDIA's
+perf recipes as the executed 26.02 - 26.06 dumps show them
+(``tests/data/upstream_recipes``): sequence parallelism with TP > 1,
+``tp_comm_overlap``, ``overlap_grad_reduce`` and ``overlap_param_gather`` on, the flex dispatcher
+(:data:`DISPATCHER_BY_GPU`), no EP overlap, ``p2p`` context parallelism, no recompute.
 """
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+from functools import lru_cache
 from typing import Iterable
 
 from bridgebench.config.catalog import load_gpu, peak_key
-from bridgebench.config.compose import compose, model_spec
+from bridgebench.config.compose import RECIPES_DIR, ConfigError, compose, model_spec, recipe_releases
 from bridgebench.model.layout import balanced_layout
-from bridgebench.model.timing import Calibration, GpuFacts, Row, TimeConfig, calibrate
-from bridgebench.results.records import RunRecord, load_published
+from bridgebench.model.timing import Calibration, GpuFacts, Row, TimeConfig, calibrate, release_index
+from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 
+__all__ = ["DISPATCHER_BY_GPU", "fit", "published_rows", "release_index"]
 
-def release_index(release: str) -> float:
-    """Position of a NeMo release for the trend term, in steps of two months (NeMo's release cadence):
-    ``(12 YY + MM) / 2`` for ``YY.MM``, a ``.01`` patch release half a step later. Only differences matter."""
-    parts = release.split(".")
-    base = (int(parts[0]) * 12 + int(parts[1])) / 2.0
-    return base + (0.5 if len(parts) > 2 else 0.0)
+#: the MoE dispatcher of NVIDIA's perf recipes by GPU (``moe_token_dispatcher_type``, ``moe_flex_dispatcher_backend``):
+#: the flex dispatcher with HybridEP on Blackwell (the executed 26.02 - 26.06 dumps, ``tests/data/upstream_recipes``,
+#: for GB200 / GB300 / B300; Megatron-Bridge 0.6.2 ``perf_recipes/{qwen,deepseek}/b200`` use HybridEP for their larger
+#: expert groups) and DeepEP on Hopper (the 26.02 H100 dump). A recipe whose experts fit one node exchanges the same
+#: bytes with any of them; the choice matters once the expert group leaves the node.
+DISPATCHER_BY_GPU = {
+    "gb200": ("flex", "hybridep"),
+    "gb300": ("flex", "hybridep"),
+    "b300": ("flex", "hybridep"),
+    "b200": ("flex", "hybridep"),
+    "h100": ("flex", "deepep"),
+    "h200": ("flex", "deepep"),
+}
 
 
 def _formula(release: str, cache: dict) -> str:
@@ -37,13 +64,91 @@ def _formula(release: str, cache: dict) -> str:
     return cache[release]
 
 
+@lru_cache(maxsize=1)
+def _fsdp_rows() -> frozenset[str]:
+    """``file#n`` references (1-based data rows) of the published rows run with Megatron-FSDP (FSDP column set:
+    ``1`` in older tables, the FSDP degree -- e.g. ``64`` -- in 26.02+)."""
+    with open(PUBLISHED_CSV, newline="") as f:
+        return frozenset(
+            f"{PUBLISHED_CSV.name}#{n}"
+            for n, row in enumerate(csv.DictReader(f), start=1)
+            if (row.get("fsdp") or "0").strip() not in ("", "0")
+        )
+
+
+#: TimeConfig fields a recipe's composed config sets for its calibration rows (its knobs, not its sizes).
+RECIPE_KNOBS = (
+    "sequence_parallel", "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
+    "tp_comm_overlap", "cp_comm_type", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+    "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "overlap_grad_reduce", "overlap_param_gather",
+    "bucket_size", "use_distributed_optimizer", "grad_reduce_in_fp32", "fp8_param_gather", "use_megatron_fsdp",
+    "fp8_dot_product_attention",
+)  # fmt: skip
+
+
+#: knobs a row may borrow from a recipe of the same model and precision on another GPU (not the dispatcher, the
+#: sequence parallelism or the DDP flags, which follow the GPU and the sizes).
+SHARED_KNOBS = (
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules", "tp_comm_overlap",
+    "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "fp8_dot_product_attention",
+)  # fmt: skip
+
+
+def _knobs_of(model: str, system: str, precision: str, release: str, optimizer: str, sizes: frozenset) -> dict | None:
+    """The knobs of a group's rows at a release: its own recipe's at the release; else its own recipe's at the
+    nearest release (later on a tie) where that recipe has the sizes of one of the group's rows at this release
+    (``sizes``, tuples of :data:`SIZES`: the same tuned configuration); else the shared knobs of a sibling recipe
+    (same model and precision, another GPU) at the release; else None. All rows of a group at one release get the
+    same knobs (a release's rows differ only in the sizes the table states)."""
+    name = f"{model}_{system}_{precision}"
+    own = recipe_knobs(name, release, optimizer)
+    if own is not None:
+        return {k: v for k, v in own if k in RECIPE_KNOBS}
+    x = release_index(release)
+    same = []
+    for rel in recipe_releases(name):
+        knobs = dict(recipe_knobs(name, rel, optimizer) or ())
+        if knobs and tuple(knobs[k] for k in SIZES) in sizes:
+            same.append((abs(release_index(rel) - x), -release_index(rel), knobs))
+    if same:
+        return {k: v for k, v in min(same, key=lambda t: t[:2])[2].items() if k in RECIPE_KNOBS}
+    for folder in sorted(RECIPES_DIR.glob(f"{model}_*_{precision}")):
+        if folder.is_dir() and folder.name != f"{model}_{system}_{precision}":
+            sib = recipe_knobs(folder.name, release, optimizer)
+            if sib is not None:
+                return {k: v for k, v in sib if k in SHARED_KNOBS}
+    return None
+
+
+@lru_cache(maxsize=256)
+def recipe_knobs(recipe: str, release: str, optimizer: str) -> tuple[tuple[str, object], ...] | None:
+    """The knobs (:data:`RECIPE_KNOBS`) of ``recipe`` at ``release`` as the sweep composes it, or None when
+    bridgebench ships no such recipe / release."""
+    try:
+        if release not in recipe_releases(recipe):
+            return None
+    except (ConfigError, OSError):
+        return None
+    from bridgebench.config import sweep as engine
+
+    base = engine.base_of([f"recipe={recipe}", f"release='{release}'", f"optimizer={optimizer}"])
+    cfg = engine.time_config(engine.effective(base, {}), base.gpu)
+    return tuple((k, getattr(cfg, k)) for k in RECIPE_KNOBS + SIZES)
+
+
+#: the sizes that make two rows the same tuned configuration.
+SIZES = ("num_gpus", "tp", "pp", "vp", "cp", "ep", "etp_", "mbs", "gbs")
+
+
 def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     """Calibration rows from published records (see the module docstring); rows of models without a
     ``configs/model`` entry or without a TFLOP/s figure are left out."""
     specs: dict = {}
     gpus: dict = {}
     formulas: dict = {}
-    out = []
+    fsdp = _fsdp_rows()
+    out: list[Row] = []
+    pending: list[tuple[tuple, Row]] = []
     for r in records if records is not None else load_published():
         if not r.model or not r.model_tflops_per_gpu or not r.system:
             continue
@@ -63,6 +168,8 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
             etp = 1  # an empty ETP cell where ETP = TP cannot fit the expert grid: the recipes' ETP 1
         if r.num_gpus % ((etp or tp) * ep * pp) or r.num_gpus % (tp * pp * (r.cp or 1)):
             continue  # a published row whose sizes do not fit its GPU count (DeepSeekV3 25.09 GB200 PP8 x EP64 on 256)
+        muon = r.optimizer == "muon"
+        dispatcher, backend = DISPATCHER_BY_GPU.get(r.system, ("alltoall", None))
         cfg = TimeConfig(
             gpu=gpus[r.system],
             peak_key=peak_key(r.precision) if r.precision else "fp8",
@@ -76,18 +183,36 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
             ep=ep,
             etp=etp,
             pipeline_model_parallel_layout=balanced_layout(spec.num_layers, pp, vp, spec.mtp_layers),
-            optimizer="dist_muon" if r.optimizer == "muon" else "adam",
+            optimizer="dist_muon" if muon else "adam",
             flops_formula=_formula(r.release, formulas),
-            release_index=release_index(r.release),
+            release=r.release,
+            sequence_parallel=tp > 1,
+            tp_comm_overlap=True,
+            moe_token_dispatcher_type=dispatcher,
+            moe_flex_dispatcher_backend=backend,
+            use_distributed_optimizer=not muon,
+            overlap_param_gather=not muon,
+            use_megatron_fsdp=r.provenance.get("reference") in fsdp,
         )
-        out.append(Row(spec, cfg, float(r.model_tflops_per_gpu), r.release, r.model_label, r.system, r.precision or ""))
+        key = (r.model, r.system, r.precision or "", r.release, "muon" if muon else "adamw")
+        pending.append((key, Row(spec, cfg, float(r.model_tflops_per_gpu), r.release, r.model_label, r.system,
+                                 r.precision or "")))  # fmt: skip
+    sizes: dict[tuple, set] = {}
+    for key, row in pending:
+        sizes.setdefault(key, set()).add(tuple(getattr(row.cfg, k) for k in SIZES))
+    knobs = {key: _knobs_of(*key, frozenset(v)) for key, v in sizes.items()}
+    for key, row in pending:
+        if knobs[key]:
+            row = dataclasses.replace(row, cfg=dataclasses.replace(row.cfg, **knobs[key]))
+        out.append(row)
     return out
 
 
-def fit(rows: list[Row] | None = None, *, releases: Iterable[str] | None = None, trend: bool = False) -> Calibration:
-    """Fit the time calibration on the published rows (of ``releases`` only, when given)."""
+def fit(rows: list[Row] | None = None, *, releases: Iterable[str] | None = None) -> Calibration:
+    """Fit the time calibration on the published rows (of ``releases`` only, when given); no bands (see
+    :func:`bridgebench.model.timing.calibrate_with_bands`)."""
     rows = rows if rows is not None else published_rows()
     if releases is not None:
         keep = set(releases)
         rows = [r for r in rows if r.release in keep]
-    return calibrate(rows, trend=trend)
+    return calibrate(rows)

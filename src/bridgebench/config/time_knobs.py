@@ -1,0 +1,67 @@
+"""The recipe knobs the step-time model reads, declared once: their config keys and how a point's values become
+:class:`bridgebench.model.timing.TimeConfig` fields. The sweep engine adds :data:`TIME_KEYS` to the keys it reads per
+point and passes :func:`time_knobs` into its ``TimeConfig`` (``bridgebench.config.sweep.time_config``).
+
+An unset knob takes Megatron-Core's / Megatron-Bridge's default (megatron-core 0.19.2 ``DistributedDataParallelConfig``,
+``TransformerConfig``; megatron-bridge 0.6.2 ``CommOverlapConfig``); a flex backend without a dispatcher type is the
+flex dispatcher (Megatron-Bridge ``training/flex_dispatcher_backend.py::apply_flex_dispatcher_backend`` sets it on
+the GPUs the backend supports).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridgebench.model.optimizer import OptimizerKind
+
+#: short name -> config key of the time model's knobs (added to the sweep engine's ``KEYS``).
+TIME_KEYS = {
+    "release": "release.name",
+    "muon_assignment": "accounting.muon_assignment",
+    "tp_comm_overlap": "comm_overlap.tp_comm_overlap",
+    "cp_comm_type": "model.cp_comm_type",
+    "moe_token_dispatcher_type": "model.moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend": "model.moe_flex_dispatcher_backend",
+    "overlap_moe_expert_parallel_comm": "comm_overlap.overlap_moe_expert_parallel_comm",
+    "moe_shared_expert_overlap": "model.moe_shared_expert_overlap",
+    "overlap_grad_reduce": "ddp.overlap_grad_reduce",
+    "overlap_param_gather": "ddp.overlap_param_gather",
+    "bucket_size": "ddp.bucket_size",
+    "use_distributed_optimizer": "optimizer.use_distributed_optimizer",
+    "ddp_use_distributed_optimizer": "ddp.use_distributed_optimizer",
+    "ddp_grad_reduce_in_fp32": "ddp.grad_reduce_in_fp32",
+    "mp_grad_reduce_in_fp32": "mixed_precision.grad_reduce_in_fp32",
+    "fp8_param_gather": "mixed_precision.fp8_param_gather",
+    "use_megatron_fsdp": "ddp.use_megatron_fsdp",
+    "fp8_dot_product_attention": "mixed_precision.fp8_dot_product_attention",
+}
+
+
+def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
+    """``TimeConfig`` keyword arguments of a point's knob values (short names of :data:`TIME_KEYS`; absent or None
+    = the upstream default)."""
+
+    def flag(key: str, default: bool) -> bool:
+        return default if v.get(key) is None else bool(v[key])
+
+    backend = v.get("moe_flex_dispatcher_backend")
+    muon = OptimizerKind(str(v.get("optimizer") or "adam")).is_muon
+    return {
+        "release": None if v.get("release") is None else str(v["release"]),
+        "tp_comm_overlap": flag("tp_comm_overlap", False),
+        "cp_comm_type": v.get("cp_comm_type"),
+        "moe_token_dispatcher_type": v.get("moe_token_dispatcher_type") or ("flex" if backend else "alltoall"),
+        "moe_flex_dispatcher_backend": backend,
+        "overlap_moe_expert_parallel_comm": flag("overlap_moe_expert_parallel_comm", False),
+        "moe_shared_expert_overlap": flag("moe_shared_expert_overlap", False),
+        "overlap_grad_reduce": flag("overlap_grad_reduce", False),
+        "overlap_param_gather": flag("overlap_param_gather", False),
+        "bucket_size": v.get("bucket_size"),
+        "use_distributed_optimizer": flag("use_distributed_optimizer", not muon)
+        or flag("ddp_use_distributed_optimizer", False),
+        "grad_reduce_in_fp32": bool(v.get("ddp_grad_reduce_in_fp32") or v.get("mp_grad_reduce_in_fp32")),
+        "fp8_param_gather": flag("fp8_param_gather", False),
+        "use_megatron_fsdp": flag("use_megatron_fsdp", False),
+        "fp8_dot_product_attention": flag("fp8_dot_product_attention", False),
+        "muon_assignment": v.get("muon_assignment") or "ping_pong",
+    }

@@ -1,0 +1,165 @@
+"""The fitted and hand-set constants of the step-time model (the ``time`` node of ``configs/calibration/<name>.yaml``,
+written by ``bridgebench calibrate --write``; :mod:`bridgebench.model.steptime.fit` fits them).
+
+Fitted on NVIDIA's published tables: ``efficiency[(gpu, precision class)]`` (the fraction of the datasheet rates --
+tensor-core peak -- the GEMMs reach, on top of the GEMM shape law), ``c_layer`` (seconds per layer per microbatch:
+launches and host work), the release levels (``groups`` and ``family_level``, :mod:`bridgebench.model.steptime.release`)
+and the uncertainty bands (``bands``: the root mean square of the
+held-out log errors of a group's rows, each predicted by a calibration fitted without that row's release, partially
+pooled towards its GPU and precision class's, as a relative +-; ``band_by_gpu`` a GPU and precision class,
+``band_default`` all rows; :func:`bridgebench.model.steptime.fit.bands_from`). Hand-set, first
+principles (no GPU was lent to measure them): ``kappa`` (seconds per Muon matrix), ``ns_efficiency`` (Newton-Schulz
+GEMMs' fraction of the BF16 peak), ``default_efficiency`` (a GPU and precision class with no published row and no
+sibling).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from bridgebench.model.steptime.config import TimeModelError
+from bridgebench.model.steptime.release import GroupLevel, LevelTable
+
+
+@dataclass
+class Calibration:
+    """See the module docstring. Keys: ``(gpu, precision class)`` for efficiencies and GPU bands, ``(model, gpu,
+    peak key)`` for groups and group bands."""
+
+    efficiency: dict[tuple[str, str], float] = field(default_factory=dict)
+    rows: dict[tuple[str, str], int] = field(default_factory=dict)
+    c_layer: float = 0.0
+    kappa: float = 1.4e-4
+    ns_efficiency: float = 0.5
+    default_efficiency: float = 0.35
+    groups: dict[tuple[str, str, str], GroupLevel] = field(default_factory=dict)
+    family_level: dict[str, float] = field(default_factory=dict)
+    bands: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    band_by_gpu: dict[tuple[str, str], float] = field(default_factory=dict)
+    band_default: float = 0.15
+
+    def efficiency_of(
+        self, gpu: str, pclass: str, peak_of: Callable[[str], float | None] | None = None
+    ) -> tuple[float, str]:
+        """(efficiency, where it came from): ``fitted``; else ``sibling mean`` (geometric mean of the other GPUs'
+        of the same precision class); else ``other precision`` (this GPU's efficiency of another precision class,
+        times ``sqrt(that class's peak / this one's)`` -- half-way between the same fraction of the peak and the same
+        absolute rate, as the non-GEMM share of a step does not speed up with the tensor-core format; needs
+        ``peak_of``, class -> dense peak); else ``default``."""
+        value = self.efficiency.get((gpu, pclass))
+        if value is not None:
+            return value, "fitted"
+        same = [v for (_, p), v in self.efficiency.items() if p == pclass]
+        if same:
+            return math.exp(sum(math.log(v) for v in same) / len(same)), "sibling mean"
+        if peak_of is not None and peak_of(pclass):
+            here = peak_of(pclass) or 1.0
+            other = [
+                v * math.sqrt((peak_of(p) or here) / here)
+                for (g, p), v in self.efficiency.items()
+                if g == gpu and peak_of(p)
+            ]
+            if other:
+                return math.exp(sum(math.log(v) for v in other) / len(other)), "other precision"
+        return self.default_efficiency, "default"
+
+    def log_level(self, group: tuple[str, str, str], family: str, release_index: float | None) -> tuple[float, str]:
+        """(log software level of a group at a release, its source: ``group``, ``same model``, ``family mean``,
+        ``none``), see :class:`bridgebench.model.steptime.release.LevelTable`."""
+        return LevelTable(self.groups, self.family_level).log_level(group, family, release_index)
+
+    def band(self, group: tuple[str, str, str], gpu: str, pclass: str) -> tuple[float, str]:
+        """(+- relative uncertainty, its source: ``group``, ``gpu`` or ``all rows``)."""
+        if group in self.bands:
+            return self.bands[group], "group"
+        if (gpu, pclass) in self.band_by_gpu:
+            return self.band_by_gpu[(gpu, pclass)], "gpu"
+        return self.band_default, "all rows"
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Calibration:
+        """From the ``time`` node of a calibration YAML (``efficiency: {gpu: {class: {value, rows}}}``, ``groups:
+        {model: {gpu: {key: {...}}}}``, ``bands`` likewise).
+
+        Raises:
+            TimeModelError: a non-positive constant or efficiency, or a malformed node.
+        """
+        eff: dict[tuple[str, str], float] = {}
+        rows: dict[tuple[str, str], int] = {}
+        try:
+            for gpu, by_class in (data.get("efficiency") or {}).items():
+                for pclass, value in by_class.items():
+                    if isinstance(value, Mapping):
+                        rows[(gpu, pclass)] = int(value.get("rows", 0))
+                        value = value["value"]
+                    eff[(gpu, pclass)] = float(value)
+            groups = {
+                (model, gpu, key): GroupLevel.from_mapping(g)
+                for model, by_gpu in (data.get("groups") or {}).items()
+                for gpu, by_key in by_gpu.items()
+                for key, g in by_key.items()
+            }
+            bands = {
+                (model, gpu, key): float(v)
+                for model, by_gpu in (data.get("bands") or {}).items()
+                for gpu, by_key in by_gpu.items()
+                for key, v in by_key.items()
+            }
+            band_by_gpu = {
+                (gpu, pclass): float(v)
+                for gpu, by in (data.get("band_by_gpu") or {}).items()
+                for pclass, v in by.items()
+            }
+            family_level = {str(k): float(v) for k, v in (data.get("family_level") or {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise TimeModelError(f"malformed time calibration: {err!r}") from err
+        cal = cls(
+            efficiency=eff,
+            rows=rows,
+            c_layer=float(data.get("c_layer_s", 0.0)),
+            kappa=float(data.get("kappa_s", 1.4e-4)),
+            ns_efficiency=float(data.get("ns_efficiency", 0.5)),
+            default_efficiency=float(data.get("default_efficiency", 0.35)),
+            groups=groups,
+            family_level=family_level,
+            bands=bands,
+            band_by_gpu=band_by_gpu,
+            band_default=float(data.get("band_default", 0.15)),
+        )
+        bad = {k: v for k, v in eff.items() if not v > 0} | {
+            k: getattr(cal, k) for k in ("kappa", "ns_efficiency", "default_efficiency") if not getattr(cal, k) > 0
+        }
+        if bad or cal.c_layer < 0 or cal.band_default < 0:
+            raise TimeModelError(
+                f"calibration constants must be positive (c_layer_s, band_default >= 0), got {bad or cal.c_layer}"
+            )
+        return cal
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The ``time`` node of a calibration YAML (inverse of :meth:`from_mapping`)."""
+        eff: dict[str, dict[str, Any]] = {}
+        for (gpu, pclass), value in sorted(self.efficiency.items()):
+            eff.setdefault(gpu, {})[pclass] = {"value": round(value, 6), "rows": self.rows.get((gpu, pclass), 0)}
+        groups: dict[str, dict[str, dict[str, Any]]] = {}
+        for (model, gpu, key), g in sorted(self.groups.items()):
+            groups.setdefault(model, {}).setdefault(gpu, {})[key] = g.to_mapping()
+        bands: dict[str, dict[str, dict[str, float]]] = {}
+        for (model, gpu, key), v in sorted(self.bands.items()):
+            bands.setdefault(model, {}).setdefault(gpu, {})[key] = round(v, 4)
+        by_gpu: dict[str, dict[str, float]] = {}
+        for (gpu, pclass), v in sorted(self.band_by_gpu.items()):
+            by_gpu.setdefault(gpu, {})[pclass] = round(v, 4)
+        return {
+            "c_layer_s": self.c_layer,
+            "kappa_s": self.kappa,
+            "ns_efficiency": self.ns_efficiency,
+            "default_efficiency": self.default_efficiency,
+            "efficiency": eff,
+            "family_level": {k: round(v, 6) for k, v in sorted(self.family_level.items())},
+            "groups": groups,
+            "band_default": round(self.band_default, 4),
+            "band_by_gpu": by_gpu,
+            "bands": bands,
+        }

@@ -1,0 +1,216 @@
+"""The inputs of the step-time model: the GPU's datasheet facts (:class:`GpuFacts`) and one training point
+(:class:`TimeConfig`), with the knobs of the recipe that decide what communication is exposed.
+
+Pure Python (no torch, megatron, pandas, Hydra or YAML import). GPU facts come from ``configs/gpu/<name>.yaml``
+(read by the config layer); every field of :class:`TimeConfig` carries the Megatron-Core / Megatron-Bridge name of
+the setting it mirrors and that setting's upstream default (megatron-core 0.19.2, megatron-bridge 0.6.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from bridgebench.errors import BridgebenchError
+from bridgebench.model.newton_schulz import NSPolicy, Parallelism
+from bridgebench.model.spec import ModelSpec
+
+#: precision peak key (``configs/precision/*.yaml`` ``peak``) -> efficiency class: FP8 and MXFP8 share the FP8 rate.
+PRECISION_CLASS = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "nvfp4"}
+#: Megatron-Core ``moe_token_dispatcher_type`` values (``alltoall``, ``allgather``) and the ``flex`` dispatcher's
+#: ``moe_flex_dispatcher_backend`` values (``deepep``, ``hybridep``, ``ncclep``), megatron-core 0.19.2
+#: ``transformer/moe/token_dispatcher.py``; :func:`TimeConfig.dispatcher` folds them into one name.
+DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep", "ncclep")
+#: Megatron-Core ``cp_comm_type`` values (``transformer_config.py``; ``None`` = ``p2p``).
+CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")
+#: Layer-wise Muon deals of whole params to data-parallel ranks: Megatron-Core 0.19.2's (``ping_pong``) and the
+#: cost-balanced packing of Megatron-LM PR #6379 (``cost_balanced``, not in 0.19.2: a what-if).
+MUON_ASSIGNMENTS = ("ping_pong", "cost_balanced")
+
+
+class TimeModelError(BridgebenchError):
+    """A point the time model cannot evaluate (unknown GPU peak, optimizer, dispatcher, or a calibration that does
+    not fit); the message names the field."""
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """One GPU kind (``configs/gpu/<name>.yaml``): dense tensor-core peaks in TFLOP/s by peak key, HBM capacity
+    (bytes) and bandwidth (bytes/s), NVLink and scale-out bandwidth per GPU per direction (bytes/s), NVLink domain
+    size (GPUs), GPUs per node and CUDA compute capability (9.0 Hopper, 10.x Blackwell; decides the GEMM tile of
+    :mod:`bridgebench.model.steptime.gemm`)."""
+
+    name: str
+    peak_tflops: Mapping[str, float | None]
+    hbm_bytes: float
+    hbm_bandwidth: float
+    nvlink_bandwidth: float
+    network_bandwidth: float
+    nvlink_domain: int
+    gpus_per_node: int = 8
+    compute_capability: float | None = None
+
+    @classmethod
+    def from_mapping(cls, gpu: Mapping[str, Any]) -> GpuFacts:
+        """From a ``configs/gpu`` mapping (``hbm_gb``, ``hbm_bandwidth_tb_s``, ``nvlink_bandwidth_gb_s``,
+        ``network_bandwidth_gb_s``, ``nvlink_domain``, ``peak_tflops``; ``gpus_per_node`` and
+        ``compute_capability`` optional). Raises :class:`TimeModelError` on a missing key."""
+        try:
+            cc = gpu.get("compute_capability")
+            return cls(
+                name=str(gpu["name"]),
+                peak_tflops=dict(gpu["peak_tflops"]),
+                hbm_bytes=float(gpu["hbm_gb"]) * 1e9,
+                hbm_bandwidth=float(gpu["hbm_bandwidth_tb_s"]) * 1e12,
+                nvlink_bandwidth=float(gpu["nvlink_bandwidth_gb_s"]) * 1e9,
+                network_bandwidth=float(gpu["network_bandwidth_gb_s"]) * 1e9,
+                nvlink_domain=int(gpu["nvlink_domain"]),
+                gpus_per_node=int(gpu.get("gpus_per_node") or 8),
+                compute_capability=None if cc is None else float(cc),
+            )
+        except KeyError as err:
+            raise TimeModelError(f"gpu {gpu.get('name')!r} lacks {err.args[0]!r} (configs/gpu)") from err
+
+    def peak(self, peak_key: str) -> float:
+        """Dense peak in FLOP/s for a peak key. Raises :class:`TimeModelError` when the GPU lacks the format."""
+        value = self.peak_tflops.get(peak_key)
+        if not value:
+            raise TimeModelError(f"{self.name} has no {peak_key} tensor-core peak (configs/gpu/{self.name}.yaml)")
+        return float(value) * 1e12
+
+    def link(self, span: int) -> float:
+        """Bandwidth (bytes/s per GPU per direction) of a group whose ranks lie in a block of ``span`` consecutive
+        ranks: NVLink when the block fits one NVLink domain, else the scale-out network (the per-GPU NIC is the
+        bottleneck of a ring or all-to-all that leaves the domain)."""
+        return self.nvlink_bandwidth if span <= self.nvlink_domain else self.network_bandwidth
+
+
+@dataclass(frozen=True)
+class TimeConfig:
+    """One training point.
+
+    Sizes (``num_gpus``, ``mbs``, ``gbs``, ``tp`` ... ``etp``) as in :class:`bridgebench.model.memory.MemoryConfig`;
+    ``peak_key`` the precision's ``configs/precision`` peak key (``bf16 fp8 mxfp8 nvfp4``); ``optimizer`` a
+    Megatron-Core name (``adam``, ``muon``, ``dist_muon``) with its Newton-Schulz policy; ``flops_formula`` the
+    release's FLOPs formula (``v1``/``v2``); ``release`` the NeMo release the prediction is for (``26.02``; None:
+    the group's mean level, see :mod:`bridgebench.model.steptime.release`).
+
+    Recipe knobs (Megatron-Core / Megatron-Bridge names; default = upstream default unless said):
+
+    - ``sequence_parallel``; ``tp_comm_overlap`` (``comm_overlap.tp_comm_overlap``, TE userbuffers AG/RS overlap);
+    - ``cp_comm_type`` (``p2p``, ``a2a``, ``all_gather``, ``a2a+p2p``; None = ``p2p``);
+    - ``moe_token_dispatcher_type`` (``alltoall``, ``allgather``, ``flex``) and ``moe_flex_dispatcher_backend``
+      (``deepep``, ``hybridep``, ``ncclep``); ``overlap_moe_expert_parallel_comm`` (EP all-to-all hidden behind the
+      other microbatch of the combined 1F1B schedule); ``moe_shared_expert_overlap``;
+    - ``overlap_grad_reduce``, ``overlap_param_gather``, ``bucket_size`` (params per DDP bucket; None = Megatron-Core's
+      ``max(40M, 1M x DP)``), ``use_distributed_optimizer``, ``grad_reduce_in_fp32``, ``fp8_param_gather``,
+      ``use_megatron_fsdp``;
+    - ``fp8_dot_product_attention`` (attention core in FP8 instead of BF16);
+    - ``overlap_p2p_comm`` (None = Megatron-Bridge's: on with VP > 1);
+    - the ``recompute_*`` settings (:mod:`bridgebench.model.steptime.recompute`);
+    - ``muon_assignment`` (``ping_pong`` = Megatron-Core 0.19.2, ``cost_balanced`` = Megatron-LM PR #6379 what-if).
+    """
+
+    gpu: GpuFacts
+    peak_key: str
+    num_gpus: int
+    mbs: int
+    gbs: int
+    tp: int = 1
+    pp: int = 1
+    vp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    pipeline_model_parallel_layout: str | None = None
+    optimizer: str = "adam"
+    ns_policy: NSPolicy = NSPolicy()
+    flops_formula: str = "v2"
+    release: str | None = None
+    release_index: float | None = None
+    sequence_parallel: bool = False
+    recompute_granularity: str | None = None
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
+    recompute_modules: tuple[str, ...] = ()
+    tp_comm_overlap: bool = False
+    cp_comm_type: str | None = None
+    moe_token_dispatcher_type: str = "alltoall"
+    moe_flex_dispatcher_backend: str | None = None
+    overlap_moe_expert_parallel_comm: bool = False
+    moe_shared_expert_overlap: bool = False
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    bucket_size: int | None = None
+    use_distributed_optimizer: bool = True
+    grad_reduce_in_fp32: bool = False
+    fp8_param_gather: bool = False
+    use_megatron_fsdp: bool = False
+    fp8_dot_product_attention: bool = False
+    overlap_p2p_comm: bool | None = None
+    muon_assignment: str = "ping_pong"
+
+    def __post_init__(self) -> None:
+        if self.dispatcher not in DISPATCHERS:
+            raise TimeModelError(
+                f"unknown MoE dispatcher {self.moe_token_dispatcher_type!r}/{self.moe_flex_dispatcher_backend!r}; "
+                "moe_token_dispatcher_type is one of alltoall, allgather, flex (flex backends deepep, hybridep, ncclep)"
+            )
+        if (self.cp_comm_type or "p2p") not in CP_COMM_TYPES:
+            raise TimeModelError(f"cp_comm_type must be one of {CP_COMM_TYPES}, got {self.cp_comm_type!r}")
+        if self.muon_assignment not in MUON_ASSIGNMENTS:
+            raise TimeModelError(f"muon_assignment must be one of {MUON_ASSIGNMENTS}, got {self.muon_assignment!r}")
+
+    @property
+    def dispatcher(self) -> str:
+        """One name for the MoE token exchange: ``alltoall``, ``allgather``, or the flex backend."""
+        if self.moe_token_dispatcher_type == "flex":
+            return self.moe_flex_dispatcher_backend or "deepep"  # Megatron-Core's default flex backend
+        return self.moe_token_dispatcher_type
+
+    @property
+    def etp_(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def dp(self) -> int:
+        return self.num_gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def edp(self) -> int:
+        return self.num_gpus // (self.etp_ * self.ep * self.pp)
+
+    @property
+    def microbatches(self) -> int:
+        return max(1, self.gbs // (self.mbs * self.dp))
+
+    @property
+    def precision_class(self) -> str:
+        return PRECISION_CLASS.get(self.peak_key, self.peak_key)
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism in effect: set, or required (Megatron-Core asserts it for MoE with TP > 1)."""
+        return self.tp > 1 and self.sequence_parallel
+
+    def parallelism(self) -> Parallelism:
+        return Parallelism(
+            num_gpus=self.num_gpus,
+            tensor_model_parallel_size=self.tp,
+            pipeline_model_parallel_size=self.pp,
+            virtual_pipeline_model_parallel_size=self.vp,
+            context_parallel_size=self.cp,
+            expert_model_parallel_size=self.ep,
+            expert_tensor_parallel_size=self.etp,
+            pipeline_model_parallel_layout=self.pipeline_model_parallel_layout,
+        )
+
+
+def group_key(spec: ModelSpec, cfg: TimeConfig) -> tuple[str, str, str]:
+    """The published-table group of a point: (``configs/model`` name, ``configs/gpu`` name, peak key)."""
+    return (spec.name, cfg.gpu.name, cfg.peak_key)
+
+
+def family(spec: ModelSpec) -> str:
+    """Calibration family of a model: ``moe`` or ``dense`` (MLA and GQA MoE share one)."""
+    return "moe" if spec.is_moe else "dense"

@@ -1,0 +1,98 @@
+"""Data-parallel (dense and expert) gradient reduction and parameter gathering, and how much of it the recipe's
+overlap flags and bucket sizes leave exposed.
+
+Volumes per GPU (its pipeline stage's local parameters, ``bridgebench.model.memory.parameter_counts``): dense params
+over the DP x CP group, routed-expert params over the expert-DP group (megatron-core 0.19.2
+``distributed/distributed_data_parallel.py``: expert params live in their own buffers reduced over
+``expt_dp_group``). Gradients in BF16 (FP32 with ``grad_reduce_in_fp32``):
+
+- distributed optimizer (AdamW, ``use_distributed_optimizer``): reduce-scatter of the gradients, all-gather of the
+  updated BF16 params (FP8 with ``fp8_param_gather``) -- ZeRO-1 (Rajbhandari et al. 2020, arXiv 1910.02054);
+- otherwise (plain DDP, and both Muon paths of Megatron-Core 0.19.2: ``muon`` and the layer-wise ``dist_muon`` keep
+  full gradients, ``optimizer/layer_wise_optimizer.py``): an all-reduce; ``dist_muon``'s gather of updated params is
+  the optimizer's (:mod:`bridgebench.model.steptime.optimizer`);
+- Megatron-FSDP (``use_megatron_fsdp``): per microbatch an all-gather of the params in the forward and again in the
+  backward and a reduce-scatter of the gradients (megatron-core ``distributed/fsdp``), overlapped with that
+  microbatch's compute.
+
+Exposure (megatron-core ``distributed_data_parallel.py`` / ``param_and_grad_buffer.py``): with ``overlap_grad_reduce``
+the gradient buckets are reduced as the last microbatch's backward produces them -- hidden up to that backward's
+time, and the last bucket after it is always exposed; the default bucket is ``max(40M, 1M x DP)`` params (line 69
+there). With ``overlap_param_gather`` the params are gathered bucket by bucket under the next step's first forward,
+the first bucket exposed. Without a flag its collective is fully exposed. Ring collectives over the group,
+hierarchical when it leaves the NVLink domain
+(:func:`bridgebench.model.steptime.collectives.group_ring`): the dense DP x CP group's members are ``TP`` ranks apart
+(Megatron-Core's dense rank order tp-cp-dp-pp), the expert-DP group's ``ETP x EP`` apart (expert order etp-ep-dp-pp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bridgebench.model.steptime import collectives
+from bridgebench.model.steptime.config import TimeConfig
+
+#: Megatron-Core's default DDP bucket: ``max(40_000_000, 1_000_000 x DP)`` params (``bucket_size=None``).
+DEFAULT_BUCKET = 40_000_000
+
+
+@dataclass(frozen=True)
+class DPComm:
+    """Seconds per step: ``grad`` (the gradient collective, all of it), ``param`` (the param all-gather of the
+    distributed optimizer, all of it), ``exposed`` (what the critical path sees)."""
+
+    grad: float
+    param: float
+    exposed: float
+
+
+def bucket_params(cfg: TimeConfig) -> float:
+    """Params per DDP bucket (``bucket_size`` or Megatron-Core's default)."""
+    return float(cfg.bucket_size or max(DEFAULT_BUCKET, 1_000_000 * cfg.dp * cfg.cp))
+
+
+def dense_ring(cfg: TimeConfig, bytes_: float, passes: int = 1) -> float:
+    """A ring collective of ``bytes_`` over the dense DP x CP group (members ``TP`` ranks apart)."""
+    g = cfg.gpu
+    return collectives.group_ring(
+        bytes_, cfg.dp * cfg.cp, cfg.tp, g.nvlink_domain, g.nvlink_bandwidth, g.network_bandwidth, passes
+    )
+
+
+def expert_ring(cfg: TimeConfig, bytes_: float, passes: int = 1) -> float:
+    """A ring collective of ``bytes_`` over the expert-DP group (members ``ETP x EP`` ranks apart)."""
+    g = cfg.gpu
+    return collectives.group_ring(
+        bytes_, cfg.edp, cfg.etp_ * cfg.ep, g.nvlink_domain, g.nvlink_bandwidth, g.network_bandwidth, passes
+    )
+
+
+def dp_comm(
+    cfg: TimeConfig, dense: float, expert: float, bwd_window: float, fwd_window: float, per_mb_window: float
+) -> DPComm:
+    """Data-parallel communication of one GPU per step.
+
+    Args:
+        cfg: the point (optimizer, flags, group sizes).
+        dense, expert: local dense / routed-expert params of the busiest stage (elements).
+        bwd_window, fwd_window: seconds of one microbatch's backward / forward on that stage (the overlap windows).
+        per_mb_window: one microbatch's forward + backward seconds (Megatron-FSDP's window).
+    """
+    grad_b = 4.0 if cfg.grad_reduce_in_fp32 else 2.0
+    param_b = 1.0 if cfg.fp8_param_gather else 2.0
+
+    def both(bytes_per_param: float, passes: int = 1) -> float:
+        return dense_ring(cfg, dense * bytes_per_param, passes) + expert_ring(cfg, expert * bytes_per_param, passes)
+
+    if cfg.use_megatron_fsdp:
+        one = 2 * both(2.0) + both(grad_b)
+        m = cfg.microbatches
+        return DPComm(m * one, 0.0, m * max(0.0, one - per_mb_window))
+    distopt = cfg.optimizer == "adam" and cfg.use_distributed_optimizer
+    grad = both(grad_b, 1 if distopt else 2)
+    param = both(param_b) if distopt else 0.0
+    total = dense + expert
+    share = min(1.0, bucket_params(cfg) / total) if total else 1.0
+    grad_x = max(0.0, grad - bwd_window) + share * grad if cfg.overlap_grad_reduce else grad
+    param_x = (max(0.0, param - fwd_window) + share * param if cfg.overlap_param_gather else param) if distopt else 0.0
+    return DPComm(grad, param, min(grad, grad_x) + min(param, param_x))

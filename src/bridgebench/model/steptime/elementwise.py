@@ -1,0 +1,86 @@
+"""Memory-bound work of one layer per microbatch on one GPU: bytes that norms, residual adds, rotary embeddings,
+activations, the router's softmax / top-k, the MoE permute / unpermute, FP8 casts and the loss move through HBM.
+
+Time = bytes / (HBM bandwidth x :data:`HBM_EFFICIENCY` x ``level``) with ``level`` the software level of the
+point's group at its release (fusions improve from release to release; :mod:`bridgebench.model.steptime.release`).
+Bytes per token,
+forward, BF16 activations (2 B), each op reading its inputs and writing its outputs once (what a fused kernel does;
+unfused chains move more, which ``e`` absorbs):
+
+- sequence shard (``T_sp`` tokens): two RMSNorms ``2 x (2h + 2h)`` (module ``layernorm``), two residual adds
+  ``2 x (4h + 2h)``; MLA's q / kv norms on the compressed widths ``4 (q_lora + kv_lora)``;
+- attention (``T`` tokens): rotary embedding of q and k, ``4 x (rotary dims of q and k per GPU)``;
+- dense MLP: the activation, SwiGLU ``2 (2f) + 2f = 6f`` / TP bytes (plain ``4f``);
+- MoE: router softmax / top-k in FP32 ``16 E`` (on ``T_sp``); the fused permute writes each routed copy and the
+  unpermute reads it back (``2h`` each per copy, ``T_sp x topk x ETP`` copies per GPU; the token read and the
+  weighted sum's write ``2h`` each per token); the experts' activation ``6 f_e / ETP`` per
+  copy (module ``moe_act``); the shared expert's ``6 f_s / TP``;
+- FP8 / MXFP8 / NVFP4: the inputs of the GEMMs whose input is not a norm output (TE fuses those casts into the norm)
+  are cast, reading 2 B and writing ~1 B: ``3 x`` (attention output projection input, fc2 inputs, the routed
+  copies' fc1 and fc2 inputs);
+- the loss: logits in FP32, written, read by the loss, gradient written: ``12 V / TP`` bytes per token for
+  forward and backward together.
+
+The backward moves twice the forward bytes (each op reads its saved input and the incoming gradient and writes the
+outgoing one): forward + backward = 3x forward. Sources: the activation accounting of Korthikanti et al. 2022
+(arXiv 2205.05198, Sec. 4.1, the tensors each op stores) and Megatron-Core 0.19.2's fused kernels
+(``fusions/fused_bias_swiglu.py``, ``transformer/moe/moe_utils.py::permute``); these byte counts are first-principles
+values, not measured here.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from bridgebench.model.steptime import registry
+from bridgebench.model.steptime.gemm import LayerShape, tokens
+
+#: Fraction of the datasheet HBM bandwidth a streaming kernel reaches (STREAM-like copies on H100 / B200 reach
+#: ~80-90 %: NVIDIA's "CUDA C++ Best Practices Guide", effective bandwidth); first-principles value.
+HBM_EFFICIENCY = 0.8
+#: Forward + backward bytes over forward bytes of an element-wise op (see the module docstring).
+FWD_BWD = 3.0
+
+
+@lru_cache(maxsize=4096)
+def layer_bytes(sid: int, kind: str, sh: LayerShape) -> tuple[tuple[str, float], ...]:
+    """Forward + backward HBM bytes per microbatch on one GPU of one layer of ``kind`` (``dense``, ``moe``,
+    ``mtp_dense``, ``mtp_moe``, or ``logits``), by module (``layernorm``, ``moe_act``, ``other``)."""
+    spec = registry.get(sid)
+    t, tsp = tokens(spec, sh)
+    h, tp = spec.hidden_size, sh.tp
+    if kind == "logits":
+        v = spec.padded_vocab_size(tp) / tp
+        return (("other", 12.0 * v * t * (1 + spec.mtp_layers)),)
+    fp8 = sh.peak_key != "bf16"
+    norms = 8.0 * h * tsp
+    other = 12.0 * h * tsp
+    if spec.multi_latent_attention:
+        rope = spec.qk_pos_emb_head_dim
+        other += 4.0 * ((spec.q_lora_rank or 0) + spec.kv_lora_rank) * tsp
+        other += 4.0 * (spec.num_attention_heads / tp + 1) * rope * t
+        proj_in = spec.num_attention_heads * spec.v_head_dim / tp
+    else:
+        d = spec.head_dim
+        other += 4.0 * (spec.num_attention_heads / tp + max(spec.query_groups / tp, 1.0)) * d * t
+        proj_in = spec.num_attention_heads * d / tp
+    act_per = 6.0 if spec.gated_linear_unit else 4.0
+    moe_act = 0.0
+    if kind.endswith("moe"):
+        e_num = spec.num_moe_experts or 1
+        fe = spec.moe_ffn_hidden_size or spec.ffn_hidden_size
+        copies = tsp * spec.moe_router_topk * sh.etp
+        other += 16.0 * e_num * tsp + 4.0 * h * copies + 4.0 * h * tsp
+        moe_act = act_per * fe / sh.etp * copies
+        fs = spec.moe_shared_expert_intermediate_size or 0
+        other += act_per * fs / tp * t
+        if fp8:
+            other += 3.0 * (proj_in * t + (h + fe / sh.etp) * copies + fs / tp * t)
+    else:
+        f = spec.ffn_hidden_size
+        other += act_per * f / tp * t
+        if fp8:
+            other += 3.0 * (proj_in + f / tp) * t
+    if kind.startswith("mtp"):
+        other += 12.0 * h * t  # eh_proj's concatenation and the extra norms
+    return (("layernorm", FWD_BWD * norms), ("moe_act", FWD_BWD * moe_act), ("other", FWD_BWD * other))

@@ -1,0 +1,233 @@
+"""Fitting the step-time model on NVIDIA's published tables, and the cross-validated uncertainty bands.
+
+1. **Implied level** of a row (:func:`implied_level`): given its GPU / precision efficiency ``e``, the software
+   level ``L`` (GEMM rate ``e L``, element-wise rate ``L``) that makes the predicted step equal the published one
+   (``model FLOPs / (published TFLOP/s x GPUs)``), solved by Brent's method (the step time falls monotonically as
+   ``L`` grows; communication runs at datasheet bandwidths and does not scale).
+2. **Efficiencies** (:func:`calibrate`): each (GPU, precision class) efficiency is set so that its rows' implied
+   levels have a geometric mean of 1 (a fixed point, reached in :data:`E_ITERATIONS` steps).
+3. **c_layer** (seconds per layer per microbatch) from :data:`C_LAYER_GRID` by internal cross-validation on the
+   training rows only: the value whose rows' log levels are best predicted by the level table of the OTHER
+   releases (:func:`_loro_level_error`, the same reading the predictions use) -- the configuration physics is judged
+   on what it leaves to the release levels.
+4. **Release levels** (:func:`fit_levels`): each group's mean log level per published release, and each family's
+   mean (:mod:`bridgebench.model.steptime.release`).
+5. **Bands** (:func:`cross_validate`, :func:`calibrate_with_bands`, :func:`bands_from`): every row predicted by a
+   calibration fitted without its release (leave one release out); the root mean square of the held-out log errors
+   per GPU and precision class and over all rows, per group partially pooled towards its GPU and precision class;
+   reported as ``exp(rms) - 1``.
+
+Nothing is fitted per row: the free parameters are one efficiency per (GPU, precision class) and ``c_layer``; the
+release levels are the published rows' own levels, read off the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from bridgebench.model.spec import ModelSpec
+from bridgebench.model.steptime import registry
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import TimeConfig, TimeModelError, family, group_key
+from bridgebench.model.steptime.predict import _flops, evaluate, point_release_index, predict_time
+from bridgebench.model.steptime.release import GroupLevel, LevelTable
+
+#: grid of ``c_layer`` values (s per layer per microbatch) tried by :func:`calibrate`.
+C_LAYER_GRID = (0.0, 5e-5, 1e-4, 2e-4, 4e-4, 8e-4, 1.6e-3)
+#: bracket of implied levels searched.
+LEVEL_BRACKET = (1e-3, 20.0)
+#: fixed-point steps of the efficiency of each (GPU, precision class) (see the module docstring).
+E_ITERATIONS = 4
+#: starting efficiency of the fixed point.
+E_START = 0.5
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published row for calibration: model, point, published model TFLOP/s/GPU, and labels."""
+
+    spec: ModelSpec
+    cfg: TimeConfig
+    tflops: float
+    release: str = ""
+    model: str = ""
+    system: str = ""
+    precision: str = ""
+
+
+def implied_level(r: Row, eff: float, c_layer: float, kappa: float, ns_efficiency: float) -> float | None:
+    """The software level at which ``r`` is predicted at its published TFLOP/s given efficiency ``eff`` (None when
+    the level-independent terms alone exceed its step)."""
+    from scipy.optimize import brentq
+
+    flops = _flops(registry.handle(r.spec), r.cfg.gbs, r.cfg.tp, r.cfg.flops_formula)
+    target = flops / r.cfg.num_gpus / (r.tflops * 1e12)
+
+    def gap(log_level: float) -> float:
+        lv = math.exp(log_level)
+        terms = evaluate(r.spec, r.cfg, eff * lv, c_layer, kappa, ns_efficiency, lv)[0]
+        return sum(terms.values()) - target
+
+    lo, hi = (math.log(v) for v in LEVEL_BRACKET)
+    if gap(hi) > 0:
+        return None
+    if gap(lo) < 0:
+        return LEVEL_BRACKET[0]
+    return math.exp(brentq(gap, lo, hi, xtol=1e-6))
+
+
+def fit_levels(rows: Sequence[Row], ys: Sequence[float]) -> tuple[dict[tuple[str, str, str], GroupLevel], dict]:
+    """Each group's mean log level per published release and each family's mean log level, from the log levels
+    ``ys`` of ``rows`` (:mod:`bridgebench.model.steptime.release`)."""
+    by: dict[tuple[str, str, str], dict[float, list[float]]] = {}
+    fam_of: dict[tuple[str, str, str], str] = {}
+    fams: dict[str, list[float]] = {}
+    for r, y in zip(rows, ys):
+        key = group_key(r.spec, r.cfg)
+        by.setdefault(key, {}).setdefault(point_release_index(r.cfg) or 0.0, []).append(y)
+        fam_of[key] = family(r.spec)
+        fams.setdefault(family(r.spec), []).append(y)
+    groups = {}
+    for key, per in by.items():
+        xs = sorted(per)
+        groups[key] = GroupLevel(
+            fam_of[key], tuple(xs), tuple(statistics.mean(per[x]) for x in xs), sum(len(v) for v in per.values())
+        )
+    return groups, {f: statistics.mean(v) for f, v in fams.items()}
+
+
+def _loro_level_error(rows: Sequence[Row], ys: Sequence[float]) -> float:
+    """Mean |log level error| of each row read off the level table of the other releases (internal leave one
+    release out on the training rows; rows whose release is the only one are read off the rest too)."""
+    errs = []
+    for rel in {r.release for r in rows}:
+        train = [(r, y) for r, y in zip(rows, ys) if r.release != rel]
+        if not train:
+            continue
+        groups, fams = fit_levels([r for r, _ in train], [y for _, y in train])
+        table = LevelTable(groups, fams)
+        for r, y in zip(rows, ys):
+            if r.release == rel:
+                pred, _ = table.log_level(group_key(r.spec, r.cfg), family(r.spec), point_release_index(r.cfg))
+                errs.append(abs(pred - y))
+    return statistics.mean(errs) if errs else 0.0
+
+
+def calibrate(
+    rows: Sequence[Row],
+    *,
+    c_grid: Iterable[float] = C_LAYER_GRID,
+    levels: bool = True,
+    kappa: float = 1.4e-4,
+    ns_efficiency: float = 0.5,
+    default_efficiency: float = 0.35,
+) -> Calibration:
+    """Fit the efficiencies per (GPU, precision class), ``c_layer`` and (with ``levels``) the release levels on
+    ``rows`` (see the module docstring). ``kappa`` and ``ns_efficiency`` are not fitted (the published tables carry
+    no Muon-only measurement): first-principles values, see ``configs/calibration/default.yaml``.
+
+    Raises:
+        TimeModelError: no row whose rate-independent terms leave room for compute.
+    """
+    best: tuple[float, Calibration, list] | None = None
+    keys = [(r.cfg.gpu.name, r.cfg.precision_class) for r in rows]
+    grid = list(c_grid)
+    for c in grid:
+        eff = dict.fromkeys(keys, E_START)
+        used: list[tuple[Row, float]] = []
+        logs: dict[tuple[str, str], list[float]] = {}
+        for _ in range(E_ITERATIONS):
+            found = [implied_level(r, eff[k], c, kappa, ns_efficiency) for r, k in zip(rows, keys)]
+            logs = {}
+            for k, v in zip(keys, found):
+                if v is not None:
+                    logs.setdefault(k, []).append(math.log(v))
+            for k, vals in logs.items():
+                eff[k] *= math.exp(sum(vals) / len(vals))
+            used = [(r, math.log(v)) for r, v in zip(rows, found) if v is not None]
+        if not used:
+            continue
+        cal = Calibration(c_layer=c, kappa=kappa, ns_efficiency=ns_efficiency, default_efficiency=default_efficiency)
+        for k, vals in logs.items():
+            cal.efficiency[k] = eff[k]
+            cal.rows[k] = len(vals)
+        # the last step moved each efficiency by the mean of its rows' log levels: re-centre the levels on it
+        shift = {k: sum(v) / len(v) for k, v in logs.items()}
+        ys = [y - shift[(r.cfg.gpu.name, r.cfg.precision_class)] for r, y in used]
+        err = _loro_level_error([r for r, _ in used], ys) if len(grid) > 1 else 0.0
+        if best is None or err < best[0]:
+            best = (err, cal, [(r, y) for (r, _), y in zip(used, ys)])
+    if best is None:
+        raise TimeModelError("no usable calibration rows (rate-independent terms exceed every row's step time)")
+    _, cal, resid = best
+    if levels:
+        cal.groups, cal.family_level = fit_levels([r for r, _ in resid], [y for _, y in resid])
+    return cal
+
+
+def cross_validate(
+    rows: Sequence[Row],
+    fit: Callable[[Sequence[Row]], Calibration] | None = None,
+    releases: Iterable[str] | None = None,
+) -> list[float | None]:
+    """Held-out predicted TFLOP/s/GPU of every row (None where it could not be predicted): each release's rows
+    predicted by ``fit`` (default :func:`calibrate`) of the OTHER releases' rows (leave one release out), or only
+    the ``releases`` given."""
+    fit = fit or calibrate
+    out: list[float | None] = [None] * len(rows)
+    chosen = sorted({r.release for r in rows}) if releases is None else list(releases)
+    for rel in chosen:
+        train = [r for r in rows if r.release != rel]
+        cal = fit(train)
+        for i, r in enumerate(rows):
+            if r.release == rel:
+                out[i] = predict_time(r.spec, r.cfg, cal).tflops_per_gpu
+    return out
+
+
+#: prior weight (rows) of the GPU and precision class's band in a group's band (partial pooling, see
+#: :func:`bands_from`).
+BAND_PRIOR_ROWS = 3
+
+
+def bands_from(rows: Sequence[Row], held_out: Sequence[float | None], cal: Calibration) -> Calibration:
+    """``cal`` with its bands set from held-out predictions: per GPU and precision class (>= 3 rows) and over all
+    rows the root mean square of the held-out log errors; per group the same, partially pooled towards its GPU and
+    precision class's (``sqrt((sum e^2 + n0 s_gpu^2) / (n + n0))``, ``n0`` = :data:`BAND_PRIOR_ROWS`: a root mean
+    square of 3-5 residuals is itself uncertain by tens of percent, and a group's residuals cover its published
+    configurations, not the other points a sweep asks about); each reported as ``exp(rms) - 1``."""
+
+    def band(sq: float, n: float) -> float:
+        return math.exp(math.sqrt(sq / n)) - 1.0
+
+    by_group: dict = {}
+    by_gpu: dict = {}
+    every = []
+    for r, p in zip(rows, held_out):
+        if p is None or p <= 0:
+            continue
+        e = math.log(p / r.tflops)
+        by_group.setdefault((group_key(r.spec, r.cfg), (r.cfg.gpu.name, r.cfg.precision_class)), []).append(e)
+        by_gpu.setdefault((r.cfg.gpu.name, r.cfg.precision_class), []).append(e)
+        every.append(e)
+    out = dataclasses.replace(cal)
+    all_sq = sum(e * e for e in every) / len(every) if every else math.log1p(cal.band_default) ** 2
+    gpu_sq = {k: sum(e * e for e in v) / len(v) for k, v in by_gpu.items() if len(v) >= 3}
+    out.band_by_gpu = {k: math.exp(math.sqrt(v)) - 1.0 for k, v in gpu_sq.items()}
+    out.bands = {
+        key: band(sum(e * e for e in v) + BAND_PRIOR_ROWS * gpu_sq.get(gk, all_sq), len(v) + BAND_PRIOR_ROWS)
+        for (key, gk), v in by_group.items()
+    }
+    out.band_default = math.exp(math.sqrt(all_sq)) - 1.0
+    return out
+
+
+def calibrate_with_bands(rows: Sequence[Row], **kw) -> tuple[Calibration, list[float | None]]:
+    """:func:`calibrate` on all rows with bands from :func:`cross_validate` (same keyword arguments); returns the
+    calibration and the held-out predictions."""
+    held = cross_validate(rows, lambda rs: calibrate(rs, **kw))
+    return bands_from(rows, held, calibrate(rows, **kw)), held

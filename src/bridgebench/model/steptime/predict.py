@@ -1,0 +1,334 @@
+"""Predicted step time of one training point, term by term, and its model TFLOP/s/GPU, release and band.
+
+Per microbatch, each pipeline rank runs its layers (:func:`rank_layers`); per layer (seconds on one GPU):
+
+- ``compute``: GEMMs at a shape-dependent efficiency and the attention core (:mod:`~bridgebench.model.steptime.gemm`),
+  the output layer on the loss stage;
+- ``elementwise``: HBM-bound work (:mod:`~bridgebench.model.steptime.elementwise`);
+- ``tp_comm``: the exposed tensor-parallel collectives (:mod:`~bridgebench.model.steptime.tp_comm`);
+- ``cp_comm``: the exposed context-parallel KV exchange (:mod:`~bridgebench.model.steptime.cp_comm`);
+- ``ep_a2a``: the exposed MoE dispatch / combine (:mod:`~bridgebench.model.steptime.ep_comm`);
+- ``recompute``: the forward work recomputation repeats (:mod:`~bridgebench.model.steptime.recompute`);
+- ``overhead``: ``c_layer`` per layer (launches, host work; fitted).
+
+The busiest rank's per-microbatch time ``t_mb`` sets the pace: ``m x t_mb`` plus the ``bubble`` ``(PP - 1)/VP x
+t_mb`` and the exposed stage sends ``pp_p2p`` (:mod:`~bridgebench.model.steptime.pp`), the exposed data-parallel
+``dp_comm`` (:mod:`~bridgebench.model.steptime.dp_comm`) and the ``optimizer`` step
+(:mod:`~bridgebench.model.steptime.optimizer`). ``total`` is the sum of the terms; ``tflops_per_gpu`` divides the
+release's model FLOPs (:func:`bridgebench.model.flops.model_flops`, what NVIDIA's tables divide) by it.
+
+The GEMM and attention rates are scaled by ``e x level``: the calibrated efficiency of the GPU and precision class
+and the software level of the point's (model, GPU, precision) group at its release
+(:mod:`~bridgebench.model.steptime.release`); the element-wise rate by ``level`` alone (HBM-bound work does not run
+at a tensor-core efficiency, but fusions change with releases); communication runs at datasheet bandwidths.
+``band_pct`` is the +- relative uncertainty of the prediction (percent) from cross-validated residuals
+(:class:`~bridgebench.model.steptime.calibration.Calibration`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from bridgebench.model import memory
+from bridgebench.model.flops import model_flops
+from bridgebench.model.spec import ModelSpec
+from bridgebench.model.steptime import cp_comm, dp_comm, ep_comm, pp, recompute, registry, tp_comm
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import TimeConfig, family, group_key
+from bridgebench.model.steptime.elementwise import HBM_EFFICIENCY, layer_bytes
+from bridgebench.model.steptime.gemm import LayerShape, layer_gemm_seconds
+from bridgebench.model.steptime.optimizer import OptimizerStep, optimizer_step
+from bridgebench.model.steptime.release import release_index
+
+#: The terms of a step, in report order (seconds per step each; they sum to the step time).
+TERMS = (
+    "compute",
+    "elementwise",
+    "tp_comm",
+    "cp_comm",
+    "ep_a2a",
+    "recompute",
+    "overhead",
+    "bubble",
+    "pp_p2p",
+    "dp_comm",
+    "optimizer",
+)
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    """One point's prediction: ``terms`` (seconds per step per term, :data:`TERMS`), ``flops`` (model FLOPs per
+    step, the release's formula), ``num_gpus``, ``band_pct`` (+- relative uncertainty in percent, e.g. 6.3 =
+    +-6.3 %: the root mean square of held-out log errors, ``bridgebench.model.steptime.calibration``),
+    ``release`` (the release the prediction is for), the on-GPU rate multiplier ``efficiency`` (= calibrated
+    efficiency x software level) and where each came from, the optimizer's detail, the busiest pipeline rank, and
+    whether the expert group leaves the NVLink domain (``ep_scale_out``)."""
+
+    terms: dict[str, float]
+    flops: float
+    num_gpus: int
+    band_pct: float = 0.0
+    release: str = ""
+    efficiency: float = 0.0
+    efficiency_source: str = ""
+    level: float = 1.0
+    level_source: str = ""
+    band_source: str = ""
+    opt: OptimizerStep = field(default_factory=lambda: OptimizerStep(0.0))
+    busiest_stage: int = 0
+    ep_scale_out: bool = False
+
+    @property
+    def total(self) -> float:
+        """Step time (s)."""
+        return sum(self.terms.values())
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU (model FLOPs only, like NVIDIA's tables)."""
+        return self.flops / self.total / self.num_gpus / 1e12
+
+    @property
+    def band(self) -> float:
+        """``band_pct`` as a fraction (0.063 = +-6.3 %)."""
+        return self.band_pct / 100.0
+
+    # ---- names the sweep table and older callers read
+    @property
+    def compute(self) -> float:
+        return self.terms["compute"]
+
+    @property
+    def elementwise(self) -> float:
+        return self.terms["elementwise"]
+
+    @property
+    def recompute(self) -> float:
+        return self.terms["recompute"]
+
+    @property
+    def a2a(self) -> float:
+        return self.terms["ep_a2a"]
+
+    @property
+    def bubble(self) -> float:
+        return self.terms["bubble"]
+
+    @property
+    def overhead(self) -> float:
+        return self.terms["overhead"]
+
+    @property
+    def optimizer(self) -> float:
+        return self.terms["optimizer"]
+
+    @property
+    def ns(self) -> float:
+        return self.opt.ns
+
+    @property
+    def per_matrix(self) -> float:
+        return self.opt.per_matrix
+
+    @property
+    def allgather(self) -> float:
+        return self.opt.allgather
+
+    @property
+    def busiest_matrices(self) -> int:
+        return self.opt.busiest_matrices
+
+    @property
+    def busiest_ns_flops(self) -> float:
+        return self.opt.busiest_ns_flops
+
+
+# ---------------------------------------------------------------------------------------------------- structure
+@lru_cache(maxsize=8192)
+def rank_layers(sid: int, pp_size: int, vp: int | None, layout: str | None) -> tuple:
+    """Per pipeline rank: ((layer kind, count), ...), whether it holds the loss, and its layer count. Kinds:
+    ``dense``, ``moe``, ``mtp_dense``, ``mtp_moe`` (megatron-core pipeline assignment:
+    :func:`bridgebench.model.memory.stage_chunks`)."""
+    spec = registry.get(sid)
+    pattern = spec.moe_layer_pattern
+    out = []
+    for chunks in memory.stage_chunks(spec.num_layers, spec.mtp_layers, pp_size, vp, layout):
+        counts: dict[str, int] = {}
+        loss = False
+        n = 0
+        for layers, _, has_loss in chunks:
+            loss = loss or has_loss
+            for li in layers:
+                if li < spec.num_layers:
+                    kind = "moe" if pattern[li] else "dense"
+                else:
+                    kind = "mtp_moe" if pattern[-1] else "mtp_dense"
+                counts[kind] = counts.get(kind, 0) + 1
+                n += 1
+        out.append((tuple(sorted(counts.items())), loss, n))
+    return tuple(out)
+
+
+@lru_cache(maxsize=8192)
+def _flops(sid: int, gbs: int, tp: int, formula: str) -> float:
+    return float(model_flops(registry.get(sid), gbs, tensor_model_parallel_size=tp, formula=formula).total)
+
+
+@lru_cache(maxsize=8192)
+def local_params(sid: int, tp: int, pp_size: int, vp: int | None, ep: int, etp: int, layout: str | None) -> tuple:
+    """(dense params, routed-expert params) on one GPU of each pipeline rank (elements)."""
+    spec = registry.get(sid)
+    cfg = memory.MemoryConfig(
+        num_gpus=tp * pp_size * ep * etp, mbs=1, gbs=1, tp=tp, pp=pp_size, vp=vp, ep=ep, etp=etp,
+        pipeline_model_parallel_layout=layout,
+    )  # fmt: skip
+    return tuple(memory.parameter_counts(spec, cfg))
+
+
+def layer_shape(cfg: TimeConfig) -> LayerShape:
+    return LayerShape(cfg.tp, cfg.cp, cfg.ep, cfg.etp_, cfg.mbs, cfg.sp, cfg.peak_key, cfg.fp8_dot_product_attention)
+
+
+def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate: float, hbm: float) -> dict:
+    """Seconds per microbatch of one layer of ``kind`` by term, at GEMM rate multiplier ``rate`` and effective
+    element-wise bandwidth ``hbm`` (bytes/s)."""
+    gem = dict(layer_gemm_seconds(sid, gid, kind, sh))
+    attn_f, attn_b = gem.pop("core_attn_fwd") / rate, gem.pop("core_attn_bwd") / rate
+    gem = {k: v / rate for k, v in gem.items()}
+    elem = {k: b / hbm for k, b in layer_bytes(sid, kind, sh)}
+    blocks = tp_comm.layer_blocks(sid, gid, kind, sh)
+    tp_x = tp_comm.exposed(blocks, rate, cfg.tp_comm_overlap and sh.sp)
+    cp_x = cp_comm.exposed(cp_comm.layer_terms(sid, gid, sh, cfg.cp_comm_type or "p2p"), attn_f, attn_b, sh.cp)
+    compute = sum(gem.values()) + attn_f + attn_b
+    ep_x = ep_fwd = 0.0
+    scale_out = False
+    if kind.endswith("moe"):
+        ex = ep_comm.layer_exchange(sid, gid, sh, cfg.dispatcher)
+        shared = gem.get("shared_experts", 0.0) / 3
+        ep_x = ep_comm.exposed(ex, compute, shared, cfg.overlap_moe_expert_parallel_comm, cfg.moe_shared_expert_overlap)
+        ep_fwd, scale_out = ex.seconds / 2, ex.scale_out
+    rec = recompute.layer_seconds(
+        cfg,
+        {k: v / 3 for k, v in gem.items()},
+        attn_f,
+        {k: v / 3 for k, v in elem.items()},
+        tp_comm.forward_share(blocks, sh.sp),
+        ep_fwd,
+    )
+    return {
+        "compute": compute,
+        "elementwise": sum(elem.values()),
+        "tp_comm": tp_x,
+        "cp_comm": cp_x,
+        "ep_a2a": ep_x,
+        "recompute": rec,
+        "scale_out": scale_out,
+    }
+
+
+def evaluate(
+    spec: ModelSpec,
+    cfg: TimeConfig,
+    rate: float,
+    c_layer: float,
+    kappa: float,
+    ns_efficiency: float,
+    elem_rate: float | None = None,
+) -> tuple[dict[str, float], OptimizerStep, int, bool]:
+    """The terms of one point at GEMM rate multiplier ``rate`` (fraction of the tensor-core peaks, after the shape
+    law) and element-wise rate multiplier ``elem_rate`` (fraction of HBM bandwidth x :data:`HBM_EFFICIENCY`;
+    default ``rate``), see the module docstring: (terms, optimizer detail, busiest rank, EP leaves the NVLink
+    domain).
+
+    Raises:
+        TimeModelError: no peak for the precision on this GPU, an unknown optimizer or dispatcher.
+        bridgebench.model.newton_schulz.NSError: parallel sizes that do not fit (Muon).
+        bridgebench.model.layout.LayoutError: a pipeline layout outside Megatron-Core's grammar.
+    """
+    sid, gid = registry.handle(spec), registry.handle(cfg.gpu)
+    sh = layer_shape(cfg)
+    hbm = cfg.gpu.hbm_bandwidth * HBM_EFFICIENCY * (rate if elem_rate is None else elem_rate)
+    share = recompute.share_of_layers(spec, cfg) if cfg.recompute_granularity == "full" else 1.0
+    per_kind: dict[str, dict] = {}
+    best: tuple[float, int, dict] | None = None
+    scale_out = False
+    for r, (kinds, loss, n_layers) in enumerate(rank_layers(sid, cfg.pp, cfg.vp, cfg.pipeline_model_parallel_layout)):
+        acc = dict.fromkeys(("compute", "elementwise", "tp_comm", "cp_comm", "ep_a2a", "recompute"), 0.0)
+        for kind, count in kinds:
+            if kind not in per_kind:
+                per_kind[kind] = _layer(sid, gid, kind, sh, cfg, rate, hbm)
+            lay = per_kind[kind]
+            scale_out = scale_out or lay["scale_out"]
+            for key in acc:
+                acc[key] += count * lay[key] * (share if key == "recompute" else 1.0)
+        if loss:
+            acc["compute"] += sum(v for _, v in layer_gemm_seconds(sid, gid, "logits", sh)) / rate
+            acc["elementwise"] += sum(b for _, b in layer_bytes(sid, "logits", sh)) / hbm
+        acc["overhead"] = c_layer * n_layers
+        t_mb = sum(acc.values())
+        if best is None or t_mb > best[0]:
+            best = (t_mb, r, acc)
+    assert best is not None
+    t_mb, rank, acc = best
+    m = cfg.microbatches
+    terms = {k: m * v for k, v in acc.items()}
+    terms["bubble"] = pp.bubble(t_mb, cfg)
+    terms["pp_p2p"] = pp.p2p_seconds(spec, cfg)
+    per_stage = local_params(sid, cfg.tp, cfg.pp, cfg.vp, cfg.ep, cfg.etp_, cfg.pipeline_model_parallel_layout)
+    on_gpu = acc["compute"] + acc["elementwise"] + acc["recompute"]
+    dense, expert = max(per_stage, key=lambda x: x[0] + x[1])
+    terms["dp_comm"] = dp_comm.dp_comm(cfg, dense, expert, on_gpu * 2 / 3, on_gpu / 3, t_mb).exposed
+    opt = optimizer_step(spec, cfg, per_stage, kappa, ns_efficiency, on_gpu / 3)
+    terms["optimizer"] = opt.total
+    return {k: terms[k] for k in TERMS}, opt, rank, scale_out
+
+
+def point_release_index(cfg: TimeConfig) -> float | None:
+    """The release index of a point: ``release_index`` if set, else that of ``release``, else None."""
+    if cfg.release_index is not None:
+        return cfg.release_index
+    return release_index(cfg.release) if cfg.release else None
+
+
+def rates(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> tuple[float, float, str, str]:
+    """(GEMM rate multiplier ``e x level``, element-wise multiplier ``level``, efficiency source, level source) of
+    a point under a calibration."""
+    eff, eff_src = calib.efficiency_of(cfg.gpu.name, cfg.precision_class, lambda c: cfg.gpu.peak_tflops.get(c))
+    log_level, level_src = calib.log_level(group_key(spec, cfg), family(spec), point_release_index(cfg))
+    level = math.exp(log_level)
+    return eff * level, level, eff_src, level_src
+
+
+def layer_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration, kind: str = "dense") -> dict[str, float]:
+    """Seconds of one layer of ``kind`` (``dense``, ``moe``) per microbatch by term (``compute``, ``elementwise``,
+    ``tp_comm``, ``cp_comm``, ``ep_a2a``, ``recompute``) at the point's calibrated rates (a per-layer measurement,
+    e.g. Korthikanti et al. 2022 Table 4, compares with their sum)."""
+    rate, level, _, _ = rates(spec, cfg, calib)
+    hbm = cfg.gpu.hbm_bandwidth * HBM_EFFICIENCY * level
+    out = _layer(registry.handle(spec), registry.handle(cfg.gpu), kind, layer_shape(cfg), cfg, rate, hbm)
+    out.pop("scale_out")
+    return out
+
+
+def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBreakdown:
+    """Predicted step time (s) by term, model TFLOP/s/GPU, band and release of one point (module docstring).
+
+    Raises:
+        TimeModelError: no peak for the precision on this GPU, or an unknown optimizer / dispatcher.
+        bridgebench.model.newton_schulz.NSError: parallel sizes that do not fit (Muon).
+    """
+    pclass = cfg.precision_class
+    key = group_key(spec, cfg)
+    rate, level, eff_src, level_src = rates(spec, cfg, calib)
+    terms, opt, rank, scale_out = evaluate(spec, cfg, rate, calib.c_layer, calib.kappa, calib.ns_efficiency, level)
+    band, band_src = calib.band(key, cfg.gpu.name, pclass)
+    band = round(band * 100.0, 6)  # percent
+    flops = _flops(registry.handle(spec), cfg.gbs, cfg.tp, cfg.flops_formula)
+    release = cfg.release or ("unspecified: group mean level" if level_src == "group" else "unspecified")
+    return TimeBreakdown(
+        terms, flops, cfg.num_gpus, band, release, rate, eff_src, level, level_src, band_src, opt, rank,
+        scale_out,
+    )  # fmt: skip

@@ -1,0 +1,113 @@
+"""The software level of a release: how much faster (or slower) the same configuration runs at release X than the
+configuration physics says, read off NVIDIA's published per-release tables.
+
+A published row of group ``g`` = (model, GPU, peak key) at release index ``x`` has a log level ``y``: the log of the
+software level ``L`` (GEMM rate ``e L``, element-wise rate ``L``, ``e`` its GPU and precision class's efficiency) at
+which its prediction equals its published TFLOP/s (:func:`bridgebench.model.steptime.fit.implied_level`). The level
+of a point of group ``g`` at release index ``x`` (:meth:`LevelTable.log_level`):
+
+- at a release the group was published at: the mean of its rows' log levels there (the table's own number);
+- between two of its published releases: linear interpolation in release index;
+- before the first / after the last: the nearest one (flat: nothing says which way the next release goes -- 26.08 is
+  below 26.06 in all six groups published at both; docs/sweeps.md);
+- a group never published: the mean, at ``x``, of its closest published relatives -- the same model on the same GPU in
+  the same precision class (FP8-CS / MXFP8 both FP8), else on the same GPU, else on any GPU -- else the mean log level
+  of its model family (dense / MoE) over all published rows.
+
+Validated by leaving each release out in turn (``bridgebench check-published --models``, benchmarks/validate_time.py):
+this piecewise-linear reading beat a Gaussian-process smoother with a per-family release trend (held-out mean
+|log error| 0.100 vs 0.115 on the same physics, both fitted without the scored release); no parameter is fitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bridgebench.model.steptime.config import PRECISION_CLASS
+
+
+def release_index(release: str) -> float:
+    """Position of a NeMo release in steps of two months (NeMo's release cadence): ``(12 YY + MM) / 2`` for
+    ``YY.MM``, a ``.01`` patch release half a step later. Only differences matter.
+
+    Raises:
+        ValueError: a release name that is not ``YY.MM`` or ``YY.MM.PP``.
+    """
+    parts = str(release).split(".")
+    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+        raise ValueError(f"release {release!r} is not YY.MM or YY.MM.PP")
+    base = (int(parts[0]) * 12 + int(parts[1])) / 2.0
+    return base + (0.5 if len(parts) > 2 else 0.0)
+
+
+@dataclass(frozen=True)
+class GroupLevel:
+    """One (model, GPU, peak key) group's published levels: its ``family``, release indices ``x`` (ascending,
+    distinct), the mean log level ``y`` of its rows at each, and ``rows`` behind them."""
+
+    family: str
+    x: tuple[float, ...]
+    y: tuple[float, ...]
+    rows: int
+
+    @property
+    def origin(self) -> float:
+        """Mean release index of the group's published releases (where a point without a release sits)."""
+        return sum(self.x) / len(self.x) if self.x else 0.0
+
+    def log_level(self, x: float | None) -> float:
+        """The group's log level at release index ``x`` (see the module docstring); ``None``: at its origin."""
+        x = self.origin if x is None else x
+        xs, ys = self.x, self.y
+        if x <= xs[0]:
+            return ys[0]
+        if x >= xs[-1]:
+            return ys[-1]
+        for i in range(1, len(xs)):
+            if x <= xs[i]:
+                w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+                return ys[i - 1] * (1 - w) + ys[i] * w
+        return ys[-1]
+
+    def to_mapping(self) -> dict:
+        return {"family": self.family, "x": list(self.x), "y": [round(v, 6) for v in self.y], "rows": self.rows}
+
+    @classmethod
+    def from_mapping(cls, data: dict) -> GroupLevel:
+        x = tuple(float(v) for v in data["x"])
+        y = tuple(float(v) for v in data["y"])
+        if not x or len(x) != len(y) or list(x) != sorted(set(x)):
+            raise ValueError(f"group level needs ascending distinct releases with one level each, got {data!r}")
+        return cls(str(data["family"]), x, y, int(data.get("rows", len(x))))
+
+
+@dataclass(frozen=True)
+class LevelTable:
+    """Every published group's levels and each family's mean log level (the fallback of an unpublished model)."""
+
+    groups: dict[tuple[str, str, str], GroupLevel] = field(default_factory=dict)
+    family_mean: dict[str, float] = field(default_factory=dict)
+
+    def log_level(self, group: tuple[str, str, str], family: str, x: float | None) -> tuple[float, str]:
+        """(log level, source: ``group``, ``same model, GPU and precision class``, ``same model and GPU``, ``same
+        model``, ``family mean`` or ``none``) of a point (module docstring)."""
+        g = self.groups.get(group)
+        if g is not None:
+            return g.log_level(x), "group"
+        model, gpu, key = group
+        cls = PRECISION_CLASS.get(key, key)
+        tiers = (
+            (
+                "same model, GPU and precision class",
+                lambda k: k[:2] == (model, gpu) and PRECISION_CLASS.get(k[2]) == cls,
+            ),
+            ("same model and GPU", lambda k: k[:2] == (model, gpu)),
+            ("same model", lambda k: k[0] == model),
+        )
+        for name, match in tiers:
+            same = [v for k, v in self.groups.items() if match(k)]
+            if same:
+                return sum(v.log_level(x) for v in same) / len(same), name
+        if family in self.family_mean:
+            return self.family_mean[family], "family mean"
+        return 0.0, "none"
