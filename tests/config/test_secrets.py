@@ -38,6 +38,18 @@ TOKENS = {
         "NGC_API_KEY",
         "GOOGLE_APPLICATION_CREDENTIALS",
         "svc.apikey",
+        # issue 17: word fragments and camelCase, case-insensitive
+        "HFTOKEN",
+        "hfToken",
+        "WANDB_AUTH",
+        "GITHUB_PAT",
+        "MY_PAT",
+        "PASSWD",
+        "DB_PASS",
+        "dbPassword",
+        "SecretKey",
+        "NGCAPIKEY",
+        "token2",
     ],
 )
 def test_credential_names(name):
@@ -54,6 +66,10 @@ def test_credential_names(name):
         "MONKEY_PATCH",
         "HF_HUB_OFFLINE",
         "NUM_OF_TOKENS_PER_CHUNK_COMBINE_API",
+        "AUTHOR",
+        "PATTERN",
+        "TOKENIZER_NAME",
+        "PWD",
     ],
 )
 def test_ordinary_names(name):

@@ -132,7 +132,7 @@ def test_values_reach_the_shell_only_quoted(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert bad.returncode == 2 and "container mount" in bad.stderr
+    assert bad.returncode == 2 and "cluster.container_mounts[0]" in bad.stderr and "shell_safe_value" in bad.stderr
 
 
 def test_multirun_sweep(tmp_path):

@@ -320,3 +320,18 @@ def test_summarize_runs():
     value, lo, hi = cs.summarize_runs([[10.0, 10.2], [10.4, 10.6], [9.8, 10.0], [10.1, 10.1]], seed=0)
     assert value == pytest.approx(10.15) and lo < value < hi
     assert cs.summarize_runs([[1.0], [2.0]])[1:] == (None, None)
+
+
+def test_zero_spread_samples_are_not_tested():
+    """Issue 17: identical values on both sides gave p = 0 and a `slower` verdict; no spread means no test."""
+    from bridgebench.results.compare_stats import NO_SPREAD, apply_fdr, compare_runs
+
+    r = compare_runs([[2.0] * 5] * 3, [[3.0] * 5] * 3)
+    assert r.verdict == NO_SPREAD == "no spread: cannot test"
+    assert r.p_value is None and r.ci_low is None and r.ci_high is None and r.ratio == 1.5
+    assert "no spread" in r.reason
+    same = compare_runs([[2.0] * 5] * 3, [[2.0] * 5] * 3)
+    assert same.verdict == NO_SPREAD and same.p_value is None
+    assert apply_fdr([r, same]) == [r, same]  # nothing to adjust: they carry no p-value
+    one_side = compare_runs([[2.0, 2.1, 2.05]] * 3, [[2.0] * 5] * 3)  # spread on one side: a real test
+    assert one_side.verdict != NO_SPREAD and one_side.p_value is not None and one_side.p_value > 0

@@ -4,10 +4,13 @@ Commands live in one module per job (:mod:`.analysis`, :mod:`.runs`, :mod:`.repo
 :mod:`.listing`); heavy imports (pandas, matplotlib, megatron) happen inside the commands that need them, so
 ``bridgebench flops`` starts fast and never imports torch or megatron. Errors: every deliberate error is a
 :class:`bridgebench.errors.BridgebenchError`, caught once in :func:`main`, printed as ``error: <message>`` and exit
-code 2.
+code 2. Everything :func:`main` prints passes one redaction step (:mod:`bridgebench.cli.redaction`): no
+credential-shaped text leaves the command, whoever wrote it.
 """
 
 from __future__ import annotations
+
+import sys
 
 import typer
 
@@ -49,16 +52,20 @@ def _root(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the command; a :class:`BridgebenchError` becomes ``error: …`` on stderr and exit code 2."""
-    try:
-        app(args=argv, prog_name="bridgebench", standalone_mode=True)
-    except BridgebenchError as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        return 2
-    except SystemExit as exit_:
-        return int(exit_.code or 0) if not isinstance(exit_.code, str) else 1
-    except Exception as err:  # noqa: BLE001  (not bad input: its cause in one line, the traceback in the debug log)
-        return quiet.unexpected(err)
+    """Entry point: run the command; a :class:`BridgebenchError` becomes ``error: …`` on stderr and exit code 2.
+    stdout and stderr are scrubbed of credentials (:func:`bridgebench.cli.redaction.redacted_output`)."""
+    from bridgebench.cli.redaction import redacted_output
+
+    with redacted_output(sys.argv[1:] if argv is None else argv):
+        try:
+            app(args=argv, prog_name="bridgebench", standalone_mode=True)
+        except BridgebenchError as err:
+            typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+            return 2
+        except SystemExit as exit_:
+            return int(exit_.code or 0) if not isinstance(exit_.code, str) else 1
+        except Exception as err:  # noqa: BLE001  (not bad input: its cause in one line, the traceback in the debug log)
+            return quiet.unexpected(err)
     return 0
 
 

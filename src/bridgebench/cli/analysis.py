@@ -118,6 +118,8 @@ def table(
             raise BridgebenchError(f"--quality must be a comma list of {', '.join(QUALITIES)}, got {quality!r}")
         store = default_store()
         records = store.records(kind="pretrain")
+        for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         measured = measured_step_times(records, wanted)
         other = len(measured_step_times(records, QUALITIES + (None,))) - len(measured)
         if not records:

@@ -79,7 +79,10 @@ def compare(
             from bridgebench.results.store import ResultStore
 
             status.update(f"reading the results store {paths.results} ...")
-            records = ResultStore(paths.results).records()
+            store = ResultStore(paths.results)
+            records = store.records()
+            for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
         status.update("computing ...")
         result = cmp.run_compare(
             source,
@@ -264,8 +267,8 @@ def _print(result, threshold: float) -> None:
 
 
 def _verdict_text(r) -> str:
-    if r.verdict == "insufficient":
-        return r.reason
+    if r.verdict == "insufficient" or r.ci_low is None:  # too few runs, or no spread to test against
+        return f"{r.verdict}: {r.reason}" if r.verdict != "insufficient" else r.reason
     return (
         f"{r.verdict}: ratio {r.ratio:.4f}, {r.params['confidence']:.0%} CI [{r.ci_low:.4f}, {r.ci_high:.4f}], "
         f"threshold {r.params['threshold']:.1%}, {r.n_runs[0]} vs {r.n_runs[1]} runs"

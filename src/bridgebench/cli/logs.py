@@ -28,7 +28,8 @@ def _line(j: dict) -> str:
     state = f" ({j['job_state']})" if j.get("job_state") else ""
     head = f"{j['file']}: format={j['format']} outcome={j['outcome']}{state} steps={j['steps']}"
     if j["step_time_s"] is None:
-        return f"{head} step_time_s=- tflops_per_gpu=- ({j['note']})"
+        quality = f" quality={j['quality']}" if j.get("quality") else ""
+        return f"{head} step_time_s=- tflops_per_gpu=-{quality} ({j['note']})"
     n = j["window"]["count"] if j.get("window") else None
     return (
         f"{head} step_time_s={_fmt(j['step_time_s'], '.4g')} ({j['statistic']} of {n} steps, median "
@@ -77,6 +78,7 @@ def logs_parse(
             and not parsed.signals
             and not parsed.memory
             and parsed.end_marker is None
+            and not parsed.invalid_iterations
         ):
             errors.append(
                 f"{f}: not a training log: no iteration, Step Time, NeMo timing, memory, failure or "

@@ -31,7 +31,10 @@ def report(as_json: bool = typer.Option(False, "--json", help="print JSON (group
     from bridgebench.results.optstep_stats import CONTENDED_OTHER_SHARE, aggregate
     from bridgebench.results.outcomes import skip_line, usable
 
-    stored = default_store().records(kind="optstep")
+    store = default_store()
+    stored = store.records(kind="optstep")
+    for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
+        typer.echo(line, err=True)
     recs = [r for r in stored if usable(r) and r.get("optstep")]
     if not stored:
         raise BridgebenchError(

@@ -203,6 +203,9 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
             raise ConfigError(unknown_key_message(overrides, missing.group(1))) from err
         raise ConfigError(f"bad override or config: {_explain(err)}") from err
     check_recipe_release(checked)
+    from bridgebench.config.secrets import pass_by_name
+
+    pass_by_name(checked)  # env_vars.NAME=${oc.env:VAR}: never read here, the job reads $VAR (config/secrets.py)
     return checked
 
 

@@ -11,10 +11,12 @@ def config_hash(cfg: DictConfig) -> str:
     """Stable 12-hex hash of a composed config: sha256 of its resolved YAML with sorted keys.
 
     Dropped: the ``hydra`` node, and ``paths`` (where bridgebench writes files is not part of what runs, and the
-    same run must hash the same for every user whatever their ``BRIDGEBENCH_*`` path overrides).
+    same run must hash the same for every user whatever their ``BRIDGEBENCH_*`` path overrides). Hashed is the config
+    as written (:func:`bridgebench.config.secrets.disk_container`): a variable passed by name hashes as its name.
     """
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    plain.pop("hydra", None)
+    from bridgebench.config.secrets import disk_container
+
+    plain = disk_container(cfg)
     plain.pop("paths", None)
     text = OmegaConf.to_yaml(OmegaConf.create(plain), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]

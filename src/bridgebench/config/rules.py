@@ -207,6 +207,21 @@ RULES: dict[str, Rule] = {
             "a credential goes into a config, plan or script",
         ),
         Rule(
+            "env_resolver",
+            "bridgebench (README 'Secrets'); OmegaConf 2.3 resolvers oc.env / oc.decode read the environment at "
+            "resolve time, and plans, scripts and records hold resolved values",
+            "no value read from the environment or a file by a resolver is written: env_vars.NAME: ${oc.env:VAR} is "
+            "passed by name (the job reads $VAR on the node), BRIDGEBENCH_*/SLURM_* settings resolve, the rest is "
+            "refused",
+        ),
+        Rule(
+            "shell_safe_value",
+            "bridgebench launch/shellsafe.py; nemo-run 0.11.1 core/execution/slurm.py SlurmBatchRequest.materialize "
+            "(srun words unquoted: noquote is an alias of str; export lines as given; #SBATCH via shlex.quote)",
+            "every value that reaches sbatch, srun, an #SBATCH line or the job script matches a strict grammar "
+            "(names, paths, mounts, image, time, memory, env names, job ids) or is quoted (env values, wrapper words)",
+        ),
+        Rule(
             "cluster_nodes",
             "bridgebench (configs/cluster/<name>.yaml nodes, and sinfo's node count of the partition); SLURM keeps "
             "such a job PENDING forever (reason PartitionNodeLimit / PartitionConfig)",
@@ -227,7 +242,9 @@ RULES: dict[str, Rule] = {
 
 #: rules judged on a composed config or on a cluster, not on a :class:`Point` (config/secrets.py and
 #: config/cluster_fit.py); every other rule is judged by :func:`check`.
-NON_POINT_RULES = frozenset({"secret_in_config", "cluster_nodes", "cluster_gpus", "cluster_container"})
+NON_POINT_RULES = frozenset(
+    {"secret_in_config", "env_resolver", "shell_safe_value", "cluster_nodes", "cluster_gpus", "cluster_container"}
+)
 
 #: GPU architecture by compute-capability major version (messages only).
 _ARCH = {8: "Ampere/Ada", 9: "Hopper", 10: "Blackwell", 12: "Blackwell (consumer)"}

@@ -272,8 +272,9 @@ class JobSchema:
     experts: int = 2  # optstep: experts per MoE layer
     repeats: int = 5  # optstep: timed repeats
     # argv run in front of the payload command (numactl, nsys profile ..., or a test's fault injector); each item is
-    # shell-quoted
-    wrapper: List[str] = field(default_factory=list)
+    # shell-quoted. Any: a List[str] node would turn `job.wrapper=[true]` into "True" silently; launch/shellsafe.py
+    # refuses any item that is not a string (rule shell_safe_value)
+    wrapper: List[Any] = field(default_factory=list)
 
 
 @dataclass

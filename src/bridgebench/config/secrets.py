@@ -8,10 +8,30 @@ module refuses, *before anything is built or written*:
   ``TOKENIZERS_PARALLELISM`` and HybridEP's ``NUM_OF_TOKENS_PER_CHUNK_COMBINE_API`` are not: their words are
   ``TOKENIZERS`` and ``TOKENS``);
 * any string **value** anywhere in the config that looks like a credential: a known token prefix with the token's
-  shape (:data:`TOKEN_PATTERNS`), a PEM private key or a JSON Web Token.
+  shape (:data:`TOKEN_PATTERNS`), a PEM private key, a JSON Web Token, or a URL whose user-info holds a password
+  (``https://user:pass@host``).
+
+Names are judged case-insensitively, per word: words split on ``_ - .``, spaces and camelCase (``hfToken`` -> ``hf``,
+``Token``), trailing digits dropped; a word is a credential word (:data:`SECRET_WORDS`), or ends with a credential
+fragment (:data:`SECRET_FRAGMENTS`: ``HFTOKEN``, ``WANDBAUTH``, ``DBPASSWD``), or starts with one that no ordinary word
+starts with (``SECRETKEY``, ``PASSWORDFILE``).
+
+Values read from the environment or files by a resolver (rule ``env_resolver``): a composed config is resolved before
+it is written (``config.yaml``, ``submit.sh``, every record's ``config``), so ``${oc.env:MYDBPASS}`` would copy the
+password into each. Instead:
+
+* ``env_vars.NAME: ${oc.env:VAR}`` (the whole value, no default) is **passed by name**: :func:`pass_by_name` (called by
+  :func:`bridgebench.config.compose.compose`) turns it into the literal text ``${oc.env:VAR}`` before anything reads
+  it, that text is what plans and records hold, and the job's payload command sets ``NAME="${VAR}"`` from its own
+  environment on the node (:func:`bridgebench.launch.executor.payload_command`);
+* ``oc.env`` of bridgebench's and SLURM's own settings variables (``BRIDGEBENCH_*``, ``SLURM_*``: paths, the SLURM
+  config file) is resolved as usual -- unless the variable's name looks like a credential;
+* anything else that reads the environment or a file (``oc.env`` elsewhere, ``oc.decode``, any resolver that is not
+  one of the config-only ones in :data:`CONFIG_RESOLVERS`) is refused before anything is built or written.
 
 Pure Python (``re`` only): the check runs on the composed config in milliseconds, before the Megatron import.
-Messages never repeat a value, only its key and the kind of token (so the refusal itself leaks nothing).
+Messages never repeat a value, only its key and the kind of token (so the refusal itself leaks nothing);
+:func:`redact` removes credential-shaped text from any message (the CLI's error boundary uses it).
 """
 
 from __future__ import annotations
@@ -38,11 +58,30 @@ SECRET_WORDS = frozenset(
         "CREDENTIALS",
         "CREDS",
         "PAT",
+        "PASS",
+        "AUTH",
         "PRIVATE",
         "COOKIE",
         "SESSION",
     }
 )
+#: fragments that make a word a credential word when it ends with one (``HFTOKEN``, ``WANDBAUTH``, ``DBPASSWD``)
+SECRET_FRAGMENTS = (
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "APIKEY",
+    "ACCESSKEY",
+    "PRIVATEKEY",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "CREDS",
+    "AUTH",
+)
+#: ... or starts with one (no ordinary word starts with these; TOKEN and AUTH are left out: TOKENIZERS, AUTHOR)
+SECRET_PREFIXES = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "APIKEY", "CREDENTIAL")
 
 #: (kind, pattern) of credential-shaped values. Sources: GitHub "Behind GitHub's new authentication token formats"
 #: (2021-04-05) and fine-grained PATs; Hugging Face "User access tokens" (hf_ + 34 letters); OpenAI / Anthropic API
@@ -66,8 +105,22 @@ TOKEN_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("JSON Web Token", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     )
 )
+#: RFC 3986 user-info with a password: ``scheme://user:password@host`` (the password is group 2)
+URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):([^/\s@]+)@")
+#: ``NAME=value``, ``"NAME": "value"`` (JSON, Python reprs) and ``NAME: value`` (YAML; upper-case names only, so
+#: that ``secret_in_config: env_vars...`` in a message is not taken for one) where NAME may be a credential's
+_FRAGMENT = r"(?i:[A-Za-z0-9_.-]*(?:token|secret|pass|key|cred|auth|pat|private|cookie|session)[A-Za-z0-9_.-]*)"
+_ASSIGNMENT = re.compile(
+    rf"""({_FRAGMENT})(=['"]?|['"]\s*:\s*['"]?)([^\s'",{{}}\[\]]+)"""
+    r"""|(?<![\w.])([A-Z0-9_]*(?:TOKEN|SECRET|PASS|KEY|AUTH|PAT)[A-Z0-9_]*)(: +)([^\s{\[]\S*)"""
+)
 
-_WORD_SPLIT = re.compile(r"[_.\-\s]+")
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|true|false|null|None|True|False")
+_PLACEHOLDER_NAMES = frozenset({"key", "keys"})
+#: known secret values shorter than this are not replaced wherever they appear (too likely to be ordinary text; the
+#: structural patterns still catch them in ``NAME=value`` and URLs)
+MIN_KNOWN = 6
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 #: where the config holds environment variables (their names are judged too)
 ENV_SECTIONS = ("env_vars", "cluster.client_env")
 HOW = (
@@ -76,14 +129,26 @@ HOW = (
 )
 
 
+def _words(name: str) -> list[str]:
+    """Upper-case words of a name: split on non-alphanumerics and camelCase, trailing digits dropped."""
+    return [w.upper().rstrip("0123456789") for w in _WORD_SPLIT.split(str(name)) if w]
+
+
 def secret_name(name: str) -> bool:
-    """True when one word of ``name`` (split on ``_ - .``) is a credential word (:data:`SECRET_WORDS`)."""
-    return any(word.upper() in SECRET_WORDS for word in _WORD_SPLIT.split(str(name)) if word)
+    """True when ``name`` looks like a credential's (module docstring: per word, case-insensitive)."""
+    for word in _words(name):
+        if word in SECRET_WORDS or word.endswith(SECRET_FRAGMENTS) or word.startswith(SECRET_PREFIXES):
+            return True
+    return False
 
 
 def token_kind(value: Any) -> str | None:
-    """The kind of credential ``value`` looks like (:data:`TOKEN_PATTERNS`), or None."""
-    if not isinstance(value, str) or len(value) < 16:
+    """The kind of credential ``value`` looks like (:data:`TOKEN_PATTERNS`, a URL with a password), or None."""
+    if not isinstance(value, str):
+        return None
+    if URL_PASSWORD.search(value):
+        return "URL with a password in its user-info"
+    if len(value) < 16:
         return None
     for kind, pattern in TOKEN_PATTERNS:
         if pattern.search(value):
@@ -91,21 +156,145 @@ def token_kind(value: Any) -> str | None:
     return None
 
 
-def redact(text: str) -> str:
-    """``text`` with credential-shaped substrings replaced by ``<redacted>`` (for messages that echo input)."""
+def redact(text: str, known: Any = ()) -> str:
+    """``text`` with credential-shaped substrings replaced by ``<redacted>``: token-shaped values
+    (:data:`TOKEN_PATTERNS`), URL passwords, the value of ``NAME=value`` / ``NAME: value`` where ``NAME`` looks like a
+    credential's (:func:`secret_name`), and every string of ``known`` (values known to be secret, e.g. from the
+    command line) of :data:`MIN_KNOWN` characters or more."""
+    text = str(text)
+    for value in sorted({str(v) for v in known if v and len(str(v)) >= MIN_KNOWN}, key=len, reverse=True):
+        text = text.replace(value, "<redacted>")
     for _, pattern in TOKEN_PATTERNS:
         text = pattern.sub("<redacted>", text)
-    return text
+    text = URL_PASSWORD.sub(r"\1:<redacted>@", text)
+
+    def assignment(m: re.Match) -> str:
+        name, sep, value = m.group(1, 2, 3) if m.group(1) else m.group(4, 5, 6)
+        last = name.rsplit(".", 1)[-1]
+        if (
+            not secret_name(last)
+            or value == "<redacted>"
+            or _NUMBER.fullmatch(value.rstrip(",;)"))  # a figure (model_flops_per_token: 5.1e9) is no secret
+            or last.lower() in _PLACEHOLDER_NAMES  # "expected key=value"
+        ):
+            return m.group(0)
+        return name + sep + "<redacted>"
+
+    return _ASSIGNMENT.sub(assignment, text)
+
+
+def redact_override(line: str) -> str:
+    """One Hydra override as it may be shown or written: the value of a credential-like key or value redacted."""
+    key, eq, value = line.partition("=")
+    last = key.lstrip("+~").rsplit(".", 1)[-1]
+    return f"{key}=<redacted>" if eq and (secret_name(last) or token_kind(value)) else redact(line)
 
 
 def redact_overrides(overrides: list[str]) -> str:
     """Hydra overrides joined for a message, with the value of a credential-like key or value redacted."""
+    return " ".join(redact_override(line) for line in overrides)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Values read from the environment or files by a resolver
+# --------------------------------------------------------------------------------------------------------------------
+
+#: resolvers whose value comes from the config itself (safe to resolve and write); ``bb.*`` are bridgebench's own
+#: (config/schema.py), ``hydra``/``now`` Hydra's run facts
+CONFIG_RESOLVERS = frozenset(
+    {"oc.select", "oc.dict.keys", "oc.dict.values", "oc.create", "oc.deprecated", "hydra", "now"}
+)
+#: environment variables that hold bridgebench's and SLURM's own settings (configs/paths, configs/cluster)
+SETTINGS_VARIABLE = re.compile(r"(?:BRIDGEBENCH|SLURM)_[A-Z0-9_]+")
+_RESOLVER_CALL = re.compile(r"\$\{\s*([A-Za-z_][\w.-]*)\s*:([^}]*)")
+_BY_NAME = re.compile(r"\\?\$\{oc\.env:([A-Z_][A-Z0-9_]*)\}")
+
+
+def _raw(node: Any) -> Any:
+    """The unresolved value of an OmegaConf value node (the interpolation text), or the plain value."""
+    get = getattr(node, "_value", None)
+    return get() if callable(get) else node
+
+
+def by_name(cfg: Any, key: str) -> str | None:
+    """The variable ``env_vars.<key>`` is passed by (``${oc.env:VAR}``, also as the literal text it becomes after
+    :func:`pass_by_name`), or None when it is a plain value."""
+    env = cfg.get("env_vars") if hasattr(cfg, "get") else None
+    if env is None or key not in env:
+        return None
+    node = env._get_node(key) if hasattr(env, "_get_node") else env[key]
+    m = _BY_NAME.fullmatch(str(_raw(node)))
+    return m.group(1) if m else None
+
+
+def by_name_all(cfg: Any) -> dict[str, str]:
+    """``{NAME: VAR}`` of every ``env_vars`` entry passed by name (:func:`by_name`)."""
+    env = cfg.get("env_vars") if hasattr(cfg, "get") else None
+    return {str(k): var for k in (env or {}) if (var := by_name(cfg, str(k))) is not None}
+
+
+def pass_by_name(cfg: Any) -> dict[str, str]:
+    """Turn every ``env_vars.NAME: ${oc.env:VAR}`` of a composed config into the literal text ``${oc.env:VAR}`` (so
+    no resolve ever reads the variable here); returns ``{NAME: VAR}``."""
+    names = by_name_all(cfg)
+    for key, var in names.items():
+        cfg.env_vars[key] = "\\${oc.env:" + var + "}"
+    return names
+
+
+def _raw_strings(cfg: Any) -> Iterator[tuple[str, str]]:
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=False) if hasattr(cfg, "_get_node") else cfg
+    for path, value in _strings({k: v for k, v in plain.items() if k != "hydra"}, ""):
+        if "${" in value:
+            yield path, value
+
+
+def resolver_violations(cfg: Any) -> list[Violation]:
+    """Violations of ``env_resolver``: values that read the environment or a file through a resolver and would be
+    written (module docstring). Messages name the field and the resolver, never a value."""
     out = []
-    for line in overrides:
-        key, eq, value = line.partition("=")
-        last = key.lstrip("+~").rsplit(".", 1)[-1]
-        out.append(f"{key}=<redacted>" if eq and (secret_name(last) or token_kind(value)) else redact(line))
-    return " ".join(out)
+    for path, text in _raw_strings(cfg):
+        if path.startswith("env_vars.") and _BY_NAME.fullmatch(text):
+            continue  # passed by name
+        for m in _RESOLVER_CALL.finditer(text):
+            resolver, args = m.group(1), m.group(2)
+            if resolver in CONFIG_RESOLVERS or resolver.startswith("bb."):
+                continue
+            if resolver == "oc.env":
+                var = args.split(",", 1)[0].strip()
+                if SETTINGS_VARIABLE.fullmatch(var) and not secret_name(var):
+                    continue
+                how = (
+                    f"pass it by name as the whole value of an env var (env_vars.NAME='${{oc.env:{var}}}': the job "
+                    f"reads ${var} on the node), or export it in the shell that runs `bridgebench submit`"
+                )
+            else:
+                how = "write the value itself (a config holds values, not reads of files or the environment)"
+            out.append(
+                Violation(
+                    "env_resolver",
+                    f"{path}: ${{{resolver}:...}} reads the environment or a file at plan time and its value would "
+                    f"be written into config.yaml, submit.sh and every record; {how}",
+                )
+            )
+    return out
+
+
+def disk_container(cfg: Any) -> dict[str, Any]:
+    """The config as bridgebench writes it (``config.yaml``, records, the config hash): resolved, except the
+    ``env_vars`` passed by name, which stay the text ``${oc.env:VAR}``; without the ``hydra`` node."""
+    from omegaconf import OmegaConf
+
+    names = by_name_all(cfg)
+    if names:
+        cfg = cfg.copy()
+        for key, var in names.items():
+            cfg.env_vars[key] = "\\${oc.env:" + var + "}"
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    return plain
 
 
 def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -126,15 +315,17 @@ def _section(plain: Mapping[str, Any], dotted: str) -> Mapping[str, Any]:
     return node if isinstance(node, Mapping) else {}
 
 
-def secret_violations(plain: Mapping[str, Any]) -> list[Violation]:
-    """Violations of ``secret_in_config`` in a config given as plain containers (``OmegaConf.to_container``).
+def secret_violations(plain: Mapping[str, Any], by_name_keys: Any = ()) -> list[Violation]:
+    """Violations of ``secret_in_config`` in a config given as plain containers (as written: :func:`disk_container`).
+    ``by_name_keys``: ``env_vars`` entries passed by name, whose value is never written (their name may look like a
+    credential's: ``HF_TOKEN: ${oc.env:HF_TOKEN}`` is how a job gets one).
 
     Every message names the key and the rule, never the value.
     """
     out = []
     for section in ENV_SECTIONS:
         for name in _section(plain, section):
-            if secret_name(name):
+            if secret_name(name) and not (section == "env_vars" and name in by_name_keys):
                 out.append(
                     Violation(
                         "secret_in_config",
@@ -149,17 +340,20 @@ def secret_violations(plain: Mapping[str, Any]) -> list[Violation]:
 
 
 def check_secrets(cfg: Any) -> None:
-    """Raise :class:`RuleError` (rule ``secret_in_config``) when a composed config holds something credential-like.
+    """Raise :class:`RuleError` (rules ``secret_in_config``, ``env_resolver``) when a composed config holds something
+    credential-like, or reads the environment or a file into a value that would be written.
 
-    ``cfg`` is a DictConfig or a plain mapping. Interpolations are resolved first (a value may come from ``oc.env``).
+    ``cfg`` is a DictConfig or a plain mapping. What is judged is the config as written (:func:`disk_container`).
     """
     if not isinstance(cfg, Mapping) or hasattr(cfg, "_get_node"):
-        from omegaconf import OmegaConf
-
-        plain = OmegaConf.to_container(cfg, resolve=True)
+        found = resolver_violations(cfg)
+        if found:  # before anything is resolved: resolving would read the variable (and an error could echo it)
+            raise RuleError(found)
+        names = by_name_all(cfg)
+        plain = disk_container(cfg)
     else:
-        plain = cfg
-    plain = {k: v for k, v in plain.items() if k != "hydra"}
-    found = secret_violations(plain)
+        found, names = [], {}
+        plain = {k: v for k, v in cfg.items() if k != "hydra"}
+    found += secret_violations(plain, names)
     if found:
         raise RuleError(found)

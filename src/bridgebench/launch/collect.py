@@ -31,14 +31,15 @@ A record stands on its own, so deleting ``plans/`` or ``.state/`` orphans nothin
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import OmegaConf
 
+from bridgebench.config.secrets import disk_container
 from bridgebench.errors import BridgebenchError
+from bridgebench.launch import jobfiles
 from bridgebench.launch.ledger import Attempt, Ledger
 from bridgebench.payloads.markers import OPTSTEP, RUN
 
@@ -64,19 +65,15 @@ def _fetch(a: Attempt) -> str | None:
     return fetch_logs(a, OmegaConf.load(cfg_path).cluster)
 
 
+class CollectRefused(BridgebenchError):
+    """Attempts whose job folder holds files collect will not read (FIFOs, devices, symlinks leading out of it);
+    the message names each path. Those attempts stay uncollected; every other attempt was collected."""
+
+
 def _marker(logs: list[Path], marker: str) -> dict[str, Any] | None:
-    """The JSON payload of the last ``<marker><json>`` line in the logs (rank prefixes allowed before it)."""
-    found = None
-    for log in logs:
-        with open(log, errors="replace") as f:
-            for line in f:
-                i = line.find(marker)
-                if i >= 0:
-                    try:
-                        found = json.loads(line[i + len(marker) :])
-                    except json.JSONDecodeError:
-                        continue
-    return found
+    """The JSON payload of the last ``<marker><json>`` line in the logs (rank prefixes allowed before it), streamed
+    (launch/jobfiles.py: bounded memory whatever the log's line lengths)."""
+    return jobfiles.last_marker(logs, marker)
 
 
 def _utc(ts: float | None) -> str | None:
@@ -90,11 +87,7 @@ def record_id(a: Attempt) -> str:
 
 
 def _blobs(store, logs: list[Path]) -> list[dict[str, Any]]:
-    out = []
-    for p in logs:
-        data = p.read_bytes()
-        out.append({"name": p.name, "sha256": store.put_blob(data) if store is not None else None, "bytes": len(data)})
-    return out
+    return jobfiles.log_copies(store, logs)  # streamed into the store: memory bounded per log
 
 
 def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]]:
@@ -107,7 +100,7 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
     if a.plan_dir:
         kept = Path(a.plan_dir) / "submitted" / f"{a.run_id}-a{a.attempt}.sbatch.sh"
         if kept.exists() and store is not None:
-            script = store.put_blob(kept.read_bytes())
+            script, _ = store.put_blob_file(kept)
     prov: dict[str, Any] = {
         "cluster_id": a.cluster_id,
         "slurm_job_id": a.slurm_job_id,
@@ -137,7 +130,8 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
             "started_utc": _utc(a.started_at),
             "ended_utc": _utc(a.ended_at),
         },
-        "config": OmegaConf.to_container(cfg, resolve=True) if cfg is not None else None,
+        # as written (config/secrets.py): a variable passed by name stays ${oc.env:VAR}, never read here
+        "config": disk_container(cfg) if cfg is not None else None,
     }
     if cfg is not None:
         prov |= {
@@ -156,7 +150,7 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
         payload = None
         out = (folder or Path(".")) / "out" / "optstep.json"
         if out.exists():
-            payload = json.loads(out.read_text())
+            payload = jobfiles.read_json(out)  # a regular file of bounded size (launch/jobfiles.py)
             if payload.get("slurm_job_id") not in (None, a.slurm_job_id):
                 payload = None  # another job's result (a folder reused on the cluster): not this attempt's
         payload = payload or _marker(logs, MARKERS[0])
@@ -232,13 +226,17 @@ def collect(
     Raises:
         CollectConflict: a record id is stored with other content (every other record was stored; the conflicting
             attempts stay uncollected).
+        CollectRefused: a job folder holds a FIFO, device or socket, or a symlink leading out of it (named; those
+            attempts stay uncollected, every other one is collected).
     """
+    from bridgebench.launch.nodepaths import attempt_folder
     from bridgebench.launch.tracking import attempt_logs
 
     ledger = ledger or Ledger()
-    store = store or default_store()
+    store = store if store is not None else default_store()  # an empty store is falsy (len 0)
     added = 0
     conflicts = []
+    refused = []
     todo = [a for a in ledger.attempts() if a.finished and not a.collected]
     unfetched = []
     for i, a in enumerate(todo, 1):
@@ -248,7 +246,14 @@ def collect(
         if why_not:  # over SSH the logs are on the cluster: leave the attempt uncollected, say why
             unfetched.append(f"  {a.run_id} attempt {a.attempt} (job {a.slurm_job_id}): {why_not}")
             continue
-        recs = records_for(a, attempt_logs(a), store)
+        logs = attempt_logs(a)
+        folder = attempt_folder(a.job_dir, a.job_name)
+        # the job wrote them: regular files inside its folder only
+        bad = jobfiles.refused(str(folder) if folder else a.job_dir, logs)
+        if bad:
+            refused += [f"  {a.run_id} attempt {a.attempt} (job {a.slurm_job_id}): {b}" for b in bad]
+            continue
+        recs = records_for(a, logs, store)
         clash = [(r, old) for r in recs if (old := store.stored_differs(r)) is not None]
         if clash:
             conflicts += clash
@@ -268,7 +273,13 @@ def collect(
     if unfetched:
         raise CollectError(
             f"{len(unfetched)} finished attempt(s) stay uncollected: their logs could not be fetched from the "
-            f"cluster ({added} other record(s) added):\n" + "\n".join(unfetched)
+            f"cluster ({added} other record(s) added):\n" + "\n".join(unfetched + refused)
+        )
+    if refused:
+        raise CollectRefused(
+            f"{len(refused)} file(s) in job folders are not regular files or lead out of their folder; collect does "
+            f"not read them and leaves those attempts uncollected ({added} other record(s) added). Remove them, then "
+            "collect again:\n" + "\n".join(refused)
         )
     if conflicts:
         lines = [f"  {new['record_id']}: stored = {_describe(old)}; new = {_describe(new)}" for new, old in conflicts]

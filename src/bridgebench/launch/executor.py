@@ -1,83 +1,87 @@
 """nemo-run ``SlurmExecutor`` for a planned run: nodes, tasks, container, mounts, env vars, NVL72 segment.
 
-Every config value that reaches the shell goes through here and is either validated against a strict pattern (names,
-mounts, partitions, accounts: SLURM itself forbids spaces and commas there) or quoted with ``shlex.quote``
-(environment values: nemo-run 0.11.1 writes ``export KEY=value`` unquoted into the sbatch script). Secrets
-(``HF_TOKEN``, ``WANDB_API_KEY``, any credential-like name or value: :mod:`bridgebench.config.secrets`) are never put
-into an executor: they must come from the submitting environment. nemo-run itself is driven only through
-:mod:`bridgebench.launch.nemorun`, which also guards the paths nemo-run formats into shell commands.
+Every value handed to nemo-run is checked or quoted by :mod:`bridgebench.launch.shellsafe` (the one place: strict
+grammars for names, mounts, partitions, accounts, time limit, memory, image, environment names; ``shlex.quote`` for
+environment values, since nemo-run 0.11.1 writes ``export KEY=value`` as given). Secrets (``HF_TOKEN``,
+``WANDB_API_KEY``, any credential-like name or value: :mod:`bridgebench.config.secrets`) are never put into an
+executor: they must come from the submitting environment. nemo-run itself is driven only through
+:mod:`bridgebench.launch.nemorun`, which also guards the paths nemo-run formats into shell commands and checks the
+rendered script (:func:`bridgebench.launch.shellsafe.verify_sbatch`).
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from bridgebench.errors import BridgebenchError
+from bridgebench.launch import shellsafe
+from bridgebench.launch.shellsafe import LaunchConfigError, ShellValueError  # noqa: F401  (re-exported)
 from bridgebench.paths import REPO_ROOT
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-SAFE_PATH = re.compile(r"^[A-Za-z0-9_./@+-]+$")
-SAFE_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: the grammars of :mod:`bridgebench.launch.shellsafe` (kept here for callers of the old names)
+SAFE_NAME = shellsafe.GRAMMARS["name"].pattern
+SAFE_PATH = shellsafe.GRAMMARS["path"].pattern
 #: Where the repository is mounted inside the container (the compute-node entrypoint runs from there).
 CONTAINER_REPO = "/opt/bridgebench"
 
 
-class LaunchConfigError(BridgebenchError):
-    """A cluster or run value would be unsafe or invalid in a SLURM script; the message names the value and rule."""
-
-
 def check_name(kind: str, value: Any) -> str:
-    """Validate a run/job/account/partition name: letters, digits, ``.``, ``_``, ``-`` (max 128)."""
-    if not isinstance(value, str) or not SAFE_NAME.match(value):
-        raise LaunchConfigError(
-            f"{kind} {value!r} must match {SAFE_NAME.pattern} (no spaces, quotes or shell characters)"
-        )
-    return value
+    """Validate a run/job/account/partition/node name (:data:`bridgebench.launch.shellsafe.GRAMMARS` ``name``)."""
+    return shellsafe.check("name", value, kind)
 
 
 def check_mount(mount: str) -> str:
     """Validate ``src:dst[:flags]`` for ``srun --container-mounts`` (comma-separated list: no commas/spaces)."""
-    parts = str(mount).split(":")
-    if not 2 <= len(parts) <= 3 or not all(p and SAFE_PATH.match(p) for p in parts):
-        raise LaunchConfigError(
-            f"container mount {mount!r} must be src:dst[:flags] of plain path characters "
-            f"({SAFE_PATH.pattern}); spaces, commas and shell characters are not allowed"
-        )
-    return str(mount)
+    return shellsafe.check("mount", mount, "container mount", "srun --container-mounts (unquoted, comma-joined)")
 
 
 def quoted_env(env: Mapping[str, Any]) -> dict[str, str]:
-    """Environment for the sbatch script with every value shell-quoted; secrets are refused.
+    """Environment for the sbatch script, each value quoted for nemo-run
+    (:func:`bridgebench.launch.shellsafe.env_value`); secrets are refused.
 
     Raises:
-        LaunchConfigError: a key that is not a shell identifier.
+        ShellValueError: a name that is not an upper-case shell identifier, or a value no script can hold.
         bridgebench.config.rules.RuleError: a credential-like name or value (rule ``secret_in_config``).
     """
     from bridgebench.config.secrets import check_secrets
 
     check_secrets({"env_vars": {str(k): v for k, v in env.items()}})
-    out = {}
-    for key, value in env.items():
-        if not SAFE_ENV_KEY.match(str(key)):
-            raise LaunchConfigError(f"environment variable name {key!r} is not a valid shell identifier")
-        out[str(key)] = shlex.quote(str(value))
-    return out
+    return {key: shellsafe.env_value(value) for key, value in shellsafe.env_intent(env).items()}
 
 
 def payload_command(
-    job_type: str, config_path: str, out_dir: str, repo: str, python: str, wrapper: Sequence[str] = ()
+    job_type: str,
+    config_path: str,
+    out_dir: str,
+    repo: str,
+    python: str,
+    wrapper: Sequence[str] = (),
+    by_name: Mapping[str, str] | None = None,
 ) -> str:
     """The shell command each task runs: the compute-node entrypoint (``pretrain``) or the optimizer-step payload
     (``optstep``), run with ``python`` from the repository at ``repo`` -- both as the node sees them
     (:mod:`bridgebench.launch.nodepaths`: the container's mount and ``python``, or this checkout and interpreter on
-    the host). The checkout is not installed in a container: its ``src/`` goes on ``PYTHONPATH`` (src layout). Every
-    path is shell-quoted."""
+    the host). The checkout is not installed in a container: its ``src/`` goes on ``PYTHONPATH`` (src layout). Paths
+    and ``wrapper`` words are shell-quoted; ``by_name`` (``NAME -> VARIABLE``,
+    :func:`bridgebench.config.secrets.by_name`) become ``NAME="${VARIABLE?...}"`` assignments, so the value is read
+    from the job's environment on the node and never written anywhere (not in the sbatch script either, whose
+    ``set -x`` would print it into the job's log).
+
+    Raises:
+        ShellValueError: a wrapper word that is not a string or cannot be quoted, or a bad variable name.
+    """
     path = f"PYTHONPATH={shlex.quote(repo + '/src')} " if repo == CONTAINER_REPO else ""
-    prefix = shlex.join([str(w) for w in wrapper]) + " " if wrapper else ""  # job.wrapper: numactl, nsys ...
-    head = f"cd {shlex.quote(repo)} && {path}{prefix}{shlex.quote(python)} -m"
+    words = [shellsafe.check_word(w, f"job.wrapper[{i}]", "the payload command") for i, w in enumerate(wrapper)]
+    prefix = shlex.join(words) + " " if words else ""  # job.wrapper: numactl, nsys ...
+    env = ""
+    for name, var in (by_name or {}).items():
+        shellsafe.check("env_name", name, f"env_vars.{name} (name)", "the payload command")
+        shellsafe.check("env_name", var, f"env_vars.{name} (variable)", "the payload command")
+        env += f'{name}="${{{var}?is not set in the job environment: export it where bridgebench submit runs}}" '
+    head = f"cd {shlex.quote(repo)} && {env}{path}{prefix}{shlex.quote(python)} -m"
+    for what, value in (("config path", config_path), ("job out folder", out_dir)):
+        shellsafe.check_word(value, what, "the payload command")
     if job_type == "optstep":
         return f"{head} bridgebench.payloads.optstep --config {shlex.quote(config_path)} --out {shlex.quote(out_dir)}"
     return f"{head} bridgebench.payloads.pretrain --config {shlex.quote(config_path)}"
@@ -122,12 +126,19 @@ def make_executor(
     """
     import nemo_run as run
 
-    check_name("account", cluster.account)
-    check_name("partition", cluster.partition)
+    check_name("cluster.account", cluster.account)
+    check_name("cluster.partition", cluster.partition)
     mounts = [check_mount(m) for m in cluster.container_mounts]
+    time = shellsafe.check("time", time_limit or cluster.time_limit, "cluster.time_limit", "#SBATCH --time")
+    if cluster.mem is not None:
+        shellsafe.check("mem", str(cluster.mem), "cluster.mem", "#SBATCH --mem")
+    if container_image is not None:
+        shellsafe.check("image", container_image, "release.container_image", "srun --container-image")
     if cluster.tunnel.type == "local":
         tunnel = run.LocalTunnel(job_dir=str(job_dir_path))
     elif cluster.tunnel.type == "ssh":
+        check_name("cluster.tunnel.host", cluster.tunnel.host)
+        check_name("cluster.tunnel.user", cluster.tunnel.user)
         from bridgebench.launch.tunnel import ssh_tunnel
 
         tunnel = ssh_tunnel(cluster, str(job_dir_path))
@@ -138,7 +149,7 @@ def make_executor(
         partition=cluster.partition,
         nodes=nodes,
         ntasks_per_node=tasks_per_node,
-        time=time_limit or cluster.time_limit,
+        time=time,
         tunnel=tunnel,
         env_vars=quoted_env(env),
         exclusive=(bool(cluster.exclusive) if exclusive is None else exclusive) or None,

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from bridgebench.config.cluster_fit import JobNeeds
+from bridgebench.config.secrets import by_name_all
 from bridgebench.launch import executor as ex
-from bridgebench.launch import nodepaths
+from bridgebench.launch import nodepaths, shellsafe
 from bridgebench.launch.nodepaths import JobPaths
 
 
@@ -78,7 +79,7 @@ def job_spec(cfg: DictConfig) -> JobSpec:
         container_image=str(cfg.release.container_image) if container else None,
         segment=ex.segment_for(nodes, gpus) if cfg.cluster.supports_segment and cfg.job.type == "pretrain" else None,
         exclusive=bool(cfg.cluster.exclusive),
-        wrapper=[str(w) for w in cfg.job.wrapper],
+        wrapper=list(cfg.job.wrapper),  # checked by shellsafe.check_config: a list of strings
     )
 
 
@@ -101,9 +102,12 @@ def job_paths(cfg: DictConfig, name: str, run_id: str, attempt: int) -> JobPaths
 
 def job_env(cfg: DictConfig, config_hash: str, run_id: str, attempt: int) -> dict[str, Any]:
     """Environment the sbatch script exports: the run's ``env_vars`` plus bridgebench's own ids (no secrets: the
-    config was checked by :func:`bridgebench.config.secrets.check_secrets`)."""
+    config was checked by :func:`bridgebench.config.secrets.check_secrets`). Variables passed by name
+    (``${oc.env:VAR}``, :func:`bridgebench.config.secrets.by_name`) are not among them: the payload command sets
+    them on the node (:func:`bridgebench.launch.executor.payload_command`) and their value is never read here."""
+    names = by_name_all(cfg)
     return {
-        **OmegaConf.to_container(cfg.env_vars, resolve=True),
+        **{str(k): cfg.env_vars[k] for k in cfg.env_vars if str(k) not in names},
         "BRIDGEBENCH_CONFIG_HASH": config_hash,
         "BRIDGEBENCH_RUN_ID": run_id,
         "BRIDGEBENCH_ATTEMPT": str(attempt),
@@ -112,13 +116,15 @@ def job_env(cfg: DictConfig, config_hash: str, run_id: str, attempt: int) -> dic
 
 @dataclass
 class Job:
-    """Everything one submission needs: the nemo-run executor, the payload command, paths, the spec and the config
-    the job reads."""
+    """Everything one submission needs: the nemo-run executor, the payload command, paths, the spec, what the
+    rendered script must do (:class:`bridgebench.launch.shellsafe.Intent`, checked by :mod:`.nemorun`) and the
+    config the job reads."""
 
     executor: Any
     command: str
     paths: JobPaths
     spec: JobSpec
+    intent: shellsafe.Intent
     config_text: str = ""  # the job's configs/config.yaml (launch/nodepaths.py node_config)
 
 
@@ -136,10 +142,13 @@ def build_job(
     ``plan`` (its ``submit.sh``: repeat 0, attempt 0) and ``submit``.
 
     Raises:
-        bridgebench.launch.executor.LaunchConfigError: unsafe names, mounts, environment or node names.
+        bridgebench.launch.shellsafe.ShellValueError: a value that cannot reach the script safely (rule
+            ``shell_safe_value``: names, mounts, image, time, memory, environment, wrapper, node names).
     """
+    shellsafe.check_config(cfg)  # every config value that reaches the script, named (before anything is built)
     spec = job_spec(cfg)
     paths = job_paths(cfg, name, run_id, attempt)
+    env = job_env(cfg, config_hash, run_id, attempt) | {"BRIDGEBENCH_OUT_DIR": paths.out_dir}
     executor = ex.make_executor(
         cfg.cluster,
         nodes=spec.nodes,
@@ -148,12 +157,47 @@ def build_job(
         container_image=spec.container_image,
         # BRIDGEBENCH_OUT_DIR (node side: launch/nodepaths.py): mbridge/build.py puts logger.tensorboard_dir =
         # <it>/<job.tensorboard_subdir> (collect reads the events back from the job folder: launch/figures.py)
-        env=job_env(cfg, config_hash, run_id, attempt) | {"BRIDGEBENCH_OUT_DIR": paths.out_dir},
+        env=env,
         job_dir_path=Path(paths.tunnel_dir),
         segment=spec.segment,
         exclusive=spec.exclusive,
     )
+    sbatch: dict[str, str | None] = {
+        "account": str(cfg.cluster.account),
+        "partition": str(cfg.cluster.partition),
+        "time": str(executor.time),
+        "nodes": str(spec.nodes),
+        "ntasks-per-node": str(spec.tasks_per_node),
+        # nemo-run names the SLURM job "<account>-<account's last _ word>.<job name>" (SlurmBatchRequest.materialize)
+        "job-name": f"{cfg.cluster.account}-{str(cfg.cluster.account).split('_')[-1]}.{paths.job_name}",
+    }
+    if cfg.cluster.mem is not None:
+        sbatch["mem"] = str(cfg.cluster.mem)
+    if executor.gpus_per_node:
+        sbatch["gpus-per-node"] = str(executor.gpus_per_node)
+    if spec.segment:
+        sbatch["segment"] = str(spec.segment)
+    if executor.exclusive:
+        sbatch["exclusive"] = None
     if exclude:
         executor.additional_parameters = {"exclude": ",".join(ex.check_name("node", n) for n in exclude)}
-    command = ex.payload_command(spec.job_type, paths.config, paths.out_dir, paths.repo, paths.python, spec.wrapper)
-    return Job(executor=executor, command=command, paths=paths, spec=spec, config_text=nodepaths.node_config(cfg))
+        sbatch["exclude"] = executor.additional_parameters["exclude"]
+    container = spec.container_image is not None
+    command = ex.payload_command(
+        spec.job_type, paths.config, paths.out_dir, paths.repo, paths.python, spec.wrapper, by_name_all(cfg)
+    )
+    intent = shellsafe.Intent(
+        sbatch=sbatch,
+        env=shellsafe.env_intent(env),
+        image=spec.container_image,
+        mounts=list(cfg.cluster.container_mounts) if container else [],
+        command=command,
+    )
+    return Job(
+        executor=executor,
+        command=command,
+        paths=paths,
+        spec=spec,
+        intent=intent,
+        config_text=nodepaths.node_config(cfg),
+    )

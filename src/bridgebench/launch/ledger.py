@@ -5,6 +5,10 @@ nemo-run experiment id, state (SLURM's, from ``sacct``), reason (exit code, log 
 directories, node list, nodes excluded on retry, and whether the attempt's logs were collected. SQLite gives atomic
 transactions and safe concurrent access from several processes (``bridgebench status`` and ``collect`` at once).
 Secrets are never stored: the ledger holds no environment.
+
+A ledger file SQLite cannot read (corrupt, truncated, not a database) or cannot write (disk full) raises
+:class:`LedgerError` naming the file and how to recover, never SQLite's own message alone (which for a truncated
+file is ``cannot rollback - no transaction is active``, from a rollback after the real error).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from bridgebench.errors import BridgebenchError
 from bridgebench.paths import load_paths
 
 FINAL_STATES = {
@@ -124,12 +129,29 @@ class Attempt:
         return self.finished or self.state == LOST
 
 
+class LedgerError(BridgebenchError):
+    """The ledger file cannot be read or written; the message names it and says how to recover."""
+
+
+#: SQLite primary result codes (https://www.sqlite.org/rescode.html; extended codes carry them in the low byte)
+_CORRUPT = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
+_IOERR = 10  # SQLITE_IOERR: a failed read (truncated file) or write (EFBIG: file-size limit, EIO)
+
+
 class Ledger:
-    """SQLite-backed ledger at ``path`` (default ``results/ledger.sqlite``)."""
+    """SQLite-backed ledger at ``path`` (default ``results/ledger.sqlite``).
+
+    Raises:
+        LedgerError: the file is corrupt, truncated or not a database, or the disk is full (the message says how to
+            recover).
+    """
 
     def __init__(self, path: Path | None = None):
         self.path = Path(path or load_paths().ledger)  # configs/paths: ledger
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise LedgerError(f"cannot create the folder of the job ledger {self.path}: {err}") from err
         with self._db() as db:
             db.execute(SCHEMA)
             have = {row["name"] for row in db.execute("PRAGMA table_info(attempts)")}
@@ -137,17 +159,53 @@ class Ledger:
                 if column not in have:
                     db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {kind}")
 
+    def _error(self, err: sqlite3.Error) -> LedgerError | None:
+        """A LedgerError for SQLite errors that mean a damaged file, a full disk or an I/O failure (else None: pass
+        the error on, e.g. a locked database or an integrity error)."""
+        code = getattr(err, "sqlite_errorcode", None)
+        primary = code & 0xFF if isinstance(code, int) else None
+        p = self.path
+        recover = (
+            f"Records already collected are safe in the results store. To recover: move it aside (mv {p} "
+            f"{p}.corrupt), then either salvage its readable rows (sqlite3 {p}.corrupt .dump | sed "
+            f"'s/^ROLLBACK; -- due to errors$/COMMIT;/' | sqlite3 {p}) or start with a new, empty ledger (attempts "
+            "not yet collected are then forgotten by bridgebench; SLURM still lists their jobs: sacct)"
+        )
+        if primary == sqlite3.SQLITE_FULL or "disk is full" in str(err):
+            return LedgerError(
+                f"cannot write the job ledger {p}: the disk is full ({err}); nothing was changed in it. Free space "
+                f"there (or set BRIDGEBENCH_LEDGER to a disk with room) and run the command again"
+            )
+        if primary == _IOERR:
+            return LedgerError(
+                f"SQLite could not read or write the job ledger {p} ({err}): a full disk or a file-size limit "
+                f"(nothing was changed then: make room and run the command again), or a truncated file. {recover}"
+            )
+        if primary in _CORRUPT or any(m in str(err) for m in ("malformed", "not a database")):
+            return LedgerError(f"the job ledger {p} is corrupt or truncated; SQLite says: {err}. {recover}")
+        return None
+
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        except sqlite3.Error as err:
+            raise (self._error(err) or err) from err
         db.row_factory = sqlite3.Row
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("BEGIN IMMEDIATE")
             yield db
             db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
+        except BaseException as err:
+            if db.in_transaction:  # a damaged file fails before BEGIN: there is nothing to roll back then
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            mapped = self._error(err) if isinstance(err, sqlite3.Error) else None
+            if mapped is not None:
+                raise mapped from err
             raise
         finally:
             db.close()

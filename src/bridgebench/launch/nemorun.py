@@ -24,14 +24,19 @@ What this module does about it, in one place:
    came from and how to move it (``BRIDGEBENCH_JOB_DIR``, ``TMPDIR``);
 3. a plan's dry run renders in a private temporary folder, never under the user's ``--out``, so ``--out`` is only
    ever handled by Python (any name works);
-4. everything bridgebench itself adds is quoted: the payload command (``shlex.quote``/``shlex.join``,
-   :func:`bridgebench.launch.executor.payload_command`), env values (``shlex.quote``), and names and mounts are
-   validated (:func:`bridgebench.launch.executor.check_name` / ``check_mount``).
+4. everything bridgebench itself adds is quoted or checked against a strict grammar, in one place
+   (:mod:`bridgebench.launch.shellsafe`, rule ``shell_safe_value``): the payload command and its wrapper words,
+   env values, names, mounts, the container image, time limit and memory -- nemo-run 0.11.1 writes the ``srun``
+   line's words unquoted (its ``noquote`` is an alias of ``str``), so a grammar is the only guard there;
+5. the script nemo-run renders is checked against what bridgebench meant (:func:`_verified`:
+   :func:`bridgebench.launch.shellsafe.verify_sbatch` runs inside nemo-run's ``SlurmBatchRequest.materialize``,
+   i.e. before the script is written or ``sbatch`` sees it), and so is the payload script.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 import shutil
@@ -40,6 +45,7 @@ from pathlib import Path
 from typing import Mapping
 
 from bridgebench.launch import executor as ex
+from bridgebench.launch import shellsafe
 from bridgebench.launch.nodepaths import CONFIG, JobPaths, experiment_id
 
 SHELL_PATH_HOW = {
@@ -52,14 +58,19 @@ SHELL_PATH_HOW = {
 
 def check_path(kind: str, path: str | os.PathLike) -> str:
     """``path`` if nemo-run can put it into a shell command safely (letters, digits and ``_ . / @ + -``), else
-    :class:`bridgebench.launch.executor.LaunchConfigError` naming the value, the rule and the fix."""
+    :class:`bridgebench.launch.shellsafe.ShellValueError` naming the value, the rule and the fix."""
     text = os.fspath(path)
-    if not ex.SAFE_PATH.match(text):
-        bad = sorted({c for c in text if not ex.SAFE_PATH.match(c)})
-        raise ex.LaunchConfigError(
-            f"{kind} {text!r} contains {''.join(bad)!r}: nemo-run 0.11.1 puts this path into shell commands and "
-            f"#SBATCH lines unquoted (mkdir -p, sbatch, --output), so it cannot work; "
-            f"{SHELL_PATH_HOW.get(kind, 'use a path of letters, digits and _ . / @ + -')}"
+    why = shellsafe.problem("path", text)
+    if why:
+        raise shellsafe.ShellValueError(
+            [
+                shellsafe.Violation(
+                    shellsafe.RULE,
+                    f"{kind} {text!r} {why}: nemo-run 0.11.1 puts this path into shell commands and #SBATCH lines "
+                    f"unquoted (mkdir -p, sbatch, --output), so it cannot work; "
+                    f"{SHELL_PATH_HOW.get(kind, 'use a path of letters, digits and _ . / @ + -')}",
+                )
+            ]
         )
     return text
 
@@ -74,6 +85,37 @@ def _check_job(job: JobPaths) -> None:
 
 
 _experiment_id = experiment_id  # launch/nodepaths.py: the one definition
+
+
+def _read(path: Path) -> str:
+    """A script as written, byte for byte (``newline=""``: no universal-newline translation, which would turn a
+    quoted carriage return into a newline)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+@contextlib.contextmanager
+def _verified(intent: shellsafe.Intent):
+    """While nemo-run renders a job: every sbatch script it materializes is checked against ``intent``
+    (:func:`bridgebench.launch.shellsafe.verify_sbatch`) and so is the payload script beside it, before nemo-run
+    writes the script or runs ``sbatch`` (a :class:`~bridgebench.launch.shellsafe.ShellValueError` propagates out of
+    nemo-run's dry run / run)."""
+    from nemo_run.core.execution.slurm import SlurmBatchRequest
+
+    original = SlurmBatchRequest.materialize
+
+    def materialize(self) -> str:
+        text = original(self)
+        shellsafe.verify_sbatch(text, intent)
+        for script in Path(self.executor.job_dir).glob("scripts/*.sh"):
+            shellsafe.verify_payload(_read(script), intent.command)
+        return text
+
+    SlurmBatchRequest.materialize = materialize
+    try:
+        yield
+    finally:
+        SlurmBatchRequest.materialize = original
 
 
 def _passthrough(executor, job_name: str) -> None:
@@ -112,12 +154,16 @@ def _experiment(title: str, executor, base_dir: str, config_text: str = ""):
     return exp
 
 
-def render(executor, *, command: str, job: JobPaths, config_text: str = "") -> tuple[str, str]:
+def render(
+    executor, *, command: str, job: JobPaths, intent: shellsafe.Intent, config_text: str = ""
+) -> tuple[str, str]:
     """(sbatch script, per-task payload script) that :func:`submit` would send for ``job``: nemo-run's own dry run,
-    rendered in a private temporary folder (nothing is written under the job folder or submitted).
+    rendered in a private temporary folder (nothing is written under the job folder or submitted), checked against
+    ``intent``.
 
     Raises:
-        LaunchConfigError: a path or name nemo-run cannot handle safely.
+        LaunchConfigError: a path or name nemo-run cannot handle safely (:class:`~bridgebench.launch.shellsafe.
+            ShellValueError`: rule ``shell_safe_value``), or a rendered script other than ``intent``.
     """
     import nemo_run as run
 
@@ -126,7 +172,7 @@ def render(executor, *, command: str, job: JobPaths, config_text: str = "") -> t
     try:
         check_path("temporary folder", tmp)
         _passthrough(executor, job.job_name)
-        with contextlib.redirect_stdout(io.StringIO()):  # nemo-run prints its experiment banner
+        with contextlib.redirect_stdout(io.StringIO()), _verified(intent):  # nemo-run prints its experiment banner
             with _experiment(job.job_name, executor, tmp, config_text) as exp:
                 exp.add(run.Script(inline=command, entrypoint="bash"), name=job.job_name)
                 exp.dryrun(log=False, delete_exp_dir=False)
@@ -134,7 +180,7 @@ def render(executor, *, command: str, job: JobPaths, config_text: str = "") -> t
         payload = sorted(Path(tmp).glob(f"**/scripts/{job.job_name}.sh"))
         if not script or not payload:
             raise ex.LaunchConfigError(f"nemo-run's dry run wrote no sbatch or payload script for {job.job_name}")
-        return script[-1].read_text(), payload[-1].read_text()
+        return _read(script[-1]), _read(payload[-1])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -165,6 +211,7 @@ def submit(
     *,
     command: str,
     job: JobPaths,
+    intent: shellsafe.Intent,
     depends_on: str | None = None,
     client_env: Mapping[str, str] | None = None,
     config_text: str = "",
@@ -176,19 +223,21 @@ def submit(
         (SLURM job id, the sbatch script exactly as submitted, nemo-run experiment id).
 
     Raises:
-        LaunchConfigError: a path nemo-run cannot handle safely (nothing submitted).
+        LaunchConfigError: a path nemo-run cannot handle safely, or a rendered script other than ``intent`` (nothing
+            submitted).
         RuntimeError: nemo-run returned no job id; other nemo-run / sbatch exceptions pass through.
     """
     import nemo_run as run
 
     _check_job(job)
     check_path("nemo-run experiment folder", job.base)
-    if depends_on is not None and not str(depends_on).isdigit():
-        raise ex.LaunchConfigError(f"dependency {depends_on!r} is not a SLURM job id")
+    if depends_on is not None:
+        shellsafe.check("job_id", str(depends_on), "dependency", "#SBATCH --dependency")
     _passthrough(executor, job.job_name)
     if depends_on:
         executor.dependencies = [f"slurm_tunnel://nemo_run/{depends_on}"]  # nemo-run parses the id from a handle
         executor.dependency_type = "afterany"
+        intent = dataclasses.replace(intent, sbatch=intent.sbatch | {"dependency": f"afterany:{depends_on}"})
     _check_login(executor.tunnel, job)
     if job.base.exists():  # left by a submission that failed before it was recorded (the caller checked the ledger)
         shutil.rmtree(job.base)
@@ -196,7 +245,7 @@ def submit(
     env_before = dict(os.environ)
     os.environ.update(dict(client_env or {}))
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), _verified(intent):
             with _experiment(job.job_name, executor, str(job.base), config_text) as exp:
                 exp.add(run.Script(inline=command, entrypoint="bash"), name=job.job_name)
                 exp.run(detach=True)
@@ -216,4 +265,4 @@ def submit(
     if not job_id.isdigit():
         raise RuntimeError(f"nemo-run returned no SLURM job id for {job.job_name} (handle {handle!r})")
     scripts = sorted(job.base.glob(f"**/{job.job_name}_sbatch.sh"))
-    return job_id, scripts[-1].read_text() if scripts else "", exp._id
+    return job_id, _read(scripts[-1]) if scripts else "", exp._id

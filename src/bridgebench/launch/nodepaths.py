@@ -157,8 +157,12 @@ def job_paths(cfg: DictConfig, run_id: str, attempt: int, job_name: str, *, cont
 
 def node_config(cfg: DictConfig) -> str:
     """The job's ``configs/config.yaml``: the resolved config without the submit side's sections (module docstring),
-    as YAML. The payloads read model, optimizer, job, precision, training and recipe sections only."""
-    plain: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)
+    as YAML. The payloads read model, optimizer, job, precision, training and recipe sections only. Written as
+    :func:`bridgebench.config.secrets.disk_container` writes every config: variables passed by name stay
+    ``${oc.env:VAR}``, so no value read from the submitting environment reaches the job folder."""
+    from bridgebench.config.secrets import disk_container
+
+    plain: dict[str, Any] = disk_container(cfg)
     for key in SUBMIT_SIDE_ONLY:
         plain.pop(key, None)
     for path, value in SUBMIT_SIDE_EMPTY.items():

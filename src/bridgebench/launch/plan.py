@@ -37,11 +37,11 @@ from bridgebench.config.cluster_fit import cluster_violations
 from bridgebench.config.compose import compose, expand_sweep, run_facts, variant_provenance
 from bridgebench.config.hashing import config_hash
 from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
-from bridgebench.config.secrets import check_secrets, redact_overrides
+from bridgebench.config.secrets import check_secrets, disk_container, redact, redact_override, redact_overrides
 from bridgebench.errors import BridgebenchError
 from bridgebench.launch import executor as ex
-from bridgebench.launch import nemorun
-from bridgebench.launch.jobspec import build_job, job_paths, run_id_for
+from bridgebench.launch import nemorun, shellsafe
+from bridgebench.launch.jobspec import Job, build_job, job_paths, run_id_for
 from bridgebench.launch.jobspec import nodes_and_tasks as jobspec_nodes_and_tasks
 from bridgebench.model.newton_schulz import ns_load
 from bridgebench.model.optimizer import OptimizerKind
@@ -106,6 +106,28 @@ def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
     return jobspec_nodes_and_tasks(cfg)
 
 
+def render_job(cfg: DictConfig, run_dir: Path, name: str, config_hash: str) -> tuple[Job, str, str]:
+    """(job, sbatch script, payload script) of a planned run's first submission (repeat 0, attempt 0): the script
+    ``submit`` sends for it (launch/jobspec.py: one source for both), every value checked (rule
+    ``shell_safe_value``) and the rendered script verified against what was meant (launch/shellsafe.py).
+
+    Raises:
+        bridgebench.launch.shellsafe.LaunchConfigError: a value or path that cannot reach the script safely.
+    """
+    shellsafe.check_config(cfg)  # names the config field (the run name is made of model/gpu/precision names)
+    ex.check_name("run name", name)
+    job = build_job(cfg, run_dir, name, config_hash, run_id_for(config_hash, 0), 0)
+    script, payload = nemorun.render(
+        job.executor, command=job.command, job=job.paths, intent=job.intent, config_text=job.config_text
+    )
+    return job, script, payload
+
+
+def run_name(cfg: DictConfig, config_hash: str) -> str:
+    """A planned run's name: ``<model>-<optimizer family>-<gpu>-<precision>-<hash[:8]>``."""
+    return _run_name(cfg, config_hash)
+
+
 def _run_name(cfg: DictConfig, config_hash: str) -> str:
     """The run's name (plan folder, SLURM job name, ledger, records): what runs. A pretrain run trains the model on
     the recipe's GPU and precision (``<model>-<optimizer>-<gpu>-<precision>-<hash>``); the optimizer-step payload
@@ -157,7 +179,7 @@ def plan(
         if on_invalid is None:
             raise PlanError(f"run {label!r}{message}") from err
         reason = "; ".join(map(str, err.violations)) if isinstance(err, rules.RuleError) else message[1:].strip()
-        invalid.append(InvalidRun(label, list(ov), rule, reason))
+        invalid.append(InvalidRun(label, [redact_override(o) for o in ov], rule, redact(reason)))
         on_invalid(invalid[-1])
 
     for i, ov in enumerate(sweeps, 1):
@@ -165,7 +187,8 @@ def plan(
         label = redact_overrides(ov) or "(defaults)"  # messages never echo a credential
         say(f"[{i}/{len(sweeps)}] checking {label}")
         try:
-            check_secrets(cfg)  # before anything is built or written (rule secret_in_config)
+            check_secrets(cfg)  # before anything is built or written (rules secret_in_config, env_resolver)
+            shellsafe.check_config(cfg)  # every value that reaches the script (rule shell_safe_value)
             rules.validate(rules.Point.from_config(cfg))
         except rules.RuleError as err:
             reject(label, ov, err.violations[0].rule, f" is invalid:\n{err}", err)
@@ -192,15 +215,10 @@ def plan(
                 reject(label, ov, "megatron_bridge", f": {err}", err)
                 continue
         try:
-            ex.check_name("run name", name)
-            [ex.check_mount(m) for m in cfg.cluster.container_mounts]
-            # the script `submit` sends for repeat 0, attempt 0 (launch/jobspec.py: one source for both)
-            job = build_job(cfg, final / name, name, h, run_id_for(h, 0), 0)
-            script, payload = nemorun.render(
-                job.executor, command=job.command, job=job.paths, config_text=job.config_text
-            )
+            job, script, payload = render_job(cfg, final / name, name, h)
         except ex.LaunchConfigError as err:
-            reject(label, ov, "launch", f": {err}", err)
+            rule = err.violations[0].rule if isinstance(err, rules.RuleError) else "launch"
+            reject(label, ov, rule, f": {err}", err)
             continue
         staged.append((ov, cfg, result, h, name, job, script, payload))
     if not staged:
@@ -219,13 +237,14 @@ def plan(
             say(f"writing {name}")
             run_dir = tmp / name
             run_dir.mkdir()
-            (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+            # as written: variables passed by name stay ${oc.env:VAR} (config/secrets.py)
+            (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(disk_container(cfg)))
             (run_dir / "node_config.yaml").write_text(job.config_text)  # the job's configs/config.yaml
             if result is not None:
                 result.container.to_yaml(str(run_dir / "megatron_bridge.yaml"))
             nodes, per_node = job.spec.nodes, job.spec.tasks_per_node
-            (run_dir / "submit.sh").write_text(script)
-            (run_dir / "payload.sh").write_text(payload)
+            (run_dir / "submit.sh").write_text(script, encoding="utf-8", newline="")
+            (run_dir / "payload.sh").write_text(payload, encoding="utf-8", newline="")
             facts = run_facts(cfg)
             provenance = variant_provenance(cfg)
             flops = float(step_flops(facts).total)
@@ -270,7 +289,7 @@ def plan(
         (tmp / "plan.json").write_text(
             json.dumps(
                 {
-                    "overrides": list(overrides),
+                    "overrides": [redact_override(o) for o in overrides],  # a refused run's credential: never written
                     "created": stamp,
                     "runs": [asdict(r) for r in runs],
                     "invalid": [asdict(r) for r in invalid],
@@ -281,9 +300,12 @@ def plan(
         if final.exists():
             final.rmdir()
         tmp.rename(final)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_dirs(created)
+        if isinstance(err, OSError):  # a full disk, a folder that vanished: said plainly, nothing left behind
+            why = err.strerror or str(err)
+            raise PlanError(f"cannot write the plan under {final.parent}: {why}; nothing was written") from err
         raise
     return final, runs
 

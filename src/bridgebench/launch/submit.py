@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import time
 import uuid
@@ -80,6 +81,7 @@ def submit_run(
             job.executor,
             command=job.command,
             job=job.paths,
+            intent=job.intent,
             depends_on=depends_on,
             client_env=env,
             config_text=job.config_text,
@@ -90,8 +92,12 @@ def submit_run(
         raise SubmitError(f"submitting {job.paths.job_name} failed: {err}") from err
     if script:
         kept = Path(run_dir) / "submitted" / f"{run_id}-a{attempt}.sbatch.sh"
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        kept.write_text(script)
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(script, encoding="utf-8", newline="")
+        except OSError as err:  # a full disk: the job is submitted, so record it (its script's sha256 is kept)
+            kept.unlink(missing_ok=True)
+            logging.getLogger(__name__).warning("could not keep the submitted script %s: %s", kept, err)
     now = time.time()
     a = Attempt(
         run_id=run_id,

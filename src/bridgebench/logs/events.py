@@ -65,13 +65,18 @@ def parse_events(path: str | os.PathLike, *, warmup_steps: int = 10, min_steps: 
     outcome: read it from the job's log).  Iterations are the tags' x values (Megatron: the 1-based iteration).
 
     Raises:
-        LogReadError: no event file at ``path``, or a file TensorBoard cannot read.
+        LogReadError: no event file at ``path``, a file TensorBoard cannot read, or an event "file" that is not a
+            regular file (a FIFO or device would block TensorBoard's reader forever).
     """
     from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
     files = event_files(path)
     if not files:
         raise LogReadError(f"{path}: no TensorBoard event files (events.out.tfevents.*)")
+    for run_dir in {f.parent for f in files}:  # the accumulator reads every tfevents entry of the folder
+        for entry in os.scandir(run_dir):
+            if ".tfevents." in entry.name and not entry.is_file(follow_symlinks=False):
+                raise LogReadError(f"{entry.path}: not a regular file (a FIFO, device, socket or symlink): not read")
     best: list[Step] = []
     for run_dir in sorted({f.parent for f in files}):
         acc = EventAccumulator(str(run_dir), size_guidance={SCALARS: 0})

@@ -28,6 +28,7 @@ import io
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Any, BinaryIO, Callable, TextIO
@@ -80,6 +81,9 @@ __all__ = [
 CHUNK_BYTES = 4 << 20
 #: A "line" longer than this with no newline (binary junk, a progress bar rewriting itself) is cut here.
 MAX_LINE_BYTES = 1 << 20
+#: An iteration number beyond this is invalid data (no run logs 10**15 steps); such records are dropped and counted
+#: (``ParsedLog.invalid_iterations``) -- they would not fit the int64 columns the windows are computed on.
+MAX_ITERATION = 10**15
 #: Formats :func:`parse_log` reports (``tensorboard`` for event files, see :mod:`bridgebench.logs.events`).
 FORMATS: tuple[str, ...] = ("megatron_bridge", "megatron_lm", "nemo2", "nemo1", "unknown")
 _DETAIL_MAX = 500
@@ -328,6 +332,7 @@ class ParsedLog:
     ``recovered``: failure classes the run recovered from by an in-job restart (outcome then ``completed``).
     ``steady``: :class:`SteadyState` per metric ('step_time_s', 'tflops_per_gpu', 'tokens_per_s_per_gpu').
     ``starts``: segment -> iteration it started from, where the log says (Bridge start lines).
+    ``invalid_iterations``: records dropped for an impossible iteration number (< -1 or > :data:`MAX_ITERATION`).
     """
 
     path: str | None
@@ -354,6 +359,7 @@ class ParsedLog:
     recovered_detail: dict[str, str] = field(default_factory=dict)  # class -> its first line (crash: the exception)
     starts: dict[int, int] = field(default_factory=dict)
     steady: dict[str, SteadyState] = field(default_factory=dict)
+    invalid_iterations: int = 0  # records dropped: iteration number < -1 or > MAX_ITERATION (invalid data)
 
     @property
     def steps(self) -> list[Step]:
@@ -372,7 +378,10 @@ class ParsedLog:
 
     @property
     def quality(self) -> str | None:
+        """The step-time window's quality; ``invalid`` also when every record had an impossible iteration number."""
         st = self.steady.get("step_time_s")
+        if (st is None or not st.count) and self.invalid_iterations:
+            return "invalid"
         return st.quality if st else None
 
 
@@ -1159,23 +1168,45 @@ class _State:
 
 
 def _open_source(src: str | os.PathLike | TextIO | BinaryIO) -> tuple[str | None, Any, bool, int | None]:
-    """(path or None, binary-or-text reader, whether we own it, size in bytes if known)."""
-    if isinstance(src, str) and ("\n" in src or len(src) >= 4096 or not os.path.isfile(src)):
+    """(path or None, binary-or-text reader, whether we own it, size in bytes if known). A path must name a regular
+    file: it is opened without blocking and checked (``fstat``) before anything is read, so a FIFO, a device or a
+    socket is refused at once instead of hanging or never ending."""
+    if isinstance(src, str) and ("\n" in src or len(src) >= 4096 or not os.path.lexists(src)):
         data = src.encode("utf-8", "surrogateescape")
         return None, io.BytesIO(data), True, len(data)
     if isinstance(src, (str, os.PathLike)):
         path = os.fspath(src)
         try:
-            f = open(path, "rb")
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as err:
             raise LogReadError(f"{path}: cannot be read ({err.strerror or err})") from err
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise LogReadError(f"{path}: {_not_regular(st.st_mode)}, not a regular file: not read")
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
         magic = f.read(2)
         f.seek(0)
         if magic == b"\x1f\x8b":
-            f.close()
-            return path, gzip.open(path, "rb"), True, None
-        return path, f, True, os.fstat(f.fileno()).st_size
+            g = gzip.GzipFile(fileobj=f, mode="rb")
+            g.myfileobj = f  # closing the reader closes the file (what gzip.open(path) does)
+            return path, g, True, None
+        return path, f, True, st.st_size
     return getattr(src, "name", None), src, False, None
+
+
+def _not_regular(mode: int) -> str:
+    for test, what in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return what
+    return "a special file"
 
 
 def _read(reader, n: int) -> bytes:
@@ -1300,9 +1331,19 @@ def _finish(S: _State, path: str | None, nbytes: int, warmup: int, min_steps: in
     restarts = dups = superseded = 0
     starts: dict[int, int] = {}
     last_segment_start: int | None = None
+    invalid = 0
     iteration_ranks = sorted(label for label in S.records if label is not None)
     recs = S.records[_pick_rank(S.records)] if S.records else []
-    its = np.fromiter(map(_ITERATION, recs), np.int64, len(recs)) if recs else None
+    try:
+        its = np.fromiter(map(_ITERATION, recs), np.int64, len(recs)) if recs else None
+    except OverflowError:  # beyond int64: certainly beyond MAX_ITERATION
+        its = np.array([MAX_ITERATION + 1])
+    if its is not None and (its.max() > MAX_ITERATION or its.min() < -1):
+        # impossible iteration numbers: invalid data, dropped and counted (the rare path; the check above is numpy)
+        kept = [r for r in recs if -1 <= r.iteration <= MAX_ITERATION]
+        invalid = len(recs) - len(kept)
+        recs = kept
+        its = np.fromiter(map(_ITERATION, recs), np.int64, len(recs)) if recs else None
     if (
         recs
         and all(off < recs[0].offset for off, _ in S.restart_markers)
@@ -1450,6 +1491,7 @@ def _finish(S: _State, path: str | None, nbytes: int, warmup: int, min_steps: in
         recovered_detail=recovered_detail,
         starts=starts,
         skipped_is_nan=S.skipped_is_nan,
+        invalid_iterations=invalid,
     )
 
 
@@ -1522,8 +1564,8 @@ def to_json(parsed: ParsedLog, *, series: bool = True) -> dict[str, Any]:
     steps = parsed._steps
     last = steps[-1].complete() if steps else None
 
-    def headline(ss: SteadyState | None) -> float | None:
-        return _fin(ss.mean) if ss is not None and ss.count else None
+    def headline(ss: SteadyState | None) -> float | None:  # invalid data gives no figure
+        return _fin(ss.mean) if ss is not None and ss.count and ss.quality != "invalid" else None
 
     out: dict[str, Any] = {
         "path": parsed.path,
@@ -1538,7 +1580,7 @@ def to_json(parsed: ParsedLog, *, series: bool = True) -> dict[str, Any]:
         "step_time_s_median": _fin(st.median) if st is not None and st.count else None,
         "tflops_per_gpu": headline(tf),
         "tokens_per_s_per_gpu": headline(tk),
-        "quality": st.quality if st else None,
+        "quality": parsed.quality,
         "note": explain(parsed),
         "window_ok": bool(st and st.window_ok),
         "window_reason": st.reason if st and st.count else "no timed steps",
@@ -1562,6 +1604,7 @@ def to_json(parsed: ParsedLog, *, series: bool = True) -> dict[str, Any]:
         "duplicates_dropped": parsed.duplicates_dropped,
         "superseded_steps": parsed.superseded_steps,
         "orphan_step_time_lines": parsed.orphan_step_time_lines,
+        "invalid_iterations": parsed.invalid_iterations,
         "signals": dict(parsed.signals),
         "signal_counts": dict(parsed.signal_counts),
         "ranks_seen": list(parsed.ranks_seen),
@@ -1580,8 +1623,16 @@ def to_json(parsed: ParsedLog, *, series: bool = True) -> dict[str, Any]:
 def explain(parsed: ParsedLog) -> str:
     """One plain sentence: where the figures come from, or why there are none."""
     st = parsed.steady.get("step_time_s")
+    dropped = (
+        f"{parsed.invalid_iterations} record(s) with an impossible iteration number (< -1 or > {MAX_ITERATION:.0e}) "
+        "dropped as invalid data"
+        if parsed.invalid_iterations
+        else ""
+    )
     if st is not None and st.count:
-        return st.note
+        return f"{st.note}; {dropped}" if dropped else st.note
+    if dropped:
+        return f"no valid steps: {dropped}"
     if parsed._steps:
         return f"{len(parsed._steps)} logged iterations, none with a step time"
     if parsed.signals:

@@ -8,6 +8,9 @@ Always the best available figure: any log with at least one timed step gets a wi
 * ``excerpt`` -- logged iterations are missing inside the window (uneven spacing: an excerpt pasted with gaps);
 * ``incomplete`` -- enough evenly spaced steps, but the log stops before the run's end (outcome ``incomplete``: still
   running, killed without a word, or an excerpt).
+* ``invalid`` -- the window holds values no measurement can have (:data:`VALID_RANGE`: a step time <= 0, non-finite or
+  beyond a day; a throughput <= 0 or non-finite): invalid data, never ``steady``; the statistics are over the valid
+  values only and the headline figure is withheld (:func:`bridgebench.logs.parser.to_json`).
 
 The outcome (completed, failed, ...) is separate: a failed run's healthy window is still ``steady``; ``window_ok``
 is the strict flag -- a steady window of a completed run without NaN/skipped steps.
@@ -33,13 +36,20 @@ from typing import Any, Iterable
 
 import numpy as np
 
-QUALITIES: tuple[str, ...] = ("steady", "short", "excerpt", "incomplete")
+QUALITIES: tuple[str, ...] = ("steady", "short", "excerpt", "incomplete", "invalid")
 #: Steps of warm-up after an in-job restart (or a resume appended to the same log), counted from the iteration the
 #: attempt resumed at: a restarted process pays its own start-up again (checkpoint load, first-step allocation and
 #: compilation) in its first step -- NeMo's resiliency demo log: 10.26 s for the first step after the restart
 #: against 7.59 s steady (``tests/data/logs/nemo2_resiliency_crash_injob_restart.log``) -- but does not repeat the
 #: run's warm-up of ``warmup`` iterations, which would leave a short attempt no steps at all.
 RESTART_WARMUP = 1
+#: (exclusive low, inclusive high) of a valid value per metric; others: finite and > 0. A step time of 0 or less
+#: cannot be measured, and one beyond a day is a unit or logging error (no trainer logs one step per day).
+VALID_RANGE: dict[str, tuple[float, float]] = {
+    "step_time_s": (0.0, 86400.0),
+    "tflops_per_gpu": (0.0, 1e6),  # TFLOP/s per GPU: 1e6 is ~70x the densest FP4 peak of any GPU (GB300: 15,000)
+    "tokens_per_s_per_gpu": (0.0, 1e9),
+}
 
 
 @dataclass(slots=True)
@@ -229,7 +239,9 @@ def steady_state(
     widx = np.flatnonzero(timed if fallback else in_window)
     skipped = 0 if fallback else n_timed - len(widx)
     arr = vals[widx]
-    finite_mask = np.isfinite(arr)
+    lo_ok, hi_ok = VALID_RANGE.get(metric, (0.0, math.inf))
+    with np.errstate(invalid="ignore"):
+        finite_mask = np.isfinite(arr) & (arr > lo_ok) & (arr <= hi_ok)  # the valid values (module docstring)
     finite_arr = arr[finite_mask]
     count = len(widx)
 
@@ -258,12 +270,14 @@ def steady_state(
         problems.append(f"{len(bad)} NaN/skipped steps in window (first at iteration {bad[0].iteration})")
     n_finite = int(finite_mask.sum())
     if n_finite != count:
-        problems.append(f"{count - n_finite} non-finite {metric} values in window")
+        problems.append(f"{count - n_finite} invalid {metric} values in window ({_range_text(metric)}): invalid data")
     if outcome is not None and outcome != "completed":
         problems.append(f"run outcome is {outcome!r}, not 'completed'")
 
     if count == 0:
         quality = None
+    elif n_finite != count:
+        quality = "invalid"
     elif fallback or insufficient:
         quality = "short"
     elif gaps:
@@ -309,15 +323,39 @@ def steady_state(
         fallback=fallback,
         gaps=gaps,
         interval=interval,
-        note=_note(count, quality, fallback, skipped, warmup, min_steps, gaps, outcome, len(base) - 1),
+        note=_note(
+            count,
+            quality,
+            fallback,
+            skipped,
+            warmup,
+            min_steps,
+            gaps,
+            outcome,
+            len(base) - 1,
+            (metric, count - n_finite),
+        ),
     )
 
 
-def _note(count, quality, fallback, skipped, warmup, min_steps, gaps, outcome, restarts=0) -> str:
+def _range_text(metric: str) -> str:
+    lo, hi = VALID_RANGE.get(metric, (0.0, math.inf))
+    unit = " s" if metric == "step_time_s" else ""
+    beyond = f", or beyond {hi:g}{unit}" if math.isfinite(hi) else ""
+    return f"<= {lo:g}{unit}, non-finite{beyond}"
+
+
+def _note(count, quality, fallback, skipped, warmup, min_steps, gaps, outcome, restarts=0, invalid=("", 0)) -> str:
     """One sentence saying where the figures come from and why they are short, in plain words."""
     n = f"{count} timed step{'s' * (count != 1)}"
     if quality is None:
         return "no timed steps"
+    if quality == "invalid":
+        metric, bad = invalid
+        return (
+            f"{bad} of {count} {metric} values in the window are impossible ({_range_text(metric)}): invalid data, "
+            "no figure"
+        )
     again = min(warmup, RESTART_WARMUP)
     wu = f"warm-up {warmup}"
     if restarts > 0 and again:

@@ -41,7 +41,9 @@ Own runs (each side: a list of runs, each run an array of per-iteration values)
 * Verdict for ``kind="time"`` (B/A > 1: B slower): ``slower`` if the CI lies above 1 and ``ratio - 1 > threshold``,
   ``faster`` if it lies below 1 and ``1 - ratio > threshold``, else ``no significant change``; for
   ``kind="throughput"`` the directions swap. ``insufficient`` when a side has fewer than ``min_runs`` runs, with the
-  runs per side needed (:func:`repeats_needed`).
+  runs per side needed (:func:`repeats_needed`). ``no spread: cannot test`` when no value varies on either side
+  (the bootstrap's standard error is 0): the ratio is reported, but no CI, no p-value (not p = 0) and no verdict --
+  identical repeats say nothing about run-to-run noise (a cached result, a timer's resolution, a copied log).
 * Many comparisons: :func:`apply_fdr` (``scipy.stats.false_discovery_control``, Benjamini-Hochberg).
 """
 
@@ -66,7 +68,9 @@ LIKE_FOR_LIKE_FIELDS: tuple[str, ...] = ("tp", "pp", "vp", "cp", "ep", "etp", "g
 #: Published-row facts beside the parallel sizes that make two releases not like-for-like when they differ:
 #: ``moe_token_drop`` (25.09's MoE rows were token-drop runs, later releases token-dropless; records.load_published).
 PUBLISHED_RECIPE_FACTS: tuple[str, ...] = ("moe_token_drop",)
-RUN_VERDICTS = ("faster", "slower", "no significant change", "insufficient")
+RUN_VERDICTS = ("faster", "slower", "no significant change", "insufficient", "no spread: cannot test")
+#: the verdict when neither side varies at all (every value identical): no test can say how far to trust the ratio
+NO_SPREAD = RUN_VERDICTS[-1]
 #: Libraries whose versions every result records.
 LIBRARIES = ("bridgebench", "numpy", "scipy", "pandas", "pyarrow", "arch", "ruptures", "matplotlib")
 
@@ -651,6 +655,25 @@ def compare_runs(
             params=params,
         )
 
+    if all(np.ptp(np.concatenate(side)) == 0 for side in sides):  # nothing varies: nothing to test (not p = 0)
+        values = ", ".join(f"{n} {np.unique(np.concatenate(sd)).tolist()[:3]}" for n, sd in zip("AB", sides))
+        return RunComparison(
+            NO_SPREAD,
+            ratio,
+            None,
+            None,
+            None,
+            (n_a, n_b),
+            side_values,
+            cv,
+            None,
+            None,
+            None,
+            f"no spread: every value on both sides is identical within its side ({values}); the ratio "
+            f"{ratio:.4f} is exact arithmetic, but identical repeats say nothing about run-to-run noise, so no test "
+            "can be made (check that the repeats really ran: a cached result, a timer's resolution, a copied log)",
+            params=params,
+        )
     rng = np.random.default_rng(seed)
     if block_length is None:
         col = "stationary" if bootstrap == "stationary" else "circular"
@@ -694,7 +717,7 @@ def compare_runs(
     p_pct = min(1.0, 2 * (k + 1) / (n_resamples + 1))
     # p-value for FDR: Welch t on the bootstrap SE of log(ratio). The percentile-count p-value (kept in params) is
     # unreliable in the far tail with 3-10 runs, and Benjamini-Hochberg works in exactly that tail.
-    p = float(2 * stats.t.sf(abs(math.log(ratio)) / se, df_w)) if se > 0 else (0.0 if ratio != 1 else 1.0)
+    p = float(2 * stats.t.sf(abs(math.log(ratio)) / se, df_w)) if se > 0 else None
     params |= {
         "welch_df": df_w,
         "se_log_ratio": se,

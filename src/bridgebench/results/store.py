@@ -52,10 +52,23 @@ Guarantees (precisely):
   is linked, possibly before the ``add`` that wrote it has returned (i.e. before it is power-loss durable).
 
 Validation: the whole batch is checked before anything is written; the first bad record raises :class:`StoreError`
-naming the record and the field, and nothing of that batch is written. Values must be ``None``, bool, str, finite
-int/float (numpy scalars are converted), lists/tuples (stored as lists) or dicts with str keys. **NaN and +-inf are
-rejected** (JSON has no NaN; a silent ``null`` would blur "not measured" and "broken measurement" -- the caller
-must say ``None`` explicitly).
+naming the record and the field, and nothing of that batch is written. A record must fit the record schema
+(:mod:`bridgebench.results.record_schema`, pydantic: open to fields added later). Values must be ``None``, bool, str,
+finite int/float (numpy scalars are converted), lists/tuples (stored as lists) or dicts with str keys. **NaN and
++-inf are rejected** (JSON has no NaN; a silent ``null`` would blur "not measured" and "broken measurement" -- the
+caller must say ``None`` explicitly).
+
+Reading (:meth:`ResultStore.scan`; :meth:`ResultStore.records` is its records): **a record is its id, not its file
+name**. Every ``*.json`` under the fan-out folders is read; copies, hard links and symlinks of a record (under any name)
+are counted once -- the file named after the id's hash is the record, the others are listed by name as duplicates; a
+file holding an id stored elsewhere with other content is skipped. A symlink leading out of the store, a file that
+is not a regular file (FIFO, device), a file larger than :data:`MAX_RECORD_BYTES`, corrupt or truncated JSON and a
+record that breaks the schema are skipped, each listed with its file and the reason (the field, for the schema) --
+one bad file never blocks ``report`` or ``compare`` of the others. :meth:`StoreScan.notes` words the list.
+
+Full disk: a write that fails for lack of space (``ENOSPC``, ``EDQUOT``, ``EFBIG``) raises :class:`StoreError` saying
+so; the temp files of the failed chunk are removed, so nothing half-written is left (records already linked stay
+complete).
 """
 
 from __future__ import annotations
@@ -69,9 +82,11 @@ import math
 import numbers
 import os
 import socket
+import stat
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -88,11 +103,64 @@ TMP_DIR_NAME = ".tmp"
 BLOB_DIR_NAME = "blobs"
 #: A temp file of another host, or of a process we cannot prove dead, is removed once older than this.
 STALE_TEMP_AGE_S = 3600.0
+#: a file in the record folders larger than this is not read (records are a few kB to a few MB)
+MAX_RECORD_BYTES = 64 << 20
 _HEX = frozenset("0123456789abcdef")
+#: errno values that mean "the disk (or the quota, or the file size limit) is full"
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 class StoreError(BridgebenchError):
     """A record breaks a rule (the message names the record and the field), or a stored file is unreadable."""
+
+
+def _full_disk(err: OSError, root: Path, what: str) -> StoreError | None:
+    """A StoreError saying the disk is full, for an OSError that says so (else None)."""
+    if err.errno not in _FULL:
+        return None
+    return StoreError(
+        f"cannot write {what} into the results store {root}: {os.strerror(err.errno)}. Nothing half-written is left "
+        "(records already stored are complete); free space there, or point BRIDGEBENCH_RESULTS at a disk with room, "
+        "and run the command again"
+    )
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file in the store that is not counted, and why (the field, for a record that breaks the schema)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """A file holding the same record as ``of`` (the record's own file): a ``copy``, ``hard link`` or ``symlink``,
+    or the record itself stored under a name other than its id's (``misplaced``: ``of`` is the name it should have)."""
+
+    path: str
+    of: str
+    how: str
+
+
+@dataclass
+class StoreScan:
+    """What :meth:`ResultStore.scan` found: the records (each once, by ``record_id``), the files skipped and the
+    duplicates."""
+
+    records: list[dict] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    duplicates: list[Duplicate] = field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        """One line per skipped file and per duplicate, for the user (empty when the store is clean)."""
+        out = [f"skipped {s.path}: {s.reason}" for s in self.skipped]
+        for d in self.duplicates:
+            if d.how == "misplaced":
+                out.append(f"counted once: {d.path} holds a record stored under another name than its id's ({d.of})")
+            else:
+                out.append(f"counted once: {d.path} is a {d.how} of {d.of}")
+        return out
 
 
 def record_hash(record_id: str) -> str:
@@ -136,6 +204,12 @@ def _validate(record: Any, index: int) -> tuple[str, dict, bytes]:
             raise StoreError(f"record #{index}: field {name!r} must be a non-empty string, got {value!r}")
     rid = record["record_id"]
     norm = _normalize(record, "", f"record #{index} ({rid!r})")
+    from bridgebench.results.record_schema import problems
+
+    bad = problems(norm)
+    if bad:
+        where, msg = bad[0]
+        raise StoreError(f"record #{index} ({rid!r}): field {where!r} breaks the record schema: {msg}")
     try:
         data = json.dumps(norm, ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n"
     except UnicodeEncodeError as exc:  # lone surrogates
@@ -199,6 +273,8 @@ class ResultStore:
         self.chunk = max(1, int(chunk))
         #: record_ids of the last add() that were stored already with DIFFERENT content (the stored one was kept).
         self.last_conflicts: list[str] = []
+        #: what the last :meth:`scan` / :meth:`records` skipped and counted once (:meth:`StoreScan.notes`)
+        self.last_scan = StoreScan()
         self._host = socket.gethostname().replace("/", "_").replace(".", "_") or "host"
         self._counter = itertools.count()  # next() is atomic under the GIL: unique temp names across threads
 
@@ -212,21 +288,38 @@ class ResultStore:
         return f"{self._root_s}{os.sep}{h[0]}{os.sep}{h[1]}{os.sep}{h}.json"
 
     def _record_files(self) -> list[Path]:
-        """Every visible record file (temp files and anything not named like a record are ignored)."""
-        out: list[Path] = []
+        """Every ``*.json`` file or symlink in the fan-out folders (temp files, blobs and other names are ignored);
+        symlinked or unreadable folders are reported by :meth:`scan`."""
+        return [Path(p) for p, _ in self._entries()[0]]
+
+    def _entries(self) -> tuple[list[tuple[str, bool]], list[Skipped]]:
+        out: list[tuple[str, bool]] = []
+        skipped: list[Skipped] = []
         try:
-            level1 = [e for e in os.scandir(self.root) if len(e.name) == 1 and e.is_dir()]
+            level1 = [e for e in os.scandir(self.root) if len(e.name) == 1 and e.name in _HEX]
         except FileNotFoundError:
-            return out
-        for d1 in level1:
-            for d2 in os.scandir(d1.path):
-                if len(d2.name) != 1 or not d2.is_dir():
+            return out, skipped
+        for d1 in sorted(level1, key=lambda e: e.name):
+            for d2 in sorted(self._subdirs(d1, skipped), key=lambda e: e.name):
+                if len(d2.name) != 1 or d2.name not in _HEX:
                     continue
-                for f in os.scandir(d2.path):
-                    name = f.name
-                    if len(name) == 69 and name.endswith(".json") and set(name[:64]) <= _HEX:
-                        out.append(Path(f.path))
-        return out
+                for f in sorted(self._subdirs(d2, skipped, files=True), key=lambda e: e.name):
+                    if f.name.endswith(".json"):
+                        out.append((f.path, f.is_symlink()))
+        return out, skipped
+
+    def _subdirs(self, entry: os.DirEntry, skipped: list[Skipped], files: bool = False) -> list[os.DirEntry]:
+        """The entries of a fan-out folder; a symlinked folder is not followed (listed as skipped)."""
+        if entry.is_symlink():
+            skipped.append(Skipped(entry.path, f"a symlinked folder (to {os.path.realpath(entry.path)}): not followed"))
+            return []
+        if not entry.is_dir(follow_symlinks=False):
+            return []
+        try:
+            return [e for e in os.scandir(entry.path) if files or len(e.name) == 1]
+        except OSError as err:
+            skipped.append(Skipped(entry.path, f"cannot be listed ({err.strerror})"))
+            return []
 
     # ---------------------------------------------------------------- reading
     @staticmethod
@@ -239,7 +332,48 @@ class ResultStore:
         try:
             return json.loads(raw)
         except ValueError as exc:  # cannot come from add(); someone edited or truncated the file by hand
-            raise StoreError(f"{path}: corrupt record file ({exc})") from exc
+            raise StoreError(
+                f"{path}: corrupt record file ({exc}); move it out of the store (its blobs stay) and collect again "
+                "if the attempt is still in the ledger"
+            ) from exc
+
+    def _load(self, path: str, is_link: bool, root_real: str) -> tuple[dict | None, tuple[int, int] | None, str | None]:
+        """(record, (device, inode) of the file read, why it is skipped) of one entry; never raises for bad files."""
+        target = path
+        if is_link:
+            target = os.path.realpath(path)
+            if not (target == root_real or target.startswith(root_real + os.sep)):
+                return None, None, f"a symlink leading out of the store (to {target}): refused"
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            return None, None, "a dangling symlink" if is_link else "removed while reading"
+        except OSError as err:
+            return None, None, f"cannot be opened ({err.strerror})"
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None, None, "not a regular file (a FIFO, device or socket): refused"
+            if st.st_size > MAX_RECORD_BYTES:
+                return None, None, f"{st.st_size} bytes, more than a record ({MAX_RECORD_BYTES} at most): not read"
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        raw = b"".join(chunks)
+        try:
+            rec = json.loads(raw)
+        except ValueError as exc:
+            what = "empty" if not raw.strip() else f"corrupt or truncated JSON ({exc})"
+            return None, None, f"{what}; move it out of the store, then collect again if its attempt is in the ledger"
+        from bridgebench.results.record_schema import problems
+
+        bad = problems(rec)
+        if bad:
+            fields = "; ".join(f"field {where!r}: {msg}" for where, msg in bad[:5])
+            return None, None, f"breaks the record schema ({fields}{' ...' if len(bad) > 5 else ''})"
+        return rec, (st.st_dev, st.st_ino), None
 
     def get(self, record_id: str) -> dict | None:
         """The stored record with this ``record_id``, or None."""
@@ -247,26 +381,54 @@ class ResultStore:
             raise StoreError(f"record_id must be a string, got {record_id!r}")
         path = self._final(record_id)
         rec = self._read(path)
-        if rec is not None and rec.get("record_id") != record_id:
-            raise StoreError(f"{path}: holds record_id {rec.get('record_id')!r}, expected {record_id!r}")
+        if rec is not None and (not isinstance(rec, dict) or rec.get("record_id") != record_id):
+            got = rec.get("record_id") if isinstance(rec, dict) else type(rec).__name__
+            raise StoreError(f"{path}: holds record_id {got!r}, expected {record_id!r}")
         return rec
 
     def __contains__(self, record_id: object) -> bool:
         return isinstance(record_id, str) and os.path.exists(self._final(record_id))
 
     def __len__(self) -> int:
-        return len(self._record_files())
+        return len(self.scan().records)
+
+    def scan(self, kind: str | None = None) -> StoreScan:
+        """The store's records (of ``kind`` if given) -- each ``record_id`` once, sorted --, the files skipped and the
+        duplicates (module docstring). Never raises for a bad file. Not a snapshot while writers run (records linked
+        during the call may or may not be included; each one returned is complete)."""
+        entries, skipped = self._entries()
+        root_real = os.path.realpath(self.root)
+        found: dict[str, list[tuple[str, bool, dict, tuple[int, int]]]] = {}
+        for path, is_link in entries:
+            rec, ident, why = self._load(path, is_link, root_real)
+            if why:
+                skipped.append(Skipped(path, why))
+            else:
+                found.setdefault(rec["record_id"], []).append((path, is_link, rec, ident))
+        out = StoreScan(skipped=skipped)
+        for rid, copies in found.items():
+            own = self._final(rid)
+            copies.sort(key=lambda c: (c[0] != own, c[1], c[0]))  # its own name first, real files before links
+            path, _, rec, ident = copies[0]
+            if path != own:
+                out.duplicates.append(Duplicate(path, own, "misplaced"))
+            for other, link, other_rec, other_ident in copies[1:]:
+                if other_rec != rec:
+                    why = f"holds record_id {rid!r} of {path} with other content: not counted"
+                    out.skipped.append(Skipped(other, why))
+                else:
+                    how = "symlink" if link else "hard link" if other_ident == ident else "copy"
+                    out.duplicates.append(Duplicate(other, path, how))
+            if kind is None or rec.get("kind") == kind:
+                out.records.append(rec)
+        out.records.sort(key=lambda r: r["record_id"])
+        self.last_scan = out
+        return out
 
     def records(self, kind: str | None = None) -> list[dict]:
-        """All stored records (of ``kind`` if given), sorted by ``record_id``. Not a snapshot while writers run:
-        records linked during the call may or may not be included (but each one returned is complete)."""
-        out = []
-        for path in self._record_files():
-            rec = self._read(path)
-            if rec is not None and (kind is None or rec.get("kind") == kind):
-                out.append(rec)
-        out.sort(key=lambda r: r["record_id"])
-        return out
+        """All stored records (of ``kind`` if given), each ``record_id`` once, sorted by it (:meth:`scan`; what it
+        skipped is in :attr:`last_scan`)."""
+        return self.scan(kind).records
 
     def frame(self, kind: str | None = None) -> "pd.DataFrame":
         """:meth:`records` as a DataFrame: one row per record, one column per top-level key (union over records;
@@ -293,14 +455,71 @@ class ResultStore:
     def put_blob(self, data: bytes) -> str:
         """Store ``data`` (a log, a script) under its sha256 and return the hex digest. Same guarantees as records:
         written to a synced temp file and hard-linked into place (atomic, idempotent, safe with concurrent
-        writers); readers of :meth:`records` never see blobs."""
+        writers); readers of :meth:`records` never see blobs.
+
+        Raises:
+            StoreError: the disk is full (nothing half-written is left)."""
         digest = hashlib.sha256(data).hexdigest()
-        final = self.blob_path(digest)
-        if final.exists():
+        if self.blob_path(digest).exists():
             return digest
-        self._ensure_root()
-        prefix = os.path.join(self._root_s, TMP_DIR_NAME, f"{self._host}.{os.getpid()}.{uuid.uuid4().hex[:12]}-")
-        tmp = self._write_synced(data, prefix)
+        try:
+            self._ensure_root()
+            tmp = self._write_synced(data, self._prefix())
+            self._link_blob(tmp, digest)
+        except OSError as err:
+            full = _full_disk(err, self.root, "a log copy")
+            if full is None:
+                raise
+            raise full from err
+        return digest
+
+    def put_blob_file(self, path: str | os.PathLike, chunk: int = 1 << 20) -> tuple[str, int]:
+        """Store the file at ``path`` as a blob, streamed (memory: one ``chunk``); ``(sha256 hex, bytes)``. Only a
+        regular file is read (opened without blocking, checked with ``fstat``: a FIFO or device is refused).
+
+        Raises:
+            StoreError: ``path`` is not a regular file, or the disk is full (nothing half-written is left).
+        """
+        tmp = f"{self._prefix()}{next(self._counter)}.tmp"
+        h = hashlib.sha256()
+        size = 0
+        src = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            self._ensure_root()
+            if not stat.S_ISREG(os.fstat(src).st_mode):
+                raise StoreError(f"{path}: not a regular file (a FIFO, device or socket): not copied into the store")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                while block := os.read(src, chunk):
+                    h.update(block)
+                    size += len(block)
+                    view = memoryview(block)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._link_blob(tmp, h.hexdigest())
+        except OSError as err:
+            _unlink(tmp)
+            full = _full_disk(err, self.root, f"the log {path}")
+            if full is None:
+                raise
+            raise full from err
+        except BaseException:
+            _unlink(tmp)
+            raise
+        finally:
+            os.close(src)
+        return h.hexdigest(), size
+
+    def _prefix(self) -> str:
+        # temp names <host>.<pid>.<random>-<n>.tmp: host and pid let a later writer tell a dead writer's temps
+        return os.path.join(self._root_s, TMP_DIR_NAME, f"{self._host}.{os.getpid()}.{uuid.uuid4().hex[:12]}-")
+
+    def _link_blob(self, tmp: str, digest: str) -> None:
+        """Give a synced temp its blob name (kept if it exists) and remove the temp."""
+        final = self.blob_path(digest)
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -310,7 +529,6 @@ class ResultStore:
             _fsync_dir(final.parent)
         finally:
             _unlink(tmp)
-        return digest
 
     def get_blob(self, digest: str) -> bytes | None:
         """The blob with this sha256, or None."""
@@ -329,6 +547,15 @@ class ResultStore:
         fsynced, so when ``add`` returns every record of the batch is durable. An id stored already -- same content
         or not -- adds nothing; differing content keeps the stored version and lands in :attr:`last_conflicts`.
         """
+        try:
+            return self._add(records)
+        except OSError as err:
+            full = _full_disk(err, self.root, "records")
+            if full is None:
+                raise
+            raise full from err
+
+    def _add(self, records: Iterable[dict]) -> int:
         batch: dict[str, tuple[dict, bytes]] = {}
         conflicts: list[str] = []
         for i, record in enumerate(records):
@@ -444,8 +671,11 @@ class ResultStore:
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
-        finally:
+        except BaseException:  # a full disk: no half-written temp left behind
             os.close(fd)
+            _unlink(tmp)
+            raise
+        os.close(fd)
         return tmp
 
     def _same(self, final: str, norm: dict, data: bytes) -> bool:
