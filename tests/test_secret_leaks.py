@@ -25,6 +25,7 @@ def run_cli(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.C
     full = {
         **os.environ,
         **{f"BRIDGEBENCH_{k}": str(tmp_path / k.lower()) for k in ("JOB_DIR", "PLANS", "LEDGER", "RESULTS")},
+        "BRIDGEBENCH_DEBUG_LOG": str(tmp_path / "debug.log"),  # the debug log is a file bridgebench writes too
         **(env or {}),
     }
     return subprocess.run([*BB, *args], capture_output=True, text=True, env=full, cwd=tmp_path, timeout=600)
@@ -40,8 +41,8 @@ def assert_nowhere(tmp_path: Path, res: subprocess.CompletedProcess, value: str)
     "override,value,says",
     [
         (f"model.seq_length={GHP}", GHP, "could not be converted"),  # OmegaConf's type error echoes the value
-        (f"env_vars.GH={GHP}", GHP, "not in struct"),  # Hydra's struct error: "use +env_vars.GH=<value>"
-        (f"env_vars.HF_TOKEN={PLAIN}", PLAIN, "not in struct"),  # the name alone marks it
+        (f"env_vars.GH={GHP}", GHP, "add one with a leading +"),  # the unknown-key error echoes the override
+        (f"env_vars.HF_TOKEN={PLAIN}", PLAIN, "add one with a leading +"),  # the name alone marks it
         (f"+env_vars.HF_TOKEN={PLAIN}", PLAIN, "secret_in_config"),
         (f"+env_vars.RUN_NOTE={HF}", HF, "secret_in_config"),  # a token under an innocent name
     ],
@@ -131,3 +132,25 @@ def test_the_redaction_step():
     assert redact("secret_in_config: env_vars.HF_TOKEN: the name looks like") == (
         "secret_in_config: env_vars.HF_TOKEN: the name looks like"
     )  # a refusal naming the key stays readable
+
+
+def test_the_debug_log_is_scrubbed(tmp_path):
+    """Third-party output and tracebacks go to the debug log (bridgebench.debuglog); the CLI configures it with the
+    same scrubber as its stdout/stderr, so a secret that reaches a log record does not reach the file."""
+    import logging
+
+    from bridgebench import debuglog
+    from bridgebench.cli.redaction import scrub
+
+    log = tmp_path / "debug.log"
+    try:
+        debuglog.configure(path=log, scrub=scrub)
+        logging.getLogger("some.library").warning("connecting with token %s to https://u:%s@host/x", GHP, PLAIN)
+        with debuglog.captured():
+            print(f"HF_TOKEN={HF}")
+    finally:
+        for h in logging.getLogger().handlers:
+            h.flush()
+    text = log.read_text()
+    assert "connecting with token" in text and "<redacted>" in text
+    assert GHP not in text and PLAIN not in text and HF not in text

@@ -36,7 +36,18 @@ ROOT_NAME = "bridgebench"
 CAPTURED_NAME = "bridgebench.captured"
 _FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
 
-_state: dict = {"configured": False, "verbose": False, "path": None, "terminal": None}
+_state: dict = {"configured": False, "verbose": False, "path": None, "terminal": None, "scrub": None}
+
+
+class _ScrubbingFormatter(logging.Formatter):
+    """Formats a record, then passes the whole text (message, traceback, captured output) through the scrubber set
+    by :func:`configure` (the CLI's :func:`bridgebench.cli.redaction.scrub`): the debug log is a file bridgebench
+    writes, so no credential-shaped text may land in it either."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        scrub = _state["scrub"]
+        return scrub(text) if scrub is not None else text
 
 
 def log_path() -> Path:
@@ -53,10 +64,12 @@ class _OwnRecords(logging.Filter):
         return (record.name == ROOT_NAME or record.name.startswith(ROOT_NAME + ".")) and record.name != CAPTURED_NAME
 
 
-def configure(verbose: bool = False, path: Path | None = None) -> Path | None:
+def configure(verbose: bool = False, path: Path | None = None, scrub=None) -> Path | None:
     """Route logging and warnings as the module docstring says; returns the debug log path (None if it cannot be
-    opened: then records go nowhere but the terminal rules still hold). Idempotent; a second call can switch
-    ``verbose`` on."""
+    opened: then records go nowhere but the terminal rules still hold). ``scrub`` (``str -> str``) is applied to
+    every line written to the debug log. Idempotent; a second call can switch ``verbose`` on."""
+    if scrub is not None:
+        _state["scrub"] = scrub
     root = logging.getLogger()
     for handler in [h for h in root.handlers if getattr(h, "_bridgebench", False)]:
         root.removeHandler(handler)
@@ -72,7 +85,7 @@ def configure(verbose: bool = False, path: Path | None = None) -> Path | None:
         path = None
     if file_handler is not None:
         file_handler.setLevel(logging.DEBUG)
-        file_handler.setFormatter(logging.Formatter(_FORMAT))
+        file_handler.setFormatter(_ScrubbingFormatter(_FORMAT))
         file_handler._bridgebench = True  # type: ignore[attr-defined]
         root.addHandler(file_handler)
     terminal = logging.StreamHandler(sys.stderr)

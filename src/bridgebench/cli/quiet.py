@@ -23,8 +23,11 @@ log = logging.getLogger("bridgebench.cli")
 
 
 def configure(verbose: bool) -> None:
-    """Route logging and warnings for this command (:func:`bridgebench.debuglog.configure`)."""
-    debuglog.configure(verbose=verbose)
+    """Route logging and warnings for this command (:func:`bridgebench.debuglog.configure`), the debug log scrubbed
+    of credentials like everything the command prints (:func:`bridgebench.cli.redaction.scrub`)."""
+    from bridgebench.cli.redaction import scrub
+
+    debuglog.configure(verbose=verbose, scrub=scrub)
 
 
 def unexpected(err: BaseException) -> int:

@@ -213,6 +213,10 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
 _MISSING_KEY = re.compile(r"Could not override '([^']+)'")
 
 
+#: Config maps whose keys are the user's to choose (a new key is added with a leading ``+``).
+OPEN_MAPS = frozenset({"env_vars"})
+
+
 def unknown_key_message(overrides: Sequence[str], key: str) -> str:
     """The error for an override of a key the composed config does not have: the closest existing names ("did you
     mean"), or the keys that exist there; for a Megatron-Bridge field no config sets yet, how to set it (``+``).
@@ -263,6 +267,8 @@ def unknown_key_message(overrides: Sequence[str], key: str) -> str:
         return text
     shown = ", ".join(known[:40]) + (" ..." if len(known) > 40 else "")
     extra = f"; or, with a leading +, a field of Megatron-Bridge's {section} section" if section else ""
+    if parent in OPEN_MAPS and not rest:
+        extra = f"; {parent} takes any name: add one with a leading + (+{parent}.{word}={value})"
     return msg + (f"; keys there: {shown}" if known else "") + extra
 
 
