@@ -12,10 +12,12 @@ def test_every_published_row_of_the_six_models(capsys):
     known = [r for r in records if r.model and r.model_tflops_per_gpu]
     assert summary.rows == len(known) == len(df) >= 180
     with capsys.disabled():
-        print(f"\n[published check] rows={summary.rows} within rounding={summary.within_rounding} "
-              f"max|err|={summary.max_abs_error:.4%} median|err|={summary.median_abs_error:.4%} "
-              f"outside={summary.rows_outside} (in self-inconsistent groups: "
-              f"{summary.rows_outside_in_inconsistent_groups})")
+        print(
+            f"\n[published check] rows={summary.rows} within rounding={summary.within_rounding} "
+            f"max|err|={summary.max_abs_error:.4%} median|err|={summary.median_abs_error:.4%} "
+            f"outside={summary.rows_outside} (in self-inconsistent groups: "
+            f"{summary.rows_outside_in_inconsistent_groups})"
+        )
     # Nearly every row within the rounding of its own published figures ...
     assert summary.within_rounding >= 0.85 * summary.rows
     assert summary.median_abs_error < 0.001

@@ -28,7 +28,9 @@ def table():
 def test_no_published_configuration_is_pruned(table):
     s = summary(table)
     assert s["rows"] == len([r for r in load_published() if r.model and r.system]) >= 183
-    refused = {(r.release, r.model, r.system, r.precision, r.pp): r.pruned_by for r in table[~table["fits"]].itertuples()}
+    refused = {
+        (r.release, r.model, r.system, r.precision, r.pp): r.pruned_by for r in table[~table["fits"]].itertuples()
+    }
     assert refused == KNOWN
     assert s["inconsistent"] == 2 and s["false_prunes"] == 1
     assert table["fits"].sum() == s["rows"] - 3

@@ -21,8 +21,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def rec(i: int, kind: str = "train") -> dict:
-    return {"record_id": f"job{i:06d}/0/{kind}", "kind": kind, "step_time_s": 1.0 + i / 1000, "gbs": 512,
-            "provenance": {"job": i, "nodes": [f"n{i % 7}"]}}
+    return {
+        "record_id": f"job{i:06d}/0/{kind}",
+        "kind": kind,
+        "step_time_s": 1.0 + i / 1000,
+        "gbs": 512,
+        "provenance": {"job": i, "nodes": [f"n{i % 7}"]},
+    }
 
 
 def record_files(root: Path) -> list[Path]:
@@ -59,8 +64,13 @@ WRITER = textwrap.dedent("""
 
 
 def start_writer(root: Path, lo: int, hi: int, per_add: int, seed: int = -1, go: str = "-") -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(lo), str(hi), str(per_add), str(seed), go],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root), str(lo), str(hi), str(per_add), str(seed), go],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
 
 
 def test_add_get_idempotent(tmp_path):
@@ -106,19 +116,22 @@ def test_conflicting_content_keeps_first(tmp_path):
     assert store.add([rec(2)]) == 0 and store.last_conflicts == []
 
 
-@pytest.mark.parametrize("bad, field", [
-    ({"kind": "train"}, "record_id"),
-    ({"record_id": "", "kind": "train"}, "record_id"),
-    ({"record_id": 7, "kind": "train"}, "record_id"),
-    ({"record_id": "x"}, "kind"),
-    ({"record_id": "x", "kind": "train", "step_time_s": math.nan}, "step_time_s"),
-    ({"record_id": "x", "kind": "train", "m": {"loss": [1.0, math.inf]}}, r"m\.loss\[1\]"),
-    ({"record_id": "x", "kind": "train", "when": object()}, "when"),
-    ({"record_id": "x", "kind": "train", "tags": {"a", "b"}}, "tags"),
-    ({"record_id": "x", "kind": "train", "m": {1: 2}}, "m"),
-    ({"record_id": "x", "kind": "train", "s": "\ud800"}, "Unicode"),
-    ("not a dict", "#2"),
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({"kind": "train"}, "record_id"),
+        ({"record_id": "", "kind": "train"}, "record_id"),
+        ({"record_id": 7, "kind": "train"}, "record_id"),
+        ({"record_id": "x"}, "kind"),
+        ({"record_id": "x", "kind": "train", "step_time_s": math.nan}, "step_time_s"),
+        ({"record_id": "x", "kind": "train", "m": {"loss": [1.0, math.inf]}}, r"m\.loss\[1\]"),
+        ({"record_id": "x", "kind": "train", "when": object()}, "when"),
+        ({"record_id": "x", "kind": "train", "tags": {"a", "b"}}, "tags"),
+        ({"record_id": "x", "kind": "train", "m": {1: 2}}, "m"),
+        ({"record_id": "x", "kind": "train", "s": "\ud800"}, "Unicode"),
+        ("not a dict", "#2"),
+    ],
+)
 def test_bad_input_rejects_whole_batch(tmp_path, bad, field):
     store = ResultStore(tmp_path / "runs")
     store.add([rec(100)])
@@ -131,8 +144,19 @@ def test_bad_input_rejects_whole_batch(tmp_path, bad, field):
 def test_values_normalized(tmp_path):
     np = pytest.importorskip("numpy")
     store = ResultStore(tmp_path)
-    store.add([{"record_id": "a", "kind": "k", "n": np.int64(3), "x": np.float32(0.5), "ok": np.bool_(True),
-                "t": (1, 2), "none": None}])
+    store.add(
+        [
+            {
+                "record_id": "a",
+                "kind": "k",
+                "n": np.int64(3),
+                "x": np.float32(0.5),
+                "ok": np.bool_(True),
+                "t": (1, 2),
+                "none": None,
+            }
+        ]
+    )
     got = store.get("a")
     assert got == {"record_id": "a", "kind": "k", "n": 3, "x": 0.5, "ok": True, "t": [1, 2], "none": None}
     assert type(got["n"]) is int and type(got["ok"]) is bool
@@ -141,8 +165,11 @@ def test_values_normalized(tmp_path):
 def test_records_kind_and_frame(tmp_path):
     store = ResultStore(tmp_path)
     assert store.frame().empty
-    store.add([rec(i, "train") for i in range(5)] + [rec(i, "eval") for i in range(3)]
-              + [{"record_id": "z/extra", "kind": "eval", "only_here": 1}])
+    store.add(
+        [rec(i, "train") for i in range(5)]
+        + [rec(i, "eval") for i in range(3)]
+        + [{"record_id": "z/extra", "kind": "eval", "only_here": 1}]
+    )
     evals = store.records(kind="eval")
     assert [r["record_id"] for r in evals] == sorted([rec(i, "eval")["record_id"] for i in range(3)] + ["z/extra"])
     assert len(store.records("train")) == 5 and store.records("missing") == []
@@ -195,8 +222,10 @@ def test_concurrent_writers(tmp_path):
     root = tmp_path / "runs"
     go = tmp_path / "go"
     # overlapping sets, shuffled differently so both race on the shared ids at the same time
-    procs = [start_writer(root, 0, 6000, per_add=500, seed=1, go=str(go)),
-             start_writer(root, 3000, 9000, per_add=500, seed=2, go=str(go))]
+    procs = [
+        start_writer(root, 0, 6000, per_add=500, seed=1, go=str(go)),
+        start_writer(root, 3000, 9000, per_add=500, seed=2, go=str(go)),
+    ]
     for p in procs:
         assert p.stdout.readline().strip() == "ready", p.stderr.read()
     go.touch()
@@ -207,7 +236,7 @@ def test_concurrent_writers(tmp_path):
         reads += 1
         time.sleep(0.01)
     outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err
     news = [int(out.split()[-1]) for out, _ in outs]
     store = ResultStore(root)
@@ -246,8 +275,9 @@ def test_stale_temp_cleanup(tmp_path):
     fresh.write_text("x")  # another host's, recent: may be in flight, kept
     assert len(store) == 1 and store.records() == [rec(0)]  # readers ignore temps
     store.add([rec(1)])
-    assert sorted(p.name for p in temp_files(tmp_path)) == sorted([f"{store._host}.{os.getpid()}.live.tmp",
-                                                                    "otherhost.12345.ghi.tmp"])
+    assert sorted(p.name for p in temp_files(tmp_path)) == sorted(
+        [f"{store._host}.{os.getpid()}.live.tmp", "otherhost.12345.ghi.tmp"]
+    )
 
 
 def test_throughput_10k(tmp_path):
@@ -266,8 +296,10 @@ def test_throughput_10k(tmp_path):
     df = store.frame()
     t_frame = time.perf_counter() - t0
     assert got == batch and len(df) == 10_000
-    print(f"\n10,000 records: add {t_add:.2f} s ({10_000 / t_add:,.0f}/s), records() {t_read:.2f} s "
-          f"({10_000 / t_read:,.0f}/s), idempotent re-add {t_readd:.2f} s, frame() {t_frame:.2f} s")
+    print(
+        f"\n10,000 records: add {t_add:.2f} s ({10_000 / t_add:,.0f}/s), records() {t_read:.2f} s "
+        f"({10_000 / t_read:,.0f}/s), idempotent re-add {t_readd:.2f} s, frame() {t_frame:.2f} s"
+    )
     assert t_add < 20 and t_read < 10 and t_readd < 20  # generous bounds for slow disks; typical is ~1-2 s
 
 

@@ -72,9 +72,18 @@ def test_outputs_written(tmp_path, table):
     grid = ns_policy_grid()
     paths = write_outputs(table, grid, tmp_path)
     csv = pd.read_csv(paths[0])
-    for col in ("model", "optimizer", "tokens_per_sec_per_gpu", "step_time_s", "model_tflops_per_gpu",
-                "newton_schulz_tflops_per_gpu", "total_tflops_per_gpu", "mfu_bf16", "mfu_precision",
-                "published_total_tflops_per_gpu"):
+    for col in (
+        "model",
+        "optimizer",
+        "tokens_per_sec_per_gpu",
+        "step_time_s",
+        "model_tflops_per_gpu",
+        "newton_schulz_tflops_per_gpu",
+        "total_tflops_per_gpu",
+        "mfu_bf16",
+        "mfu_precision",
+        "published_total_tflops_per_gpu",
+    ):
         assert col in csv.columns
     assert "| kimi_k2" in paths[1].read_text()
     assert paths[3].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[3].stat().st_size > 10_000
@@ -84,7 +93,11 @@ def test_cli_table_json():
     out = subprocess.run([*BB, "table", "--json"], capture_output=True, text=True, check=True)
     rows = json.loads(out.stdout)
     assert {(r["model"], r["optimizer"]) for r in rows} == {
-        ("kimi_k2", "adamw"), ("kimi_k2", "muon"), ("qwen3_30b_a3b", "adamw"), ("qwen3_30b_a3b", "muon")}
+        ("kimi_k2", "adamw"),
+        ("kimi_k2", "muon"),
+        ("qwen3_30b_a3b", "adamw"),
+        ("qwen3_30b_a3b", "muon"),
+    }
 
 
 def test_cli_flops_json_and_overrides():
@@ -100,12 +113,15 @@ def test_cli_flops_json_and_overrides():
     assert "newton_schulz_flops_per_step" not in mtp  # AdamW
 
 
-@pytest.mark.parametrize("args,message", [
-    (["model=kimi"], "unknown model 'kimi'"),
-    (["model.hidden_size=0"], "hidden_size must be a positive integer"),
-    (["model.not_a_field=3"], "not_a_field"),
-    (["release=99.01"], "unknown release"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["model=kimi"], "unknown model 'kimi'"),
+        (["model.hidden_size=0"], "hidden_size must be a positive integer"),
+        (["model.not_a_field=3"], "not_a_field"),
+        (["release=99.01"], "unknown release"),
+    ],
+)
 def test_cli_bad_input(args, message):
     out = subprocess.run([*BB, "flops", *args], capture_output=True, text=True)
     assert out.returncode == 2
@@ -113,9 +129,11 @@ def test_cli_bad_input(args, message):
 
 
 def test_flops_command_does_not_import_torch_or_megatron():
-    code = ("import sys; from bridgebench.cli import app; from typer.testing import CliRunner; "
-            "r = CliRunner().invoke(app, ['flops', 'model=kimi_k2', 'optimizer=muon']); assert r.exit_code == 0; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron')]; print(bad); assert not bad")
+    code = (
+        "import sys; from bridgebench.cli import app; from typer.testing import CliRunner; "
+        "r = CliRunner().invoke(app, ['flops', 'model=kimi_k2', 'optimizer=muon']); assert r.exit_code == 0; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron')]; print(bad); assert not bad"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -123,12 +141,35 @@ def test_flops_command_does_not_import_torch_or_megatron():
 def test_user_runs_replace_published_step_times():
     from bridgebench.results.table1 import measured_step_times
 
-    recs = [{"record_id": "101/a0/pretrain", "kind": "pretrain", "state": "COMPLETED", "model": "qwen3_30b_a3b",
-             "optimizer": "dist_muon", "step_time_s": 10.0, "quality": "steady"},
-            {"record_id": "102/a0/pretrain", "kind": "pretrain", "state": "FAILED", "model": "kimi_k2",
-             "optimizer": "adam", "step_time_s": 1.0, "quality": "steady"},
-            {"record_id": "103/a0/pretrain", "kind": "pretrain", "state": "COMPLETED", "model": "kimi_k2",
-             "optimizer": "adam", "step_time_s": 2.0, "quality": "short"}]
+    recs = [
+        {
+            "record_id": "101/a0/pretrain",
+            "kind": "pretrain",
+            "state": "COMPLETED",
+            "model": "qwen3_30b_a3b",
+            "optimizer": "dist_muon",
+            "step_time_s": 10.0,
+            "quality": "steady",
+        },
+        {
+            "record_id": "102/a0/pretrain",
+            "kind": "pretrain",
+            "state": "FAILED",
+            "model": "kimi_k2",
+            "optimizer": "adam",
+            "step_time_s": 1.0,
+            "quality": "steady",
+        },
+        {
+            "record_id": "103/a0/pretrain",
+            "kind": "pretrain",
+            "state": "COMPLETED",
+            "model": "kimi_k2",
+            "optimizer": "adam",
+            "step_time_s": 2.0,
+            "quality": "short",
+        },
+    ]
     measured = measured_step_times(recs)
     # issue 10: only steady windows unless asked (a 'short' window of a completed run is refused by default)
     assert measured == {("qwen3_30b_a3b", "muon"): (10.0, "101/a0/pretrain")}
@@ -143,8 +184,12 @@ def test_user_runs_replace_published_step_times():
 def test_cli_table_source_runs_without_runs_is_a_clear_error(tmp_path):
     import os
 
-    res = subprocess.run([*BB, "table", "--source", "runs"], capture_output=True, text=True,
-                         env={**os.environ, "BRIDGEBENCH_RESULTS": str(tmp_path / "empty")})
+    res = subprocess.run(
+        [*BB, "table", "--source", "runs"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "BRIDGEBENCH_RESULTS": str(tmp_path / "empty")},
+    )
     assert res.returncode == 2 and "no completed pretrain runs" in res.stderr and "steady window" in res.stderr
 
 

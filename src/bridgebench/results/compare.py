@@ -46,11 +46,11 @@ from bridgebench.config.catalog import options, precision_names, release_sort_ke
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.optimizer import family
 from bridgebench.paths import REPO_ROOT
-from bridgebench.results.outcomes import label, outcome_of, skip_line, usable
 from bridgebench.results import compare_stats as cs
 from bridgebench.results.compare_stats import CompareError, ConfigKey, RunComparison
 from bridgebench.results.optstep_series import optstep_series
 from bridgebench.results.optstep_stats import CONTENDED_OTHER_SHARE
+from bridgebench.results.outcomes import label, outcome_of, skip_line, usable
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 
 SOURCES = ("auto", "published", "runs", "both")
@@ -666,9 +666,7 @@ def build_side(
             side.flags.append(f"{r['record_id']}: contended (other processes used {share:.0%} of the node's CPU)")
     side.summary = skip_line(matched, len(side.records))
     if not side.records:
-        raise CompareError(
-            f"side {name}: {side.summary} (matching {sel.text()}): " + "; ".join(side.skipped[:5])
-        )
+        raise CompareError(f"side {name}: {side.summary} (matching {sel.text()}): " + "; ".join(side.skipped[:5]))
     return side
 
 

@@ -1,4 +1,5 @@
-"""Statistics for comparing throughput across releases: NVIDIA's published per-release tables and your own repeated runs.
+"""Statistics for comparing throughput across releases: NVIDIA's published per-release tables and your own repeated
+runs.
 
 Pure functions over plain values and :class:`bridgebench.results.records.RunRecord` objects (no file or store I/O;
 :mod:`bridgebench.results.compare` does that). Every result is a frozen dataclass carrying the parameters it was
@@ -51,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any

@@ -20,16 +20,17 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bridgebench.model.flops import model_flops_per_token
-from bridgebench.model.spec import ModelSpec
-from bridgebench.results.records import RunRecord, load_published
 from bridgebench.config.catalog import release as catalog_release
 from bridgebench.config.catalog import releases
 from bridgebench.config.compose import compose, model_spec
+from bridgebench.model.flops import model_flops_per_token
+from bridgebench.model.spec import ModelSpec
+from bridgebench.results.records import RunRecord, load_published
 
 #: Releases whose tokens/s/GPU is a whole number of sequences/s for the job (``configs/release`` published_rounding).
 ROUNDED_TOKEN_RELEASES = {
-    name for name, facts in releases().items()
+    name
+    for name, facts in releases().items()
     if facts["published_rounding"]["tokens_per_sec_per_gpu"] == "whole_sequences_per_job"
 }
 
@@ -82,15 +83,30 @@ def check_published(records: list[RunRecord] | None = None) -> tuple[pd.DataFram
         else:
             tok_rel = 0.5 / tok
         bound = 0.5 / tf + tok_rel
-        rows.append({
-            "release": r.release, "model": r.model, "system": r.system, "precision": r.precision,
-            "num_gpus": r.num_gpus, "tp": tp, "seq_length": r.seq_length, "mtp_num_layers": mtp,
-            "padded_vocab": spec.padded_vocab_size(tp), "formula": formula, "flops_per_token": fpt,
-            "tokens_per_sec_per_gpu": tok, "published_tflops": tf, "predicted_tflops": pred,
-            "rel_error": pred / tf - 1, "rounding_bound": bound, "within_rounding": abs(pred / tf - 1) <= bound,
-            # FLOPs/token interval this row's rounding allows
-            "fpt_lo": (tf - 0.5) * 1e12 / (tok * (1 + tok_rel)), "fpt_hi": (tf + 0.5) * 1e12 / (tok * (1 - tok_rel)),
-        })
+        rows.append(
+            {
+                "release": r.release,
+                "model": r.model,
+                "system": r.system,
+                "precision": r.precision,
+                "num_gpus": r.num_gpus,
+                "tp": tp,
+                "seq_length": r.seq_length,
+                "mtp_num_layers": mtp,
+                "padded_vocab": spec.padded_vocab_size(tp),
+                "formula": formula,
+                "flops_per_token": fpt,
+                "tokens_per_sec_per_gpu": tok,
+                "published_tflops": tf,
+                "predicted_tflops": pred,
+                "rel_error": pred / tf - 1,
+                "rounding_bound": bound,
+                "within_rounding": abs(pred / tf - 1) <= bound,
+                # FLOPs/token interval this row's rounding allows
+                "fpt_lo": (tf - 0.5) * 1e12 / (tok * (1 + tok_rel)),
+                "fpt_hi": (tf + 0.5) * 1e12 / (tok * (1 - tok_rel)),
+            }
+        )
     df = pd.DataFrame(rows)
     keys = ["model", "seq_length", "padded_vocab", "mtp_num_layers", "formula"]
     lo = df.groupby(keys)["fpt_lo"].transform("max")
@@ -100,8 +116,11 @@ def check_published(records: list[RunRecord] | None = None) -> tuple[pd.DataFram
     errors = df["rel_error"].abs()
     outside = df[~df["within_rounding"]]
     summary = CheckSummary(
-        rows=len(df), within_rounding=int(df["within_rounding"].sum()),
-        max_abs_error=float(errors.max()), median_abs_error=float(statistics.median(errors)),
-        rows_outside_in_inconsistent_groups=int((~outside["group_consistent"]).sum()), rows_outside=len(outside),
+        rows=len(df),
+        within_rounding=int(df["within_rounding"].sum()),
+        max_abs_error=float(errors.max()),
+        median_abs_error=float(statistics.median(errors)),
+        rows_outside_in_inconsistent_groups=int((~outside["group_consistent"]).sum()),
+        rows_outside=len(outside),
     )
     return df, summary

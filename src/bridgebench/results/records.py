@@ -19,8 +19,8 @@ import yaml
 
 from bridgebench.config.catalog import CatalogError, precision_names
 from bridgebench.config.catalog import release as release_facts
-from bridgebench.paths import CONFIG_DIR, config_files, load_paths
 from bridgebench.errors import BridgebenchError
+from bridgebench.paths import config_files, load_paths
 
 REFERENCE_DIR = load_paths().reference  # configs/paths: reference (shipped data)
 PUBLISHED_CSV = REFERENCE_DIR / "published_pretrain_throughput.csv"
@@ -68,8 +68,9 @@ class RunRecord:
         for name in ("num_gpus", "gbs", "seq_length"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
-                raise RecordError(f"record {self.model_label}/{self.release}: {name} must be a positive integer, "
-                                  f"got {value!r}")
+                raise RecordError(
+                    f"record {self.model_label}/{self.release}: {name} must be a positive integer, got {value!r}"
+                )
         if self.step_time_s is None and self.tokens_per_sec_per_gpu is None:
             raise RecordError(f"record {self.model_label}/{self.release}: needs step_time_s or tokens_per_sec_per_gpu")
         for name in ("step_time_s", "tokens_per_sec_per_gpu"):
@@ -181,8 +182,26 @@ def load_published(path: Path = PUBLISHED_CSV, *, infer_precision: bool = False)
         RecordError: the file lacks a required column.
     """
     df = pd.read_csv(path, dtype=str).fillna("")
-    required = {"release", "model", "system", "num_gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp", "cp", "vp",
-                "ep", "etp", "tokens_per_sec_per_gpu", "model_tflops_per_gpu", "footnote", "source"}
+    required = {
+        "release",
+        "model",
+        "system",
+        "num_gpus",
+        "precision",
+        "gbs",
+        "mbs",
+        "seq_len",
+        "tp",
+        "pp",
+        "cp",
+        "vp",
+        "ep",
+        "etp",
+        "tokens_per_sec_per_gpu",
+        "model_tflops_per_gpu",
+        "footnote",
+        "source",
+    }
     missing = required - set(df.columns)
     if missing:
         raise RecordError(f"{path}: missing column(s) {sorted(missing)}")
@@ -192,29 +211,55 @@ def load_published(path: Path = PUBLISHED_CSV, *, infer_precision: bool = False)
         stated = _precision(row.precision)
         guess, why = _inferred_precision(row.release, row.footnote) if stated is None else (None, None)
         if not row.tokens_per_sec_per_gpu:
-            skipped.append({
-                "reference": f"{Path(path).name}#{n}", "release": row.release, "model_label": row.model,
-                "model": models.get(row.model), "system": systems.get(row.system), "num_gpus": int(row.num_gpus),
-                "precision": stated or guess, "reason": "no tokens/s published (TFLOP/s only)",
-                "optimizer": "muon" if "muon optimizer" in row.footnote.lower() else "adamw",
-            })
+            skipped.append(
+                {
+                    "reference": f"{Path(path).name}#{n}",
+                    "release": row.release,
+                    "model_label": row.model,
+                    "model": models.get(row.model),
+                    "system": systems.get(row.system),
+                    "num_gpus": int(row.num_gpus),
+                    "precision": stated or guess,
+                    "reason": "no tokens/s published (TFLOP/s only)",
+                    "optimizer": "muon" if "muon optimizer" in row.footnote.lower() else "adamw",
+                }
+            )
             continue
         precision, inferred = (guess, why) if stated is None and infer_precision else (stated, None)
         muon = "muon optimizer" in row.footnote.lower()
-        provenance = {"container_image": f"nvcr.io/nvidia/nemo:{row.release}", "published": True,
-                      "reference": f"{Path(path).name}#{n}", "moe_token_drop": _token_drop(row.footnote)}
+        provenance = {
+            "container_image": f"nvcr.io/nvidia/nemo:{row.release}",
+            "published": True,
+            "reference": f"{Path(path).name}#{n}",
+            "moe_token_drop": _token_drop(row.footnote),
+        }
         if inferred:
             provenance["precision_inferred"] = inferred
-        records.append(RunRecord(
-            release=row.release, model=models.get(row.model), model_label=row.model, system=systems.get(row.system),
-            num_gpus=int(row.num_gpus), precision=precision,
-            optimizer="muon" if muon else "adamw", gbs=int(row.gbs), mbs=_int(row.mbs), seq_length=int(row.seq_len),
-            tp=_int(row.tp), pp=_int(row.pp), cp=_int(row.cp), vp=_int(row.vp), ep=_int(row.ep), etp=_int(row.etp),
-            tokens_per_sec_per_gpu=float(row.tokens_per_sec_per_gpu),
-            model_tflops_per_gpu=float(row.model_tflops_per_gpu) if row.model_tflops_per_gpu else None,
-            source=f"NVIDIA Megatron-Bridge {row.source}", note=row.footnote,
-            provenance=provenance,
-        ))
+        records.append(
+            RunRecord(
+                release=row.release,
+                model=models.get(row.model),
+                model_label=row.model,
+                system=systems.get(row.system),
+                num_gpus=int(row.num_gpus),
+                precision=precision,
+                optimizer="muon" if muon else "adamw",
+                gbs=int(row.gbs),
+                mbs=_int(row.mbs),
+                seq_length=int(row.seq_len),
+                tp=_int(row.tp),
+                pp=_int(row.pp),
+                cp=_int(row.cp),
+                vp=_int(row.vp),
+                ep=_int(row.ep),
+                etp=_int(row.etp),
+                tokens_per_sec_per_gpu=float(row.tokens_per_sec_per_gpu),
+                model_tflops_per_gpu=float(row.model_tflops_per_gpu) if row.model_tflops_per_gpu else None,
+                source=f"NVIDIA Megatron-Bridge {row.source}",
+                note=row.footnote,
+                provenance=provenance,
+            )
+        )
     _SKIPPED[str(Path(path).resolve())] = skipped
     return records
 
@@ -237,16 +282,18 @@ def load_blog_table1(path: Path = BLOG_CSV) -> pd.DataFrame:
     unknown = sorted(set(df["model"]) - set(by_display))
     if unknown:
         raise RecordError(f"{path}: model(s) {unknown} have no configs/model entry (display_name)")
-    return pd.DataFrame({
-        "model": df["model"].map(by_display),
-        "optimizer": df["optimizer"].str.lower(),
-        "num_gpus": df["num_gpus"].astype(int),
-        "release": df["release"].astype(str),
-        "published_total_tflops_per_gpu": df["tflops_per_gpu"].astype(float),
-        "published_model_tflops_per_gpu": df["model_tflops_per_gpu"].astype(float),
-        "published_newton_schulz_tflops_per_gpu": df["newton_schulz_tflops_per_gpu"].astype(float),
-        "source": df["source"],
-    })
+    return pd.DataFrame(
+        {
+            "model": df["model"].map(by_display),
+            "optimizer": df["optimizer"].str.lower(),
+            "num_gpus": df["num_gpus"].astype(int),
+            "release": df["release"].astype(str),
+            "published_total_tflops_per_gpu": df["tflops_per_gpu"].astype(float),
+            "published_model_tflops_per_gpu": df["model_tflops_per_gpu"].astype(float),
+            "published_newton_schulz_tflops_per_gpu": df["newton_schulz_tflops_per_gpu"].astype(float),
+            "source": df["source"],
+        }
+    )
 
 
 def records_frame(records: list[RunRecord]) -> pd.DataFrame:

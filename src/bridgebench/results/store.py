@@ -90,10 +90,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from bridgebench.paths import load_paths
 from bridgebench.errors import BridgebenchError
+from bridgebench.paths import load_paths
 
-if TYPE_CHECKING:  # pandas is only needed by frame(); keep `import bridgebench.results.store` light for writer processes
+if (
+    TYPE_CHECKING
+):  # pandas is only needed by frame(); keep `import bridgebench.results.store` light for writer processes
     import pandas as pd
 
 log = logging.getLogger(__name__)
@@ -177,8 +179,9 @@ def _normalize(value: Any, path: str, where: str) -> Any:
     if isinstance(value, numbers.Real):
         f = float(value)
         if not math.isfinite(f):
-            raise StoreError(f"{where}: field {path!r} is {f!r}; NaN/inf are not stored (JSON has none) -- "
-                             f"use None for 'no value'")
+            raise StoreError(
+                f"{where}: field {path!r} is {f!r}; NaN/inf are not stored (JSON has none) -- use None for 'no value'"
+            )
         return f
     if isinstance(value, dict):
         out = {}
@@ -430,7 +433,7 @@ class ResultStore:
         skipped is in :attr:`last_scan`)."""
         return self.scan(kind).records
 
-    def frame(self, kind: str | None = None) -> "pd.DataFrame":
+    def frame(self, kind: str | None = None) -> pd.DataFrame:
         """:meth:`records` as a DataFrame: one row per record, one column per top-level key (union over records;
         a key a record lacks is NaN/None there; nested dicts and lists stay Python objects)."""
         import pandas as pd
@@ -577,7 +580,7 @@ class ResultStore:
         new = 0
         try:
             for k in range(0, len(items), self.chunk):
-                n, conf = self._add_chunk(items[k:k + self.chunk], prefix, pool)
+                n, conf = self._add_chunk(items[k : k + self.chunk], prefix, pool)
                 new += n
                 conflicts.extend(conf)
             # Make the entries on the batch's paths durable -- also of records a concurrent writer just created.
@@ -592,12 +595,17 @@ class ResultStore:
             if pool is not None:
                 pool.shutdown()
         if conflicts:
-            log.warning("%s: %d record(s) already stored with different content; kept the stored version: %s",
-                        self.root, len(conflicts), ", ".join(conflicts[:5]) + (" ..." if len(conflicts) > 5 else ""))
+            log.warning(
+                "%s: %d record(s) already stored with different content; kept the stored version: %s",
+                self.root,
+                len(conflicts),
+                ", ".join(conflicts[:5]) + (" ..." if len(conflicts) > 5 else ""),
+            )
         return new
 
-    def _add_chunk(self, items: list[tuple[str, tuple[dict, bytes]]], prefix: str,
-                   pool: ThreadPoolExecutor | None) -> tuple[int, list[str]]:
+    def _add_chunk(
+        self, items: list[tuple[str, tuple[dict, bytes]]], prefix: str, pool: ThreadPoolExecutor | None
+    ) -> tuple[int, list[str]]:
         """Write, fsync and link one chunk; (number new, ids stored already with different content)."""
         new, conflicts = 0, []
         pending: list[tuple[str, str, dict, bytes, str]] = []  # (rid, final, norm, data, tmp)
@@ -615,7 +623,7 @@ class ResultStore:
                 pending.append((rid, final, norm, data, tmp))
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
             if pool is None or len(fds) < 2:
                 for fd in fds:
                     os.fsync(fd)
@@ -669,7 +677,7 @@ class ResultStore:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         except BaseException:  # a full disk: no half-written temp left behind
             os.close(fd)

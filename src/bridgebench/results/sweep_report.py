@@ -192,9 +192,7 @@ def points_figure(result: Any, calib: Any) -> Any:
     from bridgebench.results.figure import label_points, new_figure
 
     rows = [r for r in result.rows if r.get("tflops_per_gpu") is not None and r.get("mem_total_gb") is not None]
-    hbm = sorted(
-        {(r["gpu"], r["hbm_gb"]) for r in result.rows if r.get("hbm_gb")}
-    )
+    hbm = sorted({(r["gpu"], r["hbm_gb"]) for r in result.rows if r.get("hbm_gb")})
     limit = 2.0 * max((cap for _, cap in hbm), default=0.0)  # x axis up to twice the largest HBM
     hidden = [r for r in rows if limit and r["mem_total_gb"] > limit]
     rows = [r for r in rows if not (limit and r["mem_total_gb"] > limit)]

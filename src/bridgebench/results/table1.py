@@ -9,8 +9,8 @@ step time comes from a published measurement, turned into seconds through the FL
 2. otherwise the blog's own model TFLOP/s/GPU: ``step = FLOPs/step / (TFLOP/s/GPU * GPUs)`` (then model TFLOP/s/GPU
    equals the blog's by construction; the row says so in ``step_time_source``).
 
-Newton-Schulz TFLOP/s/GPU = NS FLOPs per step per GPU (:mod:`bridgebench.model.newton_schulz`, policy from the run's optimizer
-config and ``accounting.ns_kernel``) / step time. MFU against the BF16 and the MXFP8 dense peaks (``configs/gpu``).
+Newton-Schulz TFLOP/s/GPU = NS FLOPs per step per GPU (:mod:`bridgebench.model.newton_schulz`, policy from the run's
+optimizer config and ``accounting.ns_kernel``) / step time. MFU against the BF16 and the MXFP8 dense peaks (``configs/gpu``).
 :func:`ns_policy_grid` reports, for each counting policy, the NS TFLOP/s/GPU both Muon runs would have, next to the
 blog's 51 and 35, and whether one policy reproduces both within 5 %.
 """
@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from bridgebench.config.compose import RunFacts, compose, expand_sweep, run_facts
+from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
 from bridgebench.model.mfu import mfu
 from bridgebench.model.newton_schulz import NSPolicy, ns_load
-from bridgebench.results.records import RunRecord, load_blog_table1, load_published
-from bridgebench.results.outcomes import usable
-from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
-from bridgebench.paths import load_paths
-from bridgebench.config.compose import RunFacts, compose, expand_sweep, run_facts
 from bridgebench.model.optimizer import family
+from bridgebench.paths import load_paths
+from bridgebench.results.outcomes import usable
+from bridgebench.results.records import RunRecord, load_blog_table1, load_published
 
 NS_TOLERANCE = 0.05
 
