@@ -10,7 +10,8 @@ step time comes from a published measurement, turned into seconds through the FL
    equals the blog's by construction; the row says so in ``step_time_source``).
 
 Newton-Schulz TFLOP/s/GPU = NS FLOPs per step per GPU (:mod:`bridgebench.model.newton_schulz`, policy from the run's
-optimizer config and ``accounting.ns_kernel``) / step time. MFU against the BF16 and the MXFP8 dense peaks (``configs/gpu``).
+optimizer config and ``accounting.ns_kernel``) / step time. MFU against the BF16 and the MXFP8 dense peaks
+(``configs/gpu``).
 :func:`ns_policy_grid` reports, for each counting policy, the NS TFLOP/s/GPU both Muon runs would have, next to the
 blog's 51 and 35, and whether one policy reproduces both within 5 %.
 """
