@@ -67,7 +67,8 @@ def test_the_rendered_script_check_stops_an_injection_the_grammar_missed(slurm_c
     monkeypatch.setattr(shellsafe, "check_config", lambda cfg: None)
     real = shellsafe.check
     monkeypatch.setattr(shellsafe, "check", lambda kind, v, *a: v if kind == "image" else real(kind, v, *a))
-    cfg = compose([*SMALL, "cluster.pyxis=true"])
+    # a container cluster mounts its checkout where the job runs bridgebench (launch/nodepaths.py)
+    cfg = compose([*SMALL, "cluster.pyxis=true", "cluster.container_mounts=['/srv/bridgebench:/opt/bridgebench']"])
     cfg.release.container_image = f"nvcr.io/x;touch {marker};#"
     run_dir = tmp_path / "plan" / "run"
     run_dir.mkdir(parents=True)

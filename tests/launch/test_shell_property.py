@@ -148,9 +148,15 @@ def base(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BRIDGEBENCH_JOB_DIR", str(tmp_path_factory.mktemp("jobs")))
         yield {
-            "local": compose(["experiment=optstep_local", "cluster.pyxis=true", "cluster.container_mounts=['/a:/b']"]),
+            "local": compose(
+                ["experiment=optstep_local", "cluster.pyxis=true", f"cluster.container_mounts=['/a:/b','{REPO_MOUNT}']"]
+            ),
             "ssh": compose(["experiment=optstep_local", "cluster=example_nvl72"]),
         }
+
+
+#: a container cluster mounts the cluster's checkout where the job runs bridgebench (launch/nodepaths.py)
+REPO_MOUNT = "/srv/bridgebench:/opt/bridgebench"
 
 
 def literal(value: str) -> str:
@@ -208,7 +214,7 @@ def test_container_image(base, tmp_path_factory, value):
 @example(value="/lustre/fsw/x:/opt/x:ro")
 def test_container_mount(base, tmp_path_factory, value):
     cfg = copy.deepcopy(base["local"])
-    cfg.cluster.container_mounts = [literal(value)]
+    cfg.cluster.container_mounts = [literal(value), REPO_MOUNT]
     assume(cfg.cluster.container_mounts[0] == value)
     got = outcome(cfg, tmp_path_factory.mktemp("mnt"), "cluster.container_mounts[0]")
     if got:
@@ -283,15 +289,17 @@ def test_model_name_in_the_run_name(base, tmp_path_factory, value):
 @given(value=strings())
 @example(value="plans/a b;touch P/$(x)\n")
 def test_plan_folder_in_the_payload(base, tmp_path_factory, value):
-    """``--out`` can be any name (only Python handles it); it reaches the payload command quoted."""
+    """``--out`` can be any name (only Python handles it): the job reads its config from the job folder
+    (launch/nodepaths.py), so the plan folder never reaches the scripts, whatever its name."""
     tmp = tmp_path_factory.mktemp("out")
     assume("/" not in value or not value.startswith("/"))
     run_dir = tmp / "p" / value.replace("/", "_") / "run"
     got = outcome(base["local"], tmp, "config path", run_dir)
     if got:
-        _, ran, _, _ = got
+        job, ran, _, _ = got
         ((argv, _),) = ran["calls"]["python"]
-        assert argv[argv.index("--config") + 1] == str(run_dir / "config.yaml")
+        assert argv[argv.index("--config") + 1] == job.paths.config
+        assert str(run_dir) not in job.command
 
 
 @SETTINGS

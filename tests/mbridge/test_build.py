@@ -18,8 +18,9 @@ CASES = [(p, r, "adamw") for p in PRESETS for r in recipe_releases(p)] + [
 
 @pytest.fixture(scope="module")
 def recipes():
-    from bridgebench.mbridge import build, compat
+    from bridgebench.mbridge import build, compat, setup
 
+    setup()  # the Transformer Engine stand-in before any Megatron-Bridge import (also when a test runs alone)
     return build, compat
 
 

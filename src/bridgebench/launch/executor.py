@@ -36,9 +36,10 @@ def check_mount(mount: str) -> str:
     return shellsafe.check("mount", mount, "container mount", "srun --container-mounts (unquoted, comma-joined)")
 
 
-def quoted_env(env: Mapping[str, Any]) -> dict[str, str]:
+def quoted_env(env: Mapping[str, Any], container: bool = False) -> dict[str, str]:
     """Environment for the sbatch script, each value quoted for nemo-run
-    (:func:`bridgebench.launch.shellsafe.env_value`); secrets are refused.
+    (:func:`bridgebench.launch.shellsafe.env_value`; ``container``: the job runs in one, where ``/nemo_run`` is the
+    job folder's mount, not rewritten); secrets are refused.
 
     Raises:
         ShellValueError: a name that is not an upper-case shell identifier, or a value no script can hold.
@@ -47,7 +48,8 @@ def quoted_env(env: Mapping[str, Any]) -> dict[str, str]:
     from bridgebench.config.secrets import check_secrets
 
     check_secrets({"env_vars": {str(k): v for k, v in env.items()}})
-    return {key: shellsafe.env_value(value) for key, value in shellsafe.env_intent(env).items()}
+    intent = shellsafe.env_intent(env, host_mode=not container)
+    return {key: shellsafe.env_value(value) for key, value in intent.items()}
 
 
 def payload_command(
@@ -81,7 +83,7 @@ def payload_command(
         env += f'{name}="${{{var}?is not set in the job environment: export it where bridgebench submit runs}}" '
     head = f"cd {shlex.quote(repo)} && {env}{path}{prefix}{shlex.quote(python)} -m"
     for what, value in (("config path", config_path), ("job out folder", out_dir)):
-        shellsafe.check_word(value, what, "the payload command")
+        shellsafe.check_word(value, what, "the payload command", host_mode=repo != CONTAINER_REPO)
     if job_type == "optstep":
         return f"{head} bridgebench.payloads.optstep --config {shlex.quote(config_path)} --out {shlex.quote(out_dir)}"
     return f"{head} bridgebench.payloads.pretrain --config {shlex.quote(config_path)}"
@@ -151,7 +153,7 @@ def make_executor(
         ntasks_per_node=tasks_per_node,
         time=time,
         tunnel=tunnel,
-        env_vars=quoted_env(env),
+        env_vars=quoted_env(env, container=container_image is not None),
         exclusive=(bool(cluster.exclusive) if exclusive is None else exclusive) or None,
         segment=segment,
     )

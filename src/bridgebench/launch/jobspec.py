@@ -188,7 +188,7 @@ def build_job(
     )
     intent = shellsafe.Intent(
         sbatch=sbatch,
-        env=shellsafe.env_intent(env),
+        env=shellsafe.env_intent(env, host_mode=not container),
         image=spec.container_image,
         mounts=list(cfg.cluster.container_mounts) if container else [],
         command=command,

@@ -168,7 +168,8 @@ class Ledger:
         recover = (
             f"Records already collected are safe in the results store. To recover: move it aside (mv {p} "
             f"{p}.corrupt), then either salvage its readable rows (sqlite3 {p}.corrupt .dump | sed "
-            f"'s/^ROLLBACK; -- due to errors$/COMMIT;/' | sqlite3 {p}) or start with a new, empty ledger (attempts "
+            f"'s/^ROLLBACK; -- due to errors$/COMMIT;/' | sqlite3 {p}; rows the damage made unreadable are reported "
+            "as errors and left out) or start with a new, empty ledger (attempts "
             "not yet collected are then forgotten by bridgebench; SLURM still lists their jobs: sacct)"
         )
         if primary == sqlite3.SQLITE_FULL or "disk is full" in str(err):

@@ -173,9 +173,11 @@ def problem(grammar: str, value: Any) -> str | None:
     return f"must be {g.says}{which}"
 
 
-def word_problem(value: Any) -> str | None:
+def word_problem(value: Any, host_mode: bool = True) -> str | None:
     """Why ``value`` cannot be one quoted word of a script (None when it can): not a string, a NUL byte, not valid
-    Unicode, longer than :data:`MAX_WORD_BYTES`, or holding ``/nemo_run`` (nemo-run rewrites it)."""
+    Unicode, longer than :data:`MAX_WORD_BYTES`, or -- in a host-mode script (``host_mode``: no container) --
+    holding ``/nemo_run`` (nemo-run rewrites it there; in a container it is the job folder's mount point, which
+    bridgebench's own node-side paths use: :mod:`bridgebench.launch.nodepaths`)."""
     if not isinstance(value, str):
         return f"is a {type(value).__name__} ({value!r}), not a string: write it as a quoted string"
     if "\x00" in value:
@@ -186,7 +188,7 @@ def word_problem(value: Any) -> str | None:
         return "is not valid Unicode (a lone surrogate cannot be written to a script)"
     if size > MAX_WORD_BYTES:
         return f"is {size} bytes long; the kernel passes at most {MAX_WORD_BYTES} per argument (MAX_ARG_STRLEN)"
-    if NEMO_RUN_DIR in value:
+    if host_mode and NEMO_RUN_DIR in value:
         return f"contains {NEMO_RUN_DIR!r}, which nemo-run 0.11.1 replaces by the job folder in host-mode scripts"
     return None
 
@@ -203,9 +205,9 @@ def check(kind: str, value: Any, fld: str, where: str = "a SLURM script") -> str
     return value
 
 
-def check_word(value: Any, fld: str, where: str = "a SLURM script (quoted)") -> str:
+def check_word(value: Any, fld: str, where: str = "a SLURM script (quoted)", host_mode: bool = True) -> str:
     """``value`` when it can be one quoted word (:func:`word_problem`); else :class:`ShellValueError`."""
-    why = word_problem(value)
+    why = word_problem(value, host_mode)
     if why:
         raise ShellValueError([_violation(fld, value, why, where)])
     return value
@@ -356,12 +358,12 @@ def verify_payload(text: str, command: str) -> None:
         _fail("wrote a payload script other than the payload command (nemo-run rewrote it)")
 
 
-def env_intent(env: Mapping[str, Any]) -> dict[str, str]:
+def env_intent(env: Mapping[str, Any], host_mode: bool = True) -> dict[str, str]:
     """The environment a job must see: names checked (:data:`GRAMMARS` ``env_name``), values as strings (checked by
-    :func:`check_word`)."""
+    :func:`check_word`; ``host_mode``: the job runs without a container)."""
     out = {}
     for key, value in env.items():
         check("env_name", str(key), f"env_vars.{key} (name)", "`export NAME=value` in the sbatch script")
         text = value if isinstance(value, str) else str(value)
-        out[str(key)] = check_word(text, f"env_vars.{key}", "`export NAME=value` in the sbatch script")
+        out[str(key)] = check_word(text, f"env_vars.{key}", "`export NAME=value` in the sbatch script", host_mode)
     return out

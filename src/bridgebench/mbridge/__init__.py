@@ -104,6 +104,7 @@ def _planning_imports(planning_only: bool) -> Iterator[None]:
         else:
             once = functools.cache(original)
         once._bridgebench_once = True  # type: ignore[attr-defined]
+        once._bridgebench_original = original  # type: ignore[attr-defined]  (the stdlib's, for tests)
         md.packages_distributions = once
     if not planning_only or "torch" in sys.modules and "megatron.core" in sys.modules:
         yield
