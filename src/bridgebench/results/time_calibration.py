@@ -238,7 +238,11 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
         if values:
             row = dataclasses.replace(row, cfg=dataclasses.replace(row.cfg, **values))
         if unprinted and not own:
-            row = dataclasses.replace(row, cfg=dataclasses.replace(row.cfg, **unprinted))
+            cfg = dataclasses.replace(row.cfg, **unprinted)
+            if (cfg.pp, cfg.vp) != (row.cfg.pp, row.cfg.vp):
+                layout = balanced_layout(row.spec.num_layers, cfg.pp, cfg.vp, row.spec.mtp_layers)
+                cfg = dataclasses.replace(cfg, pipeline_model_parallel_layout=layout)
+            row = dataclasses.replace(row, cfg=cfg)
         out.append(row)
     return out
 
@@ -255,6 +259,13 @@ UNPRINTED = {
     "mixed_precision.grad_reduce_in_fp32": "grad_reduce_in_fp32",
     "mixed_precision.fp8_param_gather": "fp8_param_gather",
     "train.micro_batch_size": "mbs",
+    # printed sizes (unchanged) or, where a release's own launcher preset replaces them (published_settings.yaml,
+    # ``replaces_printed``), the preset's
+    "model.tensor_model_parallel_size": "tp",
+    "model.pipeline_model_parallel_size": "pp",
+    "model.virtual_pipeline_model_parallel_size": "vp",
+    "model.context_parallel_size": "cp",
+    "model.expert_model_parallel_size": "ep",
 }
 #: communication knobs read from the same perf-recipe match (``mbridge_perf.json``; an unset ``comm_overlap`` is
 #: Megatron-Bridge's default: no overlap) -> TimeConfig field.
@@ -288,6 +299,8 @@ def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
             out[f] = bool(out[f])
     if out.get("moe_flex_dispatcher_backend") and not out.get("moe_token_dispatcher_type"):
         out["moe_token_dispatcher_type"] = "flex"
+    pp, vp = out.get("pp") or 1, out.get("vp")
+    out["vp"] = vp if (vp and vp > 1 and pp > 1) else None
     return out
 
 
