@@ -47,7 +47,8 @@ class ModelsSummary:
 
 def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict[tuple, dict]:
     """Memory verdicts of the published rows behind ``rows`` through the sweep pipeline, by (release, model, system,
-    GPUs, TP, PP, CP, EP, printed MBS, GBS, published TFLOP/s)."""
+    GPUs, TP, PP, CP, EP, GBS, published TFLOP/s) -- not the MBS: a release's own settings may correct a printed MBS
+    (``published_settings.yaml``), and the time row carries the corrected one."""
     from bridgebench.results.published_points import published_points
     from bridgebench.results.records import load_published
 
@@ -56,8 +57,8 @@ def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict
     df = published_points(records, calib=calib)
     out = {}
     for r in df.to_dict("records"):
-        key = (r["release"], r["model"], r["system"], r["num_gpus"], r["tp"], r["pp"], r["cp"], r["ep"],
-               r["published_mbs"], r["gbs"], r["published_tflops"])  # fmt: skip
+        key = (r["release"], r["model"], r["system"], r["num_gpus"], r["tp"], r["pp"], r["cp"], r["ep"], r["gbs"],
+               r["published_tflops"])  # fmt: skip
         nan = float("nan")
         out[key] = {
             "mem_total_gb": nan if r.get("mem_total_gb") is None else r["mem_total_gb"],
@@ -95,7 +96,7 @@ def check_models(
     for r, p in zip(rows, held):
         band = predict_time(r.spec, r.cfg, calib.time).band
         c = r.cfg
-        key = (r.release, r.spec.name, r.system, c.num_gpus, c.tp, c.pp, c.cp, c.ep, c.mbs, c.gbs, r.tflops)
+        key = (r.release, r.spec.name, r.system, c.num_gpus, c.tp, c.pp, c.cp, c.ep, c.gbs, r.tflops)
         verdict = memory.get(key)
         if verdict is None:
             m, usable, fits, merr, inconsistent = float("nan"), float("nan"), False, "no pipeline point", False
