@@ -54,9 +54,13 @@ FRAMEWORK = {
     "dgxc_v2503_grok1_314b_h100_moe": dict(distopt=True, sp=True, recompute=None),
     # Megatron-LM dev MoE recipes: distributed optimizer, SP with TP, ETP 1
     "mlm_dev_moe_recipes_qwen3": dict(distopt=True, sp=True, recompute=None),
-    # torchtitan FSDP2 (fully sharded: Megatron-FSDP's optim_grads_params is the same sharding)
-    "torchtitan_llama31_h100_202412": dict(distopt=True, sp=True, recompute=None, fsdp=True),
+    # torchtitan FSDP2 (fully sharded), op-level selective AC where a row says "selective": the memory model's
+    # framework="torchtitan" (torchtitan@9dec370's parallelize_llama.py and train.py, see bridgebench.model.memory)
+    "torchtitan_llama31_h100_202412": dict(distopt=True, sp=True, recompute=None, fsdp=True, framework="torchtitan"),
 }
+#: the ZeRO-3 rows (distributed_optimizer "zero3") ran DeepSpeed's ZeRO-3 (arXiv 2104.04473 Sec. 5.2): the memory
+#: model's framework="deepspeed" (per-tensor gathering under DeepSpeed's default live-parameter cap)
+ZERO3_FRAMEWORK = "deepspeed"
 
 
 def _int(text: str) -> int | None:
@@ -126,7 +130,8 @@ def _ablation_point(set_id: str, row: dict) -> tuple[list[str], dict]:
     rec = (row["recompute"] or "").lower() if fw["recompute"] is None else fw["recompute"]
     granularity = "full" if rec.startswith("full") else "selective" if rec.startswith("selective") else None
     sp = (row["sequence_parallel"] or "").lower().startswith("true") if fw["sp"] is None else fw["sp"]
-    zero3 = "zero3" in (row["distributed_optimizer"] or "").lower() or fw.get("fsdp", False)
+    deepspeed = "zero3" in (row["distributed_optimizer"] or "").lower()
+    zero3 = deepspeed or fw.get("fsdp", False)
     delta = {
         "num_gpus": num_gpus,
         "train.global_batch_size": gbs,
@@ -146,6 +151,7 @@ def _ablation_point(set_id: str, row: dict) -> tuple[list[str], dict]:
         "ddp.use_megatron_fsdp": bool(zero3),
         "ddp.data_parallel_sharding_strategy": "optim_grads_params" if zero3 else "no_shard",
         "model.seq_length": _int(row["seq_length"]) or 8192,  # torchtitan's tables without one: its default, 8192
+        "framework.name": ZERO3_FRAMEWORK if deepspeed else fw.get("framework", "megatron"),
     }
     if ep > 1:
         delta["model.expert_tensor_parallel_size"] = 1

@@ -75,6 +75,10 @@ KEYS = {
     "optimizer_offload_fraction": "optimizer.optimizer_offload_fraction",
     "alloc_conf": "env_vars.PYTORCH_CUDA_ALLOC_CONF",
     "hbm_total_mib": "gpu.hbm_total_mib",
+    # not a Megatron-Core setting: whose FSDP / recompute semantics the memory model takes (megatron when unset;
+    # torchtitan or deepspeed only to check the model against those frameworks' published runs: such a point cannot
+    # be planned; bridgebench.model.memory.FRAMEWORKS)
+    "framework": "framework.name",
     **TIME_KEYS,  # the time model's recipe knobs (bridgebench.config.time_knobs)
 }
 #: keys whose values must be positive integers (``None`` allowed for the optional ones).
