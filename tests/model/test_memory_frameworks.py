@@ -47,15 +47,19 @@ def test_torchtitan_op_sac_keeps_every_other_matmul_output():
 
 
 def test_torchtitan_fsdp2_state_and_loss():
-    """FSDP2 over fp32 shards: 4 B parameter + 4 B gradient + 8 B AdamW moments per sharded parameter; two bf16
-    gathered units (the root's embedding / output, the largest) and one unit's bf16 gradient plus its fp32
-    reduce-scatter copy; the loss holds bf16 logits, their fp32 copy and the fp32 log-softmax (10 B)."""
+    """FSDP2 over fp32 shards: 4 B parameter + 4 B gradient + 8 B AdamW moments per sharded parameter; gathered
+    bf16: the root group (embedding + output) and two blocks; unsharded: the output layer's bf16 gradient (reduced
+    with the root after the whole backward) and one block's bf16 gradient plus its fp32 reduce-scatter copy; the
+    loss holds bf16 logits, their fp32 copy and the fp32 log-softmax (10 B)."""
     cfg = _titan()
     b = estimate_memory(LLAMA31_8B, cfg)
     n = sum(parameter_counts(LLAMA31_8B, cfg)[0])
-    unit = 128256 * 4096  # the (untied) embedding / output: FSDP2's root parameters, larger than a block
-    assert b.weights == pytest.approx(4 * n / 8 + 2 * 2 * unit)
-    assert b.grads == pytest.approx(4 * n / 8 + 6 * unit)
+    vh = 128256 * 4096  # the (untied) embedding and output
+    h, f, g, d = 4096, 14336, 8, 128
+    block = h * (h + 2 * g * d) + h * h + 3 * f * h + 2 * h  # qkv, proj, SwiGLU fc1 + fc2, two RMSNorm weights
+    assert n == 32 * block + 2 * vh + h
+    assert b.weights == pytest.approx(4 * n / 8 + 2 * (2 * vh + 2 * block))
+    assert b.grads == pytest.approx(4 * n / 8 + 2 * vh + 6 * block)
     assert b.optimizer_state == pytest.approx(8 * n / 8)
     assert b.logits == pytest.approx(2 * 8192 * 128256 * 10 + 2 * 4096 * 2 * 8192)
     # under pipeline parallelism FSDP2 does not reshard after forward: the stage's whole bf16 copy stays gathered

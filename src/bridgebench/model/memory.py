@@ -687,6 +687,7 @@ class _StageState:
     biggest_matrix: int  # largest Muon matrix (numel): Newton-Schulz workspace
     biggest_unit: tuple[int, int]  # (params, GEMM params) of the largest FSDP unit: one layer, embedding or output
     biggest_tensor: int = 0  # largest parameter tensor (numel): DeepSpeed ZeRO-3's gather unit [DS]
+    biggest_layer: int = 0  # params of the largest decoder / MTP layer: an FSDP2 block [TT]
 
     @property
     def n_all(self) -> int:
@@ -719,12 +720,13 @@ def _stage_state(
         n = sum(x * c for x, _, c in d + e)
         if n > unit[0]:
             unit = (n, sum(x * c for x, mu, c in d + e if mu))
+    layer = unit[0]
     vpad_h = _BY_ID[tables_id].spec.padded_vocab_size(tp) * _BY_ID[tables_id].spec.hidden_size // tp
     if (has_emb or has_loss) and vpad_h > unit[0]:  # the embedding / output layer are units of the root module
         unit = (vpad_h, vpad_h)
     tensor = max((n for n, _, _ in dense + experts), default=0)
     return _StageState(
-        sum(n * c for n, _, c in dense), sum(n * c for n, _, c in experts), n_gemm, opt, big, unit, tensor
+        sum(n * c for n, _, c in dense), sum(n * c for n, _, c in experts), n_gemm, opt, big, unit, tensor, layer
     )
 
 
@@ -855,11 +857,16 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
         sharded = st.n_dense / dense_group + st.n_experts / expert_group
         unit, unit_gemm = st.biggest_unit
         if titan and fsdp == "optim_grads_params":
-            # FSDP2 [TT]: fp32 shards; bf16 gathered blocks -- the current and the prefetched one, or, under PP
-            # (reshard_after_forward=False), every block of the stage from its forward to its backward; the
-            # unsharded bf16 gradient of one block and its fp32 copy for the reduce-scatter (reduce_dtype fp32)
-            weights = 4.0 * sharded + 2.0 * (st.n_all if pp > 1 else 2 * unit)
-            grads = 4.0 * sharded + (2.0 + 4.0) * unit
+            # FSDP2 [TT]: fp32 shards. Gathered bf16: the root group (embedding, final norm, output: one all-gather,
+            # held from the forward's start and again through the backward, whose last step is the embedding's)
+            # with the current and the prefetched block -- or, under PP (reshard_after_forward=False), the stage's
+            # whole copy. Unsharded gradients: the output layer's bf16 one (the root reduce-scatters after the
+            # whole backward) and one block's bf16 gradient with its fp32 copy for the reduce-scatter (reduce_dtype)
+            vpad_h = vpad * h // tp
+            root = vpad_h * (int(has_emb) + int(has_loss))
+            gathered = st.n_all if pp > 1 else root + 2 * st.biggest_layer
+            weights = 4.0 * sharded + 2.0 * gathered
+            grads = 4.0 * sharded + 2.0 * vpad_h * int(has_loss) + (2.0 + 4.0) * st.biggest_layer
         elif zero3:
             # ZeRO-3 [DS]: the largest parameter tensor gathered whole, plus what the prefetch bucket adds under the
             # live-parameter cap; unsharded fp16 gradients up to one reduce bucket plus the tensor that overflows it
