@@ -159,11 +159,11 @@ def _ablation_point(set_id: str, row: dict) -> tuple[list[str], dict]:
     return [f"model={name}", f"gpu={_gpu(row['gpu'])}", f"precision={_precision(row['precision'])}"], delta
 
 
-def ablations(calib) -> list[dict]:
-    """Every ablation row through the pipeline (see the module docstring)."""
+def ablations(calib, only: tuple[str, ...] | None = None) -> list[dict]:
+    """Every ablation row through the pipeline (see the module docstring); ``only``: these sets (file stems)."""
     from bridgebench.config import sweep as engine
 
-    sets = sorted(p for p in ABLATIONS.glob("*.csv"))
+    sets = sorted(p for p in ABLATIONS.glob("*.csv") if only is None or p.stem in only)
     rows = [(p.stem, r) for p in sets for r in csv.DictReader(p.open())]
     with tempfile.TemporaryDirectory(prefix="bb-ablation-configs-") as tmp:
         (Path(tmp) / "model").mkdir()

@@ -153,7 +153,7 @@ class MemoryConfig:
     all of a pipeline stage's under PP) and the loss upcasts the logits [TT]; ``"deepspeed"`` -- sharded data
     parallelism is ZeRO-3, gathering per parameter tensor under ``zero3_max_live_parameters`` with
     ``zero3_prefetch_bucket_size`` prefetched and gradients reduced in ``zero3_reduce_bucket_size`` buckets [DS].
-    Neither is a Megatron-Core setting: a point with them cannot be planned.
+    Neither is a Megatron-Core setting (nor a config key: only points built in code carry them).
     """
 
     num_gpus: int
