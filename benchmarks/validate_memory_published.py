@@ -127,6 +127,10 @@ def _ablation_point(set_id: str, row: dict) -> tuple[list[str], dict]:
     mbs = _int(row["mbs"]) or 1
     gbs = _int(row["gbs"]) or mbs * dp
     gbs = max(gbs, mbs * dp)
+    if fw.get("framework") == "torchtitan" and pp > 1 and not _int(row["mbs"]):
+        # torchtitan@9dec370 config_manager.py: pipeline_parallel_microbatches defaults to the PP degree -- the
+        # local batch (GBS / DP) is split into PP microbatches
+        mbs = max(1, gbs // dp // pp)
     rec = (row["recompute"] or "").lower() if fw["recompute"] is None else fw["recompute"]
     granularity = "full" if rec.startswith("full") else "selective" if rec.startswith("selective") else None
     sp = (row["sequence_parallel"] or "").lower().startswith("true") if fw["sp"] is None else fw["sp"]
