@@ -27,17 +27,17 @@ perf recipes as the executed 26.02 - 26.06 dumps show them
 ``tp_comm_overlap``, ``overlap_grad_reduce`` and ``overlap_param_gather`` on, the flex dispatcher
 (:data:`DISPATCHER_BY_GPU`), no EP overlap, ``p2p`` context parallelism, no recompute.
 
-Rows that cannot take their own recipe's knobs (no bridgebench recipe of the model, GPU and precision at any release;
-otherwise the nearest shipped release's, see :func:`_knobs_of`) take the settings the tables do not print from the same
-source the memory check of the same row uses (:mod:`bridgebench.results.published_points`: the installed
-Megatron-Bridge 0.6.2 perf recipe of the same model, GPU and precision that matches the row best, corrected by
-``published_settings.yaml`` where a release's own launcher presets differ): :data:`UNPRINTED` -- recompute, dispatcher,
-Megatron-FSDP, gradient precision, FP8 param gather (not the sizes or the MBS: the row keeps its printed ones) -- and
-:data:`PERF_COMM` -- TP / EP overlap, shared-expert overlap, FP8 attention (``mbridge_perf.json``, written by
-``bridgebench recipes fields``). One row is then priced with one set of settings for memory and time, and a group's
-rows keep the same knobs from release to release instead of switching between a sibling's at one release and the
-defaults at the next (the 26.06 -> 26.08 GB200 rows of Qwen3 235B-A22B and DeepSeek V3 took the GB300 recipe's EP
-overlap at 26.08 only). A model / GPU / precision with no 0.6.2 perf recipe keeps the sibling-or-default knobs above.
+Rows that take neither their own recipe's knobs (at the release, or at the nearest release with the same sizes)
+take the settings the tables do not print from the same source the memory check of the same row uses
+(:mod:`bridgebench.results.published_points`: the installed Megatron-Bridge 0.6.2 perf recipe of the same model,
+GPU and precision that matches the row best, corrected by ``published_settings.yaml`` where a release's own
+launcher presets differ): :data:`UNPRINTED` -- recompute, dispatcher, Megatron-FSDP, gradient precision, FP8 param
+gather, a corrected MBS -- and :data:`PERF_COMM` -- TP / EP overlap, shared-expert overlap, FP8 attention
+(``mbridge_perf.json``, written by ``bridgebench recipes fields``). One row is then priced with one set of settings
+for memory and time, and a group's rows keep the same knobs from release to release instead of switching between a
+sibling's at one release and the defaults at the next (the 26.06 -> 26.08 GB200 rows of Qwen3 235B-A22B and
+DeepSeek V3 took the GB300 recipe's EP overlap at 26.08 only). A model / GPU / precision with no 0.6.2 perf recipe
+keeps the sibling-or-default knobs above.
 
 25.09 rows name no precision: each takes the precision the memory check infers for it
 (:func:`bridgebench.results.published_points._precision_of`: the ``(y)`` half of an ``x (y)`` pair is block-scaled
@@ -238,7 +238,11 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
         if values:
             row = dataclasses.replace(row, cfg=dataclasses.replace(row.cfg, **values))
         if unprinted and not own:
-            row = dataclasses.replace(row, cfg=dataclasses.replace(row.cfg, **unprinted))
+            cfg = dataclasses.replace(row.cfg, **unprinted)
+            if (cfg.pp, cfg.vp) != (row.cfg.pp, row.cfg.vp):
+                layout = balanced_layout(row.spec.num_layers, cfg.pp, cfg.vp, row.spec.mtp_layers)
+                cfg = dataclasses.replace(cfg, pipeline_model_parallel_layout=layout)
+            row = dataclasses.replace(row, cfg=cfg)
         out.append(row)
     return out
 
@@ -254,11 +258,15 @@ UNPRINTED = {
     "ddp.use_megatron_fsdp": "use_megatron_fsdp",
     "mixed_precision.grad_reduce_in_fp32": "grad_reduce_in_fp32",
     "mixed_precision.fp8_param_gather": "fp8_param_gather",
+    "train.micro_batch_size": "mbs",
+    # printed sizes (unchanged) or, where a release's own launcher preset replaces them (published_settings.yaml,
+    # ``replaces_printed``), the preset's
+    "model.tensor_model_parallel_size": "tp",
+    "model.pipeline_model_parallel_size": "pp",
+    "model.virtual_pipeline_model_parallel_size": "vp",
+    "model.context_parallel_size": "cp",
+    "model.expert_model_parallel_size": "ep",
 }
-#: Not taken: sizes and MBS. A calibration row keeps its printed sizes even where ``published_settings.yaml``
-#: replaces them for the memory verdict (``replaces_printed``, three rows of 25.09 / 26.02.01 Llama 3). Following the
-#: replaced sizes was measured (held-out MAPE 7.2 % vs 7.6 %) but narrows the GB300 FP8 band so far that NVIDIA's
-#: Kimi K2 configuration leaves the band of the sweep's top point; left to the lead (/work/notes/r2-time.md).
 #: communication knobs read from the same perf-recipe match (``mbridge_perf.json``; an unset ``comm_overlap`` is
 #: Megatron-Bridge's default: no overlap) -> TimeConfig field.
 PERF_COMM = {
@@ -291,6 +299,8 @@ def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
             out[f] = bool(out[f])
     if out.get("moe_flex_dispatcher_backend") and not out.get("moe_token_dispatcher_type"):
         out["moe_token_dispatcher_type"] = "flex"
+    pp, vp = out.get("pp") or 1, out.get("vp")
+    out["vp"] = vp if (vp and vp > 1 and pp > 1) else None
     return out
 
 
