@@ -60,6 +60,7 @@ from typing import Iterable
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.model import layout as layout_mod
+from bridgebench.model.parallel import ParallelSizes
 from bridgebench.model.spec import ModelSpec
 
 GiB = 1024**3
@@ -122,7 +123,7 @@ class MemoryModelError(BridgebenchError):
 
 # ---------------------------------------------------------------------------------------------------- inputs
 @dataclass(frozen=True)
-class MemoryConfig:
+class MemoryConfig(ParallelSizes):
     """Parallelism, batch, optimizer, precision and recompute settings of one point.
 
     Sizes use the names of :class:`bridgebench.config.rules.Point` (``tp pp vp cp ep etp`` are Megatron-Core's
@@ -203,25 +204,6 @@ class MemoryConfig:
     zero3_max_live_parameters: int = 1_000_000_000
     zero3_prefetch_bucket_size: int = 50_000_000
     zero3_reduce_bucket_size: int = 500_000_000
-
-    @property
-    def etp_(self) -> int:
-        return self.etp or self.tp
-
-    @property
-    def dp(self) -> int:
-        """Data-parallel size ``num_gpus / (TP x PP x CP)``."""
-        return self.num_gpus // (self.tp * self.pp * self.cp)
-
-    @property
-    def edp(self) -> int:
-        """Expert data-parallel size ``num_gpus / (ETP x EP x PP)``."""
-        return self.num_gpus // (self.etp_ * self.ep * self.pp)
-
-    @property
-    def num_microbatches(self) -> int:
-        """Microbatches per step ``GBS / (MBS x DP)`` (at least 1)."""
-        return max(1, self.gbs // (self.mbs * self.dp))
 
 
 @dataclass(frozen=True)
