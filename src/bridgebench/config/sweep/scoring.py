@@ -41,13 +41,20 @@ def expandable_segments(v: dict[str, Any]) -> bool:
     return "expandable_segments:true" in conf
 
 
+def recompute_modules(v: dict[str, Any]) -> tuple[str, ...]:
+    """The modules a point recomputes: its ``model.recompute_modules``, or Megatron-Core's default ``["core_attn"]``
+    (``TransformerConfig.recompute_modules``, megatron-core 0.19.2) when granularity is selective and none are set."""
+    mods = v["recompute_modules"]
+    if v["recompute_granularity"] == "selective" and mods is None:
+        mods = ["core_attn"]
+    return tuple(mods or ())
+
+
 def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfig:
     """The memory model's view of a point's effective values (see :func:`effective`): parallelism, the pipeline
     split, optimizer and its dtypes, precision, recompute, Megatron-FSDP, activation / optimizer offloading."""
     granularity = v["recompute_granularity"]
-    mods = v["recompute_modules"]
-    if granularity == "selective" and mods is None:
-        mods = ["core_attn"]  # Megatron-Core TransformerConfig.recompute_modules default
+    mods = recompute_modules(v)
     fine = bool(v["fine_grained_offloading"])
     return mem.MemoryConfig(
         num_gpus=v["num_gpus"],
@@ -70,7 +77,7 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
         recompute_granularity=granularity,
         recompute_method=v["recompute_method"],
         recompute_num_layers=v["recompute_num_layers"],
-        recompute_modules=tuple(mods or ()),
+        recompute_modules=mods,
         cross_entropy_loss_fusion=bool(v["ce_fusion"]),
         moe_imbalance=calib.moe_imbalance,
         other_bytes=calib.other_bytes,
@@ -99,9 +106,7 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
 def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
     """The time model's view of a point's effective values (knobs: :func:`bridgebench.config.time_knobs.time_knobs`)."""
     granularity = v["recompute_granularity"]
-    mods = v["recompute_modules"]
-    if granularity == "selective" and mods is None:
-        mods = ["core_attn"]  # Megatron-Core TransformerConfig.recompute_modules default
+    mods = recompute_modules(v)
     return timing.TimeConfig(
         gpu=gpu,
         peak_key=v["peak_key"],
@@ -122,7 +127,7 @@ def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
         recompute_granularity=granularity,
         recompute_method=v["recompute_method"],
         recompute_num_layers=v["recompute_num_layers"],
-        recompute_modules=tuple(mods or ()),
+        recompute_modules=mods,
         **time_knobs(v),
     )
 
