@@ -186,3 +186,27 @@ def test_time_limit(slurm_cluster: Cluster) -> None:
     slurm_cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=0")
     state, _ = slurm_cluster.wait_final(job, timeout=60)
     assert state == "TIMEOUT"
+
+
+def test_memory_limit_kills_with_out_of_memory(slurm_cluster: Cluster) -> None:
+    # Where up.sh found a writable memory cgroup (TaskPlugin=task/cgroup, cgroup.conf ConstrainRAMSpace), a step
+    # over the job's --mem is killed by the kernel's OOM killer: the step ends OUT_OF_MEMORY; the batch script then
+    # exits with srun's 1, so the job itself is FAILED 1:0 (bridgebench reads the step: launch/tracking.py).
+    conf = Path(slurm_cluster.env["SLURM_CONF"]).read_text()
+    if "TaskPlugin=task/cgroup" not in conf:
+        pytest.skip("no memory cgroup here (TaskPlugin=task/none): the local cluster does not confine memory")
+    grow = "b = [bytearray(16 << 20) for _ in range(32)]"  # 512 MiB, zero-filled (resident), against --mem=64M
+    job = slurm_cluster.sbatch(f"srun python3 -c {shlex.quote(grow)}", "--mem=64M")
+    assert slurm_cluster.wait_final(job) == ("FAILED", "1:0")
+    steps = slurm_cluster.run("sacct", "-n", "-P", "-j", job, "-o", "JobID,State,ExitCode").stdout.split()
+    assert f"{job}.0|OUT_OF_MEMORY|0:125" in steps, steps
+    log = (slurm_cluster.workdir / f"slurm-{job}.out").read_text()
+    assert "oom-kill event" in log and "Out Of Memory" in log
+
+
+def test_first_job_id_is_the_clusters_own(slurm_cluster: Cluster) -> None:
+    # Clusters of several checkouts on one machine share the kernel's cgroup tree (slurm/uid_U/job_N): their job ids
+    # start at port base x 1000 (slurm.conf FirstJobId), so two clusters' jobs never share a cgroup.
+    base = int(slurm_cluster.env.get("BRIDGEBENCH_SLURM_PORT_BASE", "16817"))
+    job = slurm_cluster.sbatch("true")
+    assert base * 1000 <= int(job) < base * 1000 + 10**6

@@ -134,13 +134,16 @@ def _no_requeue(cfg: DictConfig, job_id: str | None) -> None:
     is never final (measured on the local cluster: ``scontrol update NodeName=<node> State=DOWN`` under a running
     job -> sacct NODE_FAIL, then PENDING, Restarts=1). Retries are bridgebench's own (:func:`refresh_report`: a
     NODE_FAIL attempt is resubmitted as a new attempt, the failed node excluded, up to ``cluster.max_retries``),
-    so the ledger holds one attempt per run of the job. A failure here is logged, not raised: the job is submitted."""
+    so the ledger holds one attempt per run of the job. A job that already finished (a wrapper that exits at once)
+    has nothing to requeue; any other failure goes to the debug log, not raised and not printed (``--json`` output
+    stays JSON): the job is submitted either way."""
     if not job_id:
         return
     try:
         _slurm(["scontrol", "update", f"JobId={job_id}", "Requeue=0"], cfg)
     except slurmcli.SlurmError as err:
-        logging.getLogger(__name__).warning("could not make job %s non-requeueable: %s", job_id, err)
+        if "already finished" not in str(err) and "already completing" not in str(err).lower():
+            logging.getLogger(__name__).debug("could not make job %s non-requeueable: %s", job_id, err)
 
 
 def _live_nodes(cfg: DictConfig) -> int | None:
