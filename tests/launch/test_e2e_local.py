@@ -21,7 +21,10 @@ import pytest
 
 from tests.launch.small_optstep import BB
 from tests.launch.small_optstep import SMALL as SMALL_EXPERIMENT
-from tests.launch.test_local_cluster import slurm_cluster  # noqa: F401  (session fixture: starts/stops the cluster)
+from tests.launch.test_local_cluster import (  # noqa: F401  (fixtures)
+    confined_memory,  # memory confined for one test
+    slurm_cluster,  # session fixture: starts/stops the cluster
+)
 
 pytestmark = pytest.mark.slurm
 SMALL = [*SMALL_EXPERIMENT, "job.repeats=1"]
@@ -188,21 +191,12 @@ def test_cancel(bb, slurm_cluster):  # noqa: F811
     assert rep.returncode == 2 and "1 optimizer-step record, none completed: 1 CANCELLED" in rep.stderr
 
 
-def _task_plugin(slurm_cluster) -> str:  # noqa: F811
-    conf = Path(slurm_cluster.env["SLURM_CONF"]).read_text()
-    return next((ln.split("=", 1)[1].strip() for ln in conf.splitlines() if ln.startswith("TaskPlugin=")), "")
-
-
-def test_out_of_memory_is_recorded_as_out_of_memory(bb, slurm_cluster):  # noqa: F811
+def test_out_of_memory_is_recorded_as_out_of_memory(bb, confined_memory):  # noqa: F811
     """The payload starts, then its step outgrows the job's --mem (cluster.mem=400M): the kernel's OOM killer kills
     it in the step's memory cgroup (task/cgroup, launch/cluster/cgroup.conf.in). SLURM: step OUT_OF_MEMORY, job
     FAILED 1:0 (srun's exit); the attempt, the record and submit --wait say OUT_OF_MEMORY with the step and the
-    log's oom line."""
-    if _task_plugin(slurm_cluster) != "task/cgroup":
-        pytest.skip(
-            "the local cluster confines no memory here (TaskPlugin is not task/cgroup: up.sh found no writable "
-            "memory cgroup), so nothing is OOM-killed"
-        )
+    log's oom line. Memory is confined for this test only (confined_memory: launch/cluster/up.sh says why)."""
+    cluster = confined_memory
     res = bb("submit", *SMALL, "cluster.mem=400M", fault("oom"), "--wait", "--timeout", "300", "--json", check=False)
     assert res.returncode == 3, res.stderr[-2000:]
     line = [ln for ln in res.stderr.splitlines() if ln.startswith("submit: ")]
@@ -214,7 +208,7 @@ def test_out_of_memory_is_recorded_as_out_of_memory(bb, slurm_cluster):  # noqa:
         rf"step ({a['slurm_job_id']}\.\d+) ended OUT_OF_MEMORY \(exit code 0:125; job FAILED\)", a["reason"]
     )
     assert step, a["reason"]
-    sacct = slurm_cluster.run("sacct", "-n", "-P", "-j", a["slurm_job_id"], "--format=JobID,State").stdout.split()
+    sacct = cluster.run("sacct", "-n", "-P", "-j", a["slurm_job_id"], "--format=JobID,State").stdout.split()
     assert f"{a['slurm_job_id']}|FAILED" in sacct and f"{step[1]}|OUT_OF_MEMORY" in sacct  # SLURM's own view
     assert "1 OUT_OF_MEMORY" in bb("collect").stdout
     (rec,) = stored(bb)
