@@ -54,9 +54,13 @@ FRAMEWORK = {
     "dgxc_v2503_grok1_314b_h100_moe": dict(distopt=True, sp=True, recompute=None),
     # Megatron-LM dev MoE recipes: distributed optimizer, SP with TP, ETP 1
     "mlm_dev_moe_recipes_qwen3": dict(distopt=True, sp=True, recompute=None),
-    # torchtitan FSDP2 (fully sharded: Megatron-FSDP's optim_grads_params is the same sharding)
-    "torchtitan_llama31_h100_202412": dict(distopt=True, sp=True, recompute=None, fsdp=True),
+    # torchtitan FSDP2 (fully sharded), op-level selective AC where a row says "selective": the memory model's
+    # framework="torchtitan" (torchtitan@9dec370's parallelize_llama.py and train.py, see bridgebench.model.memory)
+    "torchtitan_llama31_h100_202412": dict(distopt=True, sp=True, recompute=None, fsdp=True, framework="torchtitan"),
 }
+#: the ZeRO-3 rows (distributed_optimizer "zero3") ran DeepSpeed's ZeRO-3 (arXiv 2104.04473 Sec. 5.2): the memory
+#: model's framework="deepspeed" (per-tensor gathering under DeepSpeed's default live-parameter cap)
+ZERO3_FRAMEWORK = "deepspeed"
 
 
 def _int(text: str) -> int | None:
@@ -123,10 +127,15 @@ def _ablation_point(set_id: str, row: dict) -> tuple[list[str], dict]:
     mbs = _int(row["mbs"]) or 1
     gbs = _int(row["gbs"]) or mbs * dp
     gbs = max(gbs, mbs * dp)
+    if fw.get("framework") == "torchtitan" and pp > 1 and not _int(row["mbs"]):
+        # torchtitan@9dec370 config_manager.py: pipeline_parallel_microbatches defaults to the PP degree -- the
+        # local batch (GBS / DP) is split into PP microbatches
+        mbs = max(1, gbs // dp // pp)
     rec = (row["recompute"] or "").lower() if fw["recompute"] is None else fw["recompute"]
     granularity = "full" if rec.startswith("full") else "selective" if rec.startswith("selective") else None
     sp = (row["sequence_parallel"] or "").lower().startswith("true") if fw["sp"] is None else fw["sp"]
-    zero3 = "zero3" in (row["distributed_optimizer"] or "").lower() or fw.get("fsdp", False)
+    deepspeed = "zero3" in (row["distributed_optimizer"] or "").lower()
+    zero3 = deepspeed or fw.get("fsdp", False)
     delta = {
         "num_gpus": num_gpus,
         "train.global_batch_size": gbs,
@@ -146,6 +155,7 @@ def _ablation_point(set_id: str, row: dict) -> tuple[list[str], dict]:
         "ddp.use_megatron_fsdp": bool(zero3),
         "ddp.data_parallel_sharding_strategy": "optim_grads_params" if zero3 else "no_shard",
         "model.seq_length": _int(row["seq_length"]) or 8192,  # torchtitan's tables without one: its default, 8192
+        "framework.name": ZERO3_FRAMEWORK if deepspeed else fw.get("framework", "megatron"),
     }
     if ep > 1:
         delta["model.expert_tensor_parallel_size"] = 1
@@ -153,11 +163,11 @@ def _ablation_point(set_id: str, row: dict) -> tuple[list[str], dict]:
     return [f"model={name}", f"gpu={_gpu(row['gpu'])}", f"precision={_precision(row['precision'])}"], delta
 
 
-def ablations(calib) -> list[dict]:
-    """Every ablation row through the pipeline (see the module docstring)."""
+def ablations(calib, only: tuple[str, ...] | None = None) -> list[dict]:
+    """Every ablation row through the pipeline (see the module docstring); ``only``: these sets (file stems)."""
     from bridgebench.config import sweep as engine
 
-    sets = sorted(p for p in ABLATIONS.glob("*.csv"))
+    sets = sorted(p for p in ABLATIONS.glob("*.csv") if only is None or p.stem in only)
     rows = [(p.stem, r) for p in sets for r in csv.DictReader(p.open())]
     with tempfile.TemporaryDirectory(prefix="bb-ablation-configs-") as tmp:
         (Path(tmp) / "model").mkdir()
@@ -252,6 +262,12 @@ def main() -> None:
     print(f"    unprinted settings from: {kinds.value_counts().to_dict()}")
     for r in df[kinds == "base recipe (no 0.6.2 perf recipe)"].itertuples():
         print(f"      no perf recipe: {r.release} {r.model} {r.system} {r.precision}")
+    replaced = df[df["printed_replaced"].notna()]
+    print(f"    judged with their release launcher's sizes, not the printed ones (published_settings.yaml): "
+          f"{s['printed_replaced']}")  # fmt: skip
+    for r in replaced.itertuples():
+        print(f"      {r.release} {r.model} {r.system} {r.precision}: {r.printed_replaced} -> "
+              f"{r.mem_total_gb:.1f} GB of {r.hbm_gb:.1f} GB, {'fits' if r.fits else 'does not fit'}")  # fmt: skip
     shown = df if args.rows else df[~df["fits"]]
     for r in shown.itertuples():
         mem = "-" if r.mem_total_gb != r.mem_total_gb or r.mem_total_gb is None else f"{r.mem_total_gb:6.1f}"
@@ -276,9 +292,9 @@ def main() -> None:
     if measured:
         errs = [a["mem_total_gb"] / a["measured_gb"] - 1 for a in measured]
         med = statistics.median(errs)
-        print(f"    predicted vs measured peak (torchtitan, {len(measured)} rows): median {med:+.1%}, "
-              f"min {min(errs):+.1%}, max {max(errs):+.1%} (FSDP2 modelled as Megatron-FSDP; torch.compile / "
-              "Float8 / AsyncTP rows differ in software the model does not see)")  # fmt: skip
+        print(f"    predicted (allocated) vs measured peak (torchtitan's max reserved, {len(measured)} rows): median "
+              f"{med:+.1%}, min {min(errs):+.1%}, max {max(errs):+.1%} (framework=torchtitan: FSDP2, op-level SAC, "
+              "upcast loss; torch.compile / Float8 / AsyncTP not modelled)")  # fmt: skip
 
     frag = fragmentation()
     print("\n(c) allocator fragmentation (max reserved / max allocated - 1), median over ranks:")

@@ -282,4 +282,13 @@ def check_published_cmd(
         for r in mdf[~mdf["fits"]].itertuples():
             tag = "cannot have run as printed" if r.inconsistent else "FALSE PRUNE"
             typer.echo(f"  {r.release} {r.model} {r.system} {r.precision}: {tag}: {r.memory_error}")
+        replaced = mdf[mdf["printed_replaced"].notna()]
+        if len(replaced):
+            typer.echo(
+                f"  {len(replaced)} row(s) judged with their release launcher's sizes, not the printed ones "
+                "(results/published_settings.yaml names the source):"
+            )
+            for r in replaced.itertuples():
+                verdict = "fits" if r.fits else "does not fit"
+                typer.echo(f"    {r.release} {r.model} {r.system} {r.precision}: {r.printed_replaced}; {verdict}")
         typer.echo(f"per-row results        : {result['models']['per_row']}")

@@ -50,17 +50,6 @@ class SweepRunError(BridgebenchError):
 Progress = engine.Progress
 
 
-class _Quiet:
-    def start(self, stage: str, total: int) -> None:
-        pass
-
-    def update(self, done: int, total: int) -> None:
-        pass
-
-    def log(self, message: str) -> None:
-        pass
-
-
 @dataclass
 class SweepResult:
     """What a sweep did: its folder, every point row, the planned / submitted top-K rows, per-stage timings
@@ -216,7 +205,7 @@ def run_sweep(
         SweepRunError: the sweep folder exists and ``resume`` is off, or ``resume`` with a different space.
         bridgebench.config.calibration.CalibrationError: an unknown calibration.
     """
-    say = progress or _Quiet()
+    say = progress or engine.Quiet()
     calib = calib_mod.load(calibration)
     say.start("compose", 0)
     sp, bases = engine.prepare(overrides, space, top_k=top_k, progress=say.update)  # raises before any write

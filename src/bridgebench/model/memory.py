@@ -30,6 +30,19 @@ Sources of the formulas (each term below names its own):
        quantized (1 B, + 1/32 B scale for MXFP8) instead of bf16 (research notes ``sweeps_and_compare.md`` Sec. 1.6,
        "MXFP8 extras").
 
+[TT]   torchtitan@9dec370 (Dec 2024, the commit of ``benchmarks/llama3_h100_202412_torchtitan.md``), for
+       ``framework="torchtitan"``: ``torchtitan/parallelisms/parallelize_llama.py`` -- op-level selective activation
+       checkpointing (``selective_ac_option = "op"``, the ``llama3_8b.toml`` default): per TransformerBlock, save the
+       outputs of ``aten.mm`` except every second one, of the SDPA kernels and of ``reduce_scatter_tensor``,
+       recompute the rest; ``apply_fsdp``: FSDP2 ``fully_shard`` per block and on the root, ``MixedPrecisionPolicy(
+       param_dtype=bf16, reduce_dtype=fp32)`` over fp32 sharded parameters, ``reshard_after_forward=False`` under
+       pipeline parallelism; ``train.py`` ``loss_fn``: ``cross_entropy(pred.flatten(0, 1).float(), ...)``.
+[DS]   DeepSpeed ZeRO-3 (``deepspeed/runtime/zero/constants.py``, the 2021 releases Megatron-LM's ZeRO-3 comparison
+       ran, arXiv 2104.04473 Sec. 5.2), for ``framework="deepspeed"``: parameters are gathered per submodule (each
+       parameter tensor whole) with at most ``stage3_max_live_parameters`` (default 1e9) resident, plus
+       ``stage3_prefetch_bucket_size`` (default 5e7) prefetched; gradients are reduce-scattered in
+       ``reduce_bucket_size`` (default 5e8) buckets.
+
 ``other_bytes`` (allocator-visible workspaces: cuBLAS / TE workspaces, RNG states, data and loss buffers) is a
 calibration, not a derivation: its value and source are in ``configs/calibration/default.yaml``.
 
@@ -47,6 +60,7 @@ from typing import Iterable
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.model import layout as layout_mod
+from bridgebench.model.parallel import ParallelSizes
 from bridgebench.model.spec import ModelSpec
 
 GiB = 1024**3
@@ -95,6 +109,12 @@ def dtype_bytes(dtype: str | None, default: int = 4) -> int:
 
 
 RECOMPUTE_GRANULARITIES = (None, "selective", "full")
+#: whose semantics the FSDP and recompute settings take: Megatron-Core (the default), torchtitan [TT] or DeepSpeed
+#: ZeRO-3 [DS] -- the last two only to check the model against published runs of those frameworks.
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+#: bytes per logits element at torchtitan's loss peak: the bf16 logits, their fp32 copy and the fp32 log-softmax
+#: output (``train.py`` ``loss_fn`` upcasts before ``cross_entropy``) [TT].
+LOGITS_BYTES_TORCHTITAN = 10.0
 
 
 class MemoryModelError(BridgebenchError):
@@ -103,7 +123,7 @@ class MemoryModelError(BridgebenchError):
 
 # ---------------------------------------------------------------------------------------------------- inputs
 @dataclass(frozen=True)
-class MemoryConfig:
+class MemoryConfig(ParallelSizes):
     """Parallelism, batch, optimizer, precision and recompute settings of one point.
 
     Sizes use the names of :class:`bridgebench.config.rules.Point` (``tp pp vp cp ep etp`` are Megatron-Core's
@@ -127,6 +147,14 @@ class MemoryConfig:
     ``optimizer_cpu_offload`` with ``optimizer_offload_fraction``. Activations: ``cpu_offloading`` (+
     ``cpu_offloading_num_layers``, ``cpu_offloading_activations``), ``fine_grained_activation_offloading`` with
     ``offload_modules`` [OFF].
+
+    ``framework`` (:data:`FRAMEWORKS`): ``"megatron"`` (Megatron-Core, the default); ``"torchtitan"`` -- selective
+    recompute is torchtitan's op-level selective activation checkpointing, Megatron-FSDP's ``optim_grads_params``
+    is FSDP2 (fp32 sharded parameters and gradients, AdamW moments, no separate master copy; bf16 gathered blocks,
+    all of a pipeline stage's under PP) and the loss upcasts the logits [TT]; ``"deepspeed"`` -- sharded data
+    parallelism is ZeRO-3, gathering per parameter tensor under ``zero3_max_live_parameters`` with
+    ``zero3_prefetch_bucket_size`` prefetched and gradients reduced in ``zero3_reduce_bucket_size`` buckets [DS].
+    Neither is a Megatron-Core setting (nor a config key: only points built in code carry them).
     """
 
     num_gpus: int
@@ -172,25 +200,10 @@ class MemoryConfig:
     cpu_offloading_activations: bool = True
     fine_grained_activation_offloading: bool = False
     offload_modules: tuple[str, ...] = ()
-
-    @property
-    def etp_(self) -> int:
-        return self.etp or self.tp
-
-    @property
-    def dp(self) -> int:
-        """Data-parallel size ``num_gpus / (TP x PP x CP)``."""
-        return self.num_gpus // (self.tp * self.pp * self.cp)
-
-    @property
-    def edp(self) -> int:
-        """Expert data-parallel size ``num_gpus / (ETP x EP x PP)``."""
-        return self.num_gpus // (self.etp_ * self.ep * self.pp)
-
-    @property
-    def num_microbatches(self) -> int:
-        """Microbatches per step ``GBS / (MBS x DP)`` (at least 1)."""
-        return max(1, self.gbs // (self.mbs * self.dp))
+    framework: str = "megatron"
+    zero3_max_live_parameters: int = 1_000_000_000
+    zero3_prefetch_bucket_size: int = 50_000_000
+    zero3_reduce_bucket_size: int = 500_000_000
 
 
 @dataclass(frozen=True)
@@ -486,6 +499,40 @@ def _layer_act_per_token(
     return b
 
 
+@lru_cache(maxsize=4096)
+def _op_sac_per_token(tables_id: int, kind: int, tp: int, sp: bool) -> float:
+    """Bytes one dense decoder layer keeps per token of the local microbatch under torchtitan's op-level selective
+    activation checkpointing [TT]: the block input (the checkpoint's argument) and the outputs of the ops its
+    policy must save -- ``aten.mm`` except every second one counted from 1 in call order (Llama's ``wq``, ``wk``,
+    ``wv``, ``wo``, ``w1``, ``w3``, ``w2``: ``wq``, ``wv``, ``w1`` and ``w2`` saved; a non-gated MLP's ``w1`` only),
+    the flash-attention output and its fp32 log-sum-exp, and each ``reduce_scatter_tensor`` output of the
+    row-parallel ``wo`` / ``w2`` under TP with sequence parallelism. A row-parallel ``mm`` output is the full-width
+    partial sum (``h``, not ``h / t``). All bf16 (2 B) but the log-sum-exp (4 B). The recomputed block's own full
+    set is added once by the caller, as for full recompute.
+
+    Raises:
+        MemoryModelError: an MoE or MLA layer (torchtitan's Llama has neither; not modelled).
+    """
+    spec = _BY_ID[tables_id].spec
+    if kind != 0 or spec.multi_latent_attention:
+        raise MemoryModelError(
+            "framework=torchtitan op-level selective activation checkpointing is modelled for dense GQA/MHA layers "
+            "only (torchtitan's Llama); use recompute_granularity full or none for MoE / MLA layers"
+        )
+    h, n, d, g = spec.hidden_size, spec.num_attention_heads, spec.head_dim, spec.query_groups
+    hs = h / tp if sp else h
+    b = 2.0 * hs  # block input
+    b += 2.0 * n * d / tp + 2.0 * g * d / tp  # mm 1 (wq) and mm 3 (wv)
+    b += 2.0 * n * d / tp + 4.0 * n / tp  # flash attention: output and log-sum-exp
+    f = spec.ffn_hidden_size
+    b += 2.0 * f / tp  # mm 5 (w1)
+    if spec.gated_linear_unit:
+        b += 2.0 * h  # mm 7 (w2): the row-parallel partial sum before its reduce-scatter
+    if tp > 1:
+        b += 2 * 2.0 * hs  # reduce_scatter_tensor outputs of wo and w2 (sequence parallel)
+    return b
+
+
 # ---------------------------------------------------------------------------------------------------- model state
 Run = tuple[int, bool, int]  # (numel per tensor, is a Muon matrix, how many such tensors in a row)
 
@@ -621,6 +668,8 @@ class _StageState:
     optimizer: float  # optimizer-state bytes
     biggest_matrix: int  # largest Muon matrix (numel): Newton-Schulz workspace
     biggest_unit: tuple[int, int]  # (params, GEMM params) of the largest FSDP unit: one layer, embedding or output
+    biggest_tensor: int = 0  # largest parameter tensor (numel): DeepSpeed ZeRO-3's gather unit [DS]
+    biggest_layer: int = 0  # params of the largest decoder / MTP layer: an FSDP2 block [TT]
 
     @property
     def n_all(self) -> int:
@@ -653,10 +702,14 @@ def _stage_state(
         n = sum(x * c for x, _, c in d + e)
         if n > unit[0]:
             unit = (n, sum(x * c for x, mu, c in d + e if mu))
+    layer = unit[0]
     vpad_h = _BY_ID[tables_id].spec.padded_vocab_size(tp) * _BY_ID[tables_id].spec.hidden_size // tp
     if (has_emb or has_loss) and vpad_h > unit[0]:  # the embedding / output layer are units of the root module
         unit = (vpad_h, vpad_h)
-    return _StageState(sum(n * c for n, _, c in dense), sum(n * c for n, _, c in experts), n_gemm, opt, big, unit)
+    tensor = max((n for n, _, _ in dense + experts), default=0)
+    return _StageState(
+        sum(n * c for n, _, c in dense), sum(n * c for n, _, c in experts), n_gemm, opt, big, unit, tensor, layer
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- entry
@@ -688,6 +741,8 @@ def _check(spec: ModelSpec, cfg: MemoryConfig) -> None:
             f"data_parallel_sharding_strategy must be one of {list(FSDP_STRATEGIES)}, "
             f"got {cfg.data_parallel_sharding_strategy!r}"
         )
+    if cfg.framework not in FRAMEWORKS:
+        raise MemoryModelError(f"framework must be one of {list(FRAMEWORKS)}, got {cfg.framework!r}")
     unknown = sorted(set(cfg.offload_modules) - set(OFFLOAD_MODULES))
     if unknown:
         raise MemoryModelError(f"unknown offload_modules {unknown}; known: {list(OFFLOAD_MODULES)}")
@@ -725,7 +780,8 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
     and one layer's are staged. Logits (loss stage, one microbatch): ``s b V_pad / t`` x 6 B (4 B with fused CE) per
     output head (1 + MTP layers) + the output-layer input [ISK; MLM uses 4 B (h + V)]; other: ``cfg.other_bytes`` +
     Muon's Newton-Schulz workspace for the largest owned matrix ``2 (2 m n + 2 m^2)`` B bounded with ``m =
-    sqrt(numel)`` (research notes Sec. 1.6).
+    sqrt(numel)`` (research notes Sec. 1.6). ``framework`` ``torchtitan`` / ``deepspeed``: FSDP2, op-level selective
+    checkpointing and the upcast loss [TT]; ZeRO-3's per-tensor gathering [DS] (see :class:`MemoryConfig`).
 
     Raises:
         MemoryModelError: non-positive or non-dividing sizes, unknown optimizer, precision, recompute, FSDP or
@@ -757,6 +813,14 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
     lb = LOGITS_BYTES_FUSED if cfg.cross_entropy_loss_fusion else LOGITS_BYTES_UNFUSED
     dense_group, expert_group = cfg.dp * cp, cfg.edp
     distopt = cfg.use_distributed_optimizer or fsdp != "no_shard"
+    titan = cfg.framework == "torchtitan"
+    zero3 = cfg.framework == "deepspeed" and fsdp == "optim_grads_params"
+    op_sac = titan and recompute == "selective"
+    if titan:
+        lb = LOGITS_BYTES_TORCHTITAN
+        extra_w = 0.0  # torchao Float8 casts each GEMM's weight per call; no cached quantized copy
+        if fsdp != "no_shard" and cfg.optimizer == "adam":
+            adam_b = 8.0  # AdamW moments; the fp32 sharded parameter is its own master copy [TT]
 
     def per_token(kind: int, granularity: str | None, off: tuple[str, ...] = ()) -> float:
         return _layer_act_per_token(
@@ -774,14 +838,33 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
         )
         sharded = st.n_dense / dense_group + st.n_experts / expert_group
         unit, unit_gemm = st.biggest_unit
-        if fsdp == "optim_grads_params":
-            weights = 2.0 * sharded + 2 * (2.0 * unit + extra_w * unit_gemm)
+        if titan and fsdp == "optim_grads_params":
+            # FSDP2 [TT]: fp32 shards. Gathered bf16: the root group (embedding, final norm, output: one all-gather,
+            # held from the forward's start and again through the backward, whose last step is the embedding's)
+            # with the current and the prefetched block -- or, under PP (reshard_after_forward=False), the stage's
+            # whole copy. Unsharded gradients: the output layer's bf16 one (the root reduce-scatters after the
+            # whole backward) and one block's bf16 gradient with its fp32 copy for the reduce-scatter (reduce_dtype)
+            vpad_h = vpad * h // tp
+            root = vpad_h * (int(has_emb) + int(has_loss))
+            gathered = st.n_all if pp > 1 else root + 2 * st.biggest_layer
+            weights = 4.0 * sharded + 2.0 * gathered
+            grads = 4.0 * sharded + 2.0 * vpad_h * int(has_loss) + (2.0 + 4.0) * st.biggest_layer
+        elif zero3:
+            # ZeRO-3 [DS]: the largest parameter tensor gathered whole, plus what the prefetch bucket adds under the
+            # live-parameter cap; unsharded fp16 gradients up to one reduce bucket plus the tensor that overflows it
+            big = st.biggest_tensor
+            live = big + min(cfg.zero3_prefetch_bucket_size, max(0, cfg.zero3_max_live_parameters - big))
+            weights = 2.0 * sharded + (2.0 + extra_w) * live
+            grads = grad_b * sharded + 2.0 * (cfg.zero3_reduce_bucket_size + big)
         else:
-            weights = 2.0 * st.n_all + extra_w * st.n_gemm
-        if fsdp in ("optim_grads", "optim_grads_params"):
-            grads = grad_b * sharded + (2 if cfg.fsdp_double_buffer else 1) * grad_b * unit
-        else:
-            grads = grad_b * st.n_all
+            if fsdp == "optim_grads_params":
+                weights = 2.0 * sharded + 2 * (2.0 * unit + extra_w * unit_gemm)
+            else:
+                weights = 2.0 * st.n_all + extra_w * st.n_gemm
+            if fsdp in ("optim_grads", "optim_grads_params"):
+                grads = grad_b * sharded + (2 if cfg.fsdp_double_buffer else 1) * grad_b * unit
+            else:
+                grads = grad_b * st.n_all
         opt = st.optimizer
         if cfg.optimizer_cpu_offload:
             opt *= 1.0 - cfg.optimizer_offload_fraction
@@ -798,6 +881,9 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
                 if recompute == "full" and (not block or i < group_layers):
                     b += per_token(kind, "full")
                     recomputed = max(recomputed, per_token(kind, None))
+                elif op_sac:
+                    b += _op_sac_per_token(tid, kind, tp, sp)
+                    recomputed = max(recomputed, per_token(kind, None))
                 else:  # not recomputed (a block-method layer past the first N keeps its full set)
                     gran = None if recompute == "full" else recompute
                     b += per_token(kind, gran, offload)
@@ -813,6 +899,8 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
         act += staged * tokens
         if recompute == "full":
             act += recomputed * tokens * (1 if block else group_layers)
+        elif op_sac:
+            act += recomputed * tokens  # the block being recomputed for its backward
         logits = 0.0
         if has_loss:
             logits = tokens * vpad / tp * lb * (1 + spec.mtp_layers) + 2.0 * h * tokens / (tp if sp else 1)

@@ -41,13 +41,15 @@ class ModelsSummary:
     fits: int
     false_prunes: int
     inconsistent: int = 0
+    printed_replaced: int = 0
     mape_by_release: dict[str, float] = field(default_factory=dict)
     calibration: str = "default"
 
 
 def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict[tuple, dict]:
     """Memory verdicts of the published rows behind ``rows`` through the sweep pipeline, by (release, model, system,
-    GPUs, TP, PP, CP, EP, printed MBS, GBS, published TFLOP/s)."""
+    GPUs, GBS, published TFLOP/s) -- not the sizes: a release's own settings may replace printed sizes or the MBS
+    (``published_settings.yaml``), and the time row carries the replaced ones."""
     from bridgebench.results.published_points import published_points
     from bridgebench.results.records import load_published
 
@@ -56,8 +58,9 @@ def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict
     df = published_points(records, calib=calib)
     out = {}
     for r in df.to_dict("records"):
-        key = (r["release"], r["model"], r["system"], r["num_gpus"], r["tp"], r["pp"], r["cp"], r["ep"],
-               r["published_mbs"], r["gbs"], r["published_tflops"])  # fmt: skip
+        # not the sizes: a release's own settings (published_settings.yaml) may replace printed TP / PP / VP / MBS, and
+        # the time row carries the replaced ones; (release, model, system, GPUs, GBS, TFLOP/s) is unique in the table
+        key = (r["release"], r["model"], r["system"], r["num_gpus"], r["gbs"], r["published_tflops"])
         nan = float("nan")
         out[key] = {
             "mem_total_gb": nan if r.get("mem_total_gb") is None else r["mem_total_gb"],
@@ -65,6 +68,7 @@ def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict
             "fits": r["fits"],
             "reason": r.get("reason") or "",
             "inconsistent": r["inconsistent"],
+            "printed_replaced": r.get("printed_replaced"),
         }
     return out
 
@@ -77,7 +81,9 @@ def check_models(
     """Per-row table and summary (see the module docstring).
 
     Columns: release, model, system, precision, num_gpus, tp, pp, vp, cp, ep, etp, mbs, gbs, published_tflops,
-    predicted_tflops (held out), rel_error, band (fraction), within_band, memory_gb, usable_gb, fits, memory_error.
+    predicted_tflops (held out), rel_error, band (fraction), within_band, memory_gb, usable_gb, fits, memory_error,
+    inconsistent, printed_replaced (``None``, or the printed sizes the memory verdict replaced with the release's
+    launcher settings, ``results/published_settings.yaml``).
     """
     rows = rows if rows is not None else published_rows()
     calib = calib_mod.load(calibration)
@@ -95,13 +101,15 @@ def check_models(
     for r, p in zip(rows, held):
         band = predict_time(r.spec, r.cfg, calib.time).band
         c = r.cfg
-        key = (r.release, r.spec.name, r.system, c.num_gpus, c.tp, c.pp, c.cp, c.ep, c.mbs, c.gbs, r.tflops)
+        key = (r.release, r.spec.name, r.system, c.num_gpus, c.gbs, r.tflops)
         verdict = memory.get(key)
+        replaced = None
         if verdict is None:
             m, usable, fits, merr, inconsistent = float("nan"), float("nan"), False, "no pipeline point", False
         else:
             m, usable = verdict["mem_total_gb"] * 1e9, verdict["hbm_usable_gb"] * 1e9
             fits, merr, inconsistent = bool(verdict["fits"]), verdict["reason"], bool(verdict["inconsistent"])
+            replaced = verdict["printed_replaced"]
         err = None if p is None else p / r.tflops - 1
         out.append({
             "release": r.release, "model": r.model, "system": r.system, "precision": r.precision,
@@ -109,7 +117,7 @@ def check_models(
             "mbs": c.mbs, "gbs": c.gbs, "published_tflops": r.tflops, "predicted_tflops": p, "rel_error": err,
             "band": band, "within_band": err is not None and abs(err) <= band,
             "memory_gb": m / 1e9, "usable_gb": usable / 1e9, "fits": fits,
-            "memory_error": "" if fits else merr, "inconsistent": inconsistent,
+            "memory_error": "" if fits else merr, "inconsistent": inconsistent, "printed_replaced": replaced,
         })  # fmt: skip
     df = pd.DataFrame(out)
     errs = df["rel_error"].dropna().abs()
@@ -128,6 +136,7 @@ def check_models(
         fits=int(df["fits"].sum()),
         false_prunes=int((~df["fits"] & ~df["inconsistent"]).sum()),
         inconsistent=int(df["inconsistent"].sum()),
+        printed_replaced=int(df["printed_replaced"].notna().sum()),
         mape_by_release=by_rel,
         calibration=calibration,
     )

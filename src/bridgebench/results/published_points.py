@@ -9,7 +9,10 @@ of the sweep pipeline (:func:`bridgebench.config.sweep.run_pipeline`, the same c
   name no precision: FP8, as their footnotes pair two FP8 quantization granularities);
 - the row's printed sizes (GPUs, GBS, MBS, sequence length, TP, PP, VP, CP, EP, ETP, FSDP) as the point's values;
 - a release's own settings where its launcher presets differ from 0.6.2's recipes (``published_settings.yaml``,
-  each entry read from the release's tag);
+  each entry read from the release's tag). An entry may replace printed sizes only where the printed configuration
+  cannot run and the release's launcher has one preset for the row (``replaces_printed``: the row's
+  ``printed_replaced`` names what changed); an entry with ``cannot_run_as_printed`` changes nothing and gives the
+  checked reason a refused row keeps;
 - what the tables do not print -- recompute, Megatron-FSDP's sharding and double buffer, activation offloading,
   the optimizer's dtypes, FP8 parameter gather, gradient precision, loss fusion, sequence parallelism -- from the
   installed Megatron-Bridge 0.6.2 perf recipe of the same (model, GPU, precision) that matches the row best (same
@@ -89,6 +92,27 @@ def release_settings() -> list[dict[str, Any]]:
     """``published_settings.yaml``: per-release settings of published runs that 0.6.2's perf recipes do not give
     (each entry: ``releases``, ``model``, ``gpu``, ``precision``, optional ``fsdp``, ``settings``, ``source``)."""
     return yaml.safe_load(SETTINGS_FILE.read_text())
+
+
+def release_entries(r: RunRecord, precision: str, fsdp: bool | None) -> list[dict[str, Any]]:
+    """The ``published_settings.yaml`` entries of a record: same release, model, GPU, precision (and FSDP use where
+    the entry names it)."""
+    return [
+        e for e in release_settings()
+        if r.release in e["releases"] and (e["model"], e["gpu"], e["precision"]) == (r.model, r.system, precision)
+        and e.get("fsdp", fsdp) == fsdp
+    ]  # fmt: skip
+
+
+#: marker in a point's values: the printed sizes a ``replaces_printed`` entry changed (removed before the pipeline)
+_REPLACED = "_printed_replaced"
+#: printed sizes of a published row (an entry that changes one must say ``replaces_printed``)
+_PRINTED = (
+    "num_gpus", "train.global_batch_size", "train.micro_batch_size", "model.seq_length",
+    "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+    "model.virtual_pipeline_model_parallel_size", "model.context_parallel_size", "model.expert_model_parallel_size",
+    "model.expert_tensor_parallel_size", "ddp.use_megatron_fsdp",
+)  # fmt: skip
 
 
 def _precision_of(r: RunRecord) -> str:
@@ -177,11 +201,22 @@ def _point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any], str
             delta["ddp.data_parallel_sharding_strategy"] = "optim_grads_params"
     delta["model.sequence_parallel"] = tp > 1 and bool(v.get("model.sequence_parallel", True))
     source = match.source
-    for entry in release_settings():
-        if (r.release in entry["releases"] and (entry["model"], entry["gpu"], entry["precision"]) ==
-                (r.model, r.system, precision) and entry.get("fsdp", fsdp) == fsdp):  # fmt: skip
-            delta.update(entry["settings"])
-            source += f" + {r.release}'s own settings ({entry['source']})"
+    for entry in release_entries(r, precision, fsdp):
+        if entry.get("cannot_run_as_printed"):
+            continue
+        replaced = [
+            f"{k} {delta.get(k)} -> {v}" for k, v in entry["settings"].items() if k in _PRINTED and delta.get(k) != v
+        ]
+        if replaced and not entry.get("replaces_printed"):
+            raise ValueError(
+                f"published_settings.yaml entry for {r.release} {r.model} {r.system} {precision} changes printed "
+                f"sizes ({', '.join(replaced)}) without replaces_printed: true"
+            )
+        delta.update(entry["settings"])
+        source += f" + {r.release}'s own settings ({entry['source']})"
+        if replaced:
+            source += f" [printed configuration replaced: {', '.join(replaced)}]"
+            delta[_REPLACED] = ", ".join(replaced)
     etp = r.etp
     if etp is None and v and (v["model.tensor_model_parallel_size"], v["model.expert_model_parallel_size"]) == (tp, ep):
         etp = v["model.expert_tensor_parallel_size"]
@@ -246,8 +281,14 @@ def published_points(
     cells = _fsdp_cells()
     bases: dict[tuple[str, ...], engine.Base] = {}
     pairs, meta = [], []
+    notes = []
     for r in records:
-        ov, delta, source = _point(r, cells.get(str(r.provenance.get("reference")), ""))
+        cell = cells.get(str(r.provenance.get("reference")), "")
+        ov, delta, source = _point(r, cell)
+        entries = release_entries(r, _precision_of(r), None if cell == "" else int(cell) > 0)
+        replaced = delta.pop(_REPLACED, None)
+        why = " ".join(e["cannot_run_as_printed"] for e in entries if e.get("cannot_run_as_printed"))
+        notes.append((replaced, why))
         key = tuple(ov)
         if key not in bases:
             bases[key] = engine.base_of(ov)
@@ -262,14 +303,18 @@ def published_points(
         for r in rows
     ]  # fmt: skip
     out = []
-    for row, (r, source, ov, delta) in zip(rows, meta):
+    for row, (r, source, ov, delta), (replaced, why) in zip(rows, meta, notes):
         fits = row["status"] in ("ranked", "fits", "indistinct")
         rule = None if fits else row.get("rule")
+        if why and not fits:
+            row = {**row, "reason": f"{row.get('reason')}; {why}"}
         static = sum(row.get(k) or 0.0 for k in ("mem_weights_gb", "mem_grads_gb", "mem_optimizer_gb"))
         impossible = rule == "memory" and static * (1 + calib.fragmentation) > (row.get("hbm_gb") or float("inf"))
         out.append({
             "release": r.release, "model": r.model, "system": r.system, "precision": _precision_of(r),
-            "published_tflops": r.model_tflops_per_gpu, "published_mbs": r.mbs or 1, "settings_source": source,
+            "published_tflops": r.model_tflops_per_gpu, "published_mbs": r.mbs or 1, "published_tp": r.tp or 1,
+            "published_pp": r.pp or 1, "published_vp": _vp(r), "printed_replaced": replaced,
+            "settings_source": source,
             "overrides": " ".join(_overrides(bases[tuple(ov)], delta, r.release)),
             **{k: v for k, v in row.items() if k not in ("base", "base_choices", "delta", "model", "gpu", "release")},
             "fits": fits, "pruned_by": rule, "inconsistent": rule in INCONSISTENT or impossible,
@@ -286,4 +331,5 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
         "false_prunes": len(pruned),
         "false_prunes_by_rule": json.loads(pruned["pruned_by"].value_counts().to_json()) if len(pruned) else {},
         "inconsistent": int(df["inconsistent"].sum()),
+        "printed_replaced": int(df["printed_replaced"].notna().sum()),
     }

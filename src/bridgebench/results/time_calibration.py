@@ -26,6 +26,23 @@ perf recipes as the executed 26.02 - 26.06 dumps show them
 (``tests/data/upstream_recipes``): sequence parallelism with TP > 1,
 ``tp_comm_overlap``, ``overlap_grad_reduce`` and ``overlap_param_gather`` on, the flex dispatcher
 (:data:`DISPATCHER_BY_GPU`), no EP overlap, ``p2p`` context parallelism, no recompute.
+
+Rows that take neither their own recipe's knobs (at the release, or at the nearest release with the same sizes)
+take the settings the tables do not print from the same source the memory check of the same row uses
+(:mod:`bridgebench.results.published_points`: the installed Megatron-Bridge 0.6.2 perf recipe of the same model,
+GPU and precision that matches the row best, corrected by ``published_settings.yaml`` where a release's own
+launcher presets differ): :data:`UNPRINTED` -- recompute, dispatcher, Megatron-FSDP, gradient precision, FP8 param
+gather, a corrected MBS -- and :data:`PERF_COMM` -- TP / EP overlap, shared-expert overlap, FP8 attention
+(``mbridge_perf.json``, written by ``bridgebench recipes fields``). One row is then priced with one set of settings
+for memory and time, and a group's rows keep the same knobs from release to release instead of switching between a
+sibling's at one release and the defaults at the next (the 26.06 -> 26.08 GB200 rows of Qwen3 235B-A22B and
+DeepSeek V3 took the GB300 recipe's EP overlap at 26.08 only). A model / GPU / precision with no 0.6.2 perf recipe
+keeps the sibling-or-default knobs above.
+
+25.09 rows name no precision: each takes the precision the memory check infers for it
+(:func:`bridgebench.results.published_points._precision_of`: the ``(y)`` half of an ``x (y)`` pair is block-scaled
+-- MXFP8 on Blackwell --, the other half FP8 current scaling; the 25.11 table prints the same pairs as
+``FP8-CS (FP8-MX)``), so each half joins its own precision's group and level.
 """
 
 from __future__ import annotations
@@ -39,6 +56,7 @@ from bridgebench.config.catalog import load_gpu, peak_key
 from bridgebench.config.compose import RECIPES_DIR, ConfigError, compose, model_spec, recipe_releases
 from bridgebench.model.layout import balanced_layout
 from bridgebench.model.timing import Calibration, GpuFacts, Row, TimeConfig, calibrate, release_index
+from bridgebench.results.published_points import _fsdp_cells, _perf_match, _point, _precision_of
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 
 __all__ = ["DISPATCHER_BY_GPU", "fit", "published_rows", "release_index"]
@@ -94,16 +112,21 @@ SHARED_KNOBS = (
 )  # fmt: skip
 
 
-def _knobs_of(model: str, system: str, precision: str, release: str, optimizer: str, sizes: frozenset) -> dict | None:
-    """The knobs of a group's rows at a release: its own recipe's at the release; else its own recipe's at the
-    nearest release (later on a tie) where that recipe has the sizes of one of the group's rows at this release
-    (``sizes``, tuples of :data:`SIZES`: the same tuned configuration); else the shared knobs of a sibling recipe
-    (same model and precision, another GPU) at the release; else None. All rows of a group at one release get the
-    same knobs (a release's rows differ only in the sizes the table states)."""
+def _knobs_of(
+    model: str, system: str, precision: str, release: str, optimizer: str, sizes: frozenset
+) -> tuple[bool, dict] | None:
+    """(own, knobs): whether they are the group's own recipe's, and the knobs of a group's rows at a release: its
+    own recipe's at the release; else its own recipe's at the nearest release (later on a tie) where that recipe
+    has the sizes of one of the group's rows at this release (``sizes``, tuples of :data:`SIZES`: the same tuned
+    configuration); else its own recipe's at the nearest release whatever its sizes (the record of the group's
+    settings closest in time: an older release's row is not given 26.08's settings when bridgebench ships the
+    recipe at a release in between; the row keeps its own sequence parallelism and FSDP use); else the shared knobs
+    of a sibling recipe (same model and precision, another GPU) at the release (own = False); else None. All rows of
+    a group at one release get the same knobs (a release's rows differ only in the sizes the table states)."""
     name = f"{model}_{system}_{precision}"
     own = recipe_knobs(name, release, optimizer)
     if own is not None:
-        return {k: v for k, v in own if k in RECIPE_KNOBS}
+        return True, {k: v for k, v in own if k in RECIPE_KNOBS}
     x = release_index(release)
     same = []
     for rel in recipe_releases(name):
@@ -111,12 +134,17 @@ def _knobs_of(model: str, system: str, precision: str, release: str, optimizer: 
         if knobs and tuple(knobs[k] for k in SIZES) in sizes:
             same.append((abs(release_index(rel) - x), -release_index(rel), knobs))
     if same:
-        return {k: v for k, v in min(same, key=lambda t: t[:2])[2].items() if k in RECIPE_KNOBS}
+        return True, {k: v for k, v in min(same, key=lambda t: t[:2])[2].items() if k in RECIPE_KNOBS}
+    near = [(abs(release_index(rel) - x), -release_index(rel), rel) for rel in recipe_releases(name)]
+    if near:
+        knobs = dict(recipe_knobs(name, min(near)[2], optimizer) or ())
+        keep = ("sequence_parallel", "use_megatron_fsdp")
+        return True, {k: v for k, v in knobs.items() if k in RECIPE_KNOBS and k not in keep}
     for folder in sorted(RECIPES_DIR.glob(f"{model}_*_{precision}")):
         if folder.is_dir() and folder.name != f"{model}_{system}_{precision}":
             sib = recipe_knobs(folder.name, release, optimizer)
             if sib is not None:
-                return {k: v for k, v in sib if k in SHARED_KNOBS}
+                return False, {k: v for k, v in sib if k in SHARED_KNOBS}
     return None
 
 
@@ -147,6 +175,7 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     gpus: dict = {}
     formulas: dict = {}
     fsdp = _fsdp_rows()
+    cells = _fsdp_cells()
     out: list[Row] = []
     pending: list[tuple[tuple, Row]] = []
     for r in records if records is not None else load_published():
@@ -194,17 +223,84 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
             overlap_param_gather=not muon,
             use_megatron_fsdp=r.provenance.get("reference") in fsdp,
         )
-        key = (r.model, r.system, r.precision or "", r.release, "muon" if muon else "adamw")
+        precision = r.precision or _precision_of(r)
+        if not r.precision:
+            cfg = dataclasses.replace(cfg, peak_key=peak_key(precision))
+        key = (r.model, r.system, precision, r.release, "muon" if muon else "adamw")
         pending.append((key, Row(spec, cfg, float(r.model_tflops_per_gpu), r.release, r.model_label, r.system,
-                                 r.precision or "")))  # fmt: skip
+                                 precision), _unprinted(r, cells)))  # fmt: skip
     sizes: dict[tuple, set] = {}
-    for key, row in pending:
+    for key, row, _ in pending:
         sizes.setdefault(key, set()).add(tuple(getattr(row.cfg, k) for k in SIZES))
     knobs = {key: _knobs_of(*key, frozenset(v)) for key, v in sizes.items()}
-    for key, row in pending:
-        if knobs[key]:
-            row = dataclasses.replace(row, cfg=dataclasses.replace(row.cfg, **knobs[key]))
+    for key, row, unprinted in pending:
+        own, values = knobs[key] or (False, None)
+        if values:
+            row = dataclasses.replace(row, cfg=dataclasses.replace(row.cfg, **values))
+        if unprinted and not own:
+            cfg = dataclasses.replace(row.cfg, **unprinted)
+            if (cfg.pp, cfg.vp) != (row.cfg.pp, row.cfg.vp):
+                layout = balanced_layout(row.spec.num_layers, cfg.pp, cfg.vp, row.spec.mtp_layers)
+                cfg = dataclasses.replace(cfg, pipeline_model_parallel_layout=layout)
+            row = dataclasses.replace(row, cfg=cfg)
         out.append(row)
+    return out
+
+
+#: settings a published point takes from its 0.6.2 perf-recipe match (``published_points``) -> TimeConfig field.
+UNPRINTED = {
+    "model.recompute_granularity": "recompute_granularity",
+    "model.recompute_method": "recompute_method",
+    "model.recompute_num_layers": "recompute_num_layers",
+    "model.recompute_modules": "recompute_modules",
+    "model.moe_token_dispatcher_type": "moe_token_dispatcher_type",
+    "model.moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
+    "ddp.use_megatron_fsdp": "use_megatron_fsdp",
+    "mixed_precision.grad_reduce_in_fp32": "grad_reduce_in_fp32",
+    "mixed_precision.fp8_param_gather": "fp8_param_gather",
+    "train.micro_batch_size": "mbs",
+    # printed sizes (unchanged) or, where a release's own launcher preset replaces them (published_settings.yaml,
+    # ``replaces_printed``), the preset's
+    "model.tensor_model_parallel_size": "tp",
+    "model.pipeline_model_parallel_size": "pp",
+    "model.virtual_pipeline_model_parallel_size": "vp",
+    "model.context_parallel_size": "cp",
+    "model.expert_model_parallel_size": "ep",
+}
+#: communication knobs read from the same perf-recipe match (``mbridge_perf.json``; an unset ``comm_overlap`` is
+#: Megatron-Bridge's default: no overlap) -> TimeConfig field.
+PERF_COMM = {
+    "comm_overlap.tp_comm_overlap": "tp_comm_overlap",
+    "comm_overlap.overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
+    "model.moe_shared_expert_overlap": "moe_shared_expert_overlap",
+    "mixed_precision.fp8_dot_product_attention": "fp8_dot_product_attention",
+}
+_FLAGS = ("use_megatron_fsdp", "grad_reduce_in_fp32", "fp8_param_gather", *PERF_COMM.values())
+
+
+def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
+    """TimeConfig fields of the settings the published row ``r`` does not print, from the point the memory check
+    builds for it (:func:`bridgebench.results.published_points._point`, its 0.6.2 perf-recipe match and the
+    release's own settings) -- empty when the row has no perf-recipe match (only the base recipe)."""
+    cell = cells.get(str(r.provenance.get("reference")), "")
+    _, delta, _ = _point(r, cell)
+    if "model.recompute_granularity" not in delta:
+        return {}  # the release's own bridgebench recipe, or no 0.6.2 perf recipe of this model / GPU / precision
+    out = {f: delta[k] for k, f in UNPRINTED.items() if k in delta}
+    match = _perf_match(r, _precision_of(r), None if cell == "" else int(cell) > 0)
+    out.update({f: match.values[k] for k, f in PERF_COMM.items() if k in match.values})
+    out.update({f: delta[k] for k, f in PERF_COMM.items() if k in delta})  # the release's own settings
+    mods = tuple(out.get("recompute_modules") or ())
+    if out.get("recompute_granularity") == "selective" and not mods:
+        mods = ("core_attn",)  # Megatron-Core TransformerConfig.recompute_modules default
+    out["recompute_modules"] = mods
+    for f in _FLAGS:
+        if f in out:
+            out[f] = bool(out[f])
+    if out.get("moe_flex_dispatcher_backend") and not out.get("moe_token_dispatcher_type"):
+        out["moe_token_dispatcher_type"] = "flex"
+    pp, vp = out.get("pp") or 1, out.get("vp")
+    out["vp"] = vp if (vp and vp > 1 and pp > 1) else None
     return out
 
 

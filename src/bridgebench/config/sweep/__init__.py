@@ -12,7 +12,16 @@ own configuration, expert groups beyond NVLink), :mod:`~bridgebench.config.sweep
 
 from bridgebench.config.sweep.bases import Base, base_of, compose_bases, effective, format_value, point_overrides
 from bridgebench.config.sweep.keys import AUTO, KEYS, POSITIVE, RULE_ENV
-from bridgebench.config.sweep.pipeline import STAGES, Progress, StageStore, predict, prepare, run_pipeline, summarize
+from bridgebench.config.sweep.pipeline import (
+    STAGES,
+    Progress,
+    Quiet,
+    StageStore,
+    predict,
+    prepare,
+    run_pipeline,
+    summarize,
+)
 from bridgebench.config.sweep.points import _rule_point, candidates, check_rules, enumerate_points
 from bridgebench.config.sweep.scoring import (
     OPTSTEP_BYTES_PER_ELEMENT,
@@ -37,6 +46,7 @@ __all__ = [
     "Axis",
     "Base",
     "Progress",
+    "Quiet",
     "Space",
     "StageStore",
     "SweepError",

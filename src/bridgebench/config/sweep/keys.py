@@ -75,6 +75,11 @@ KEYS = {
     "optimizer_offload_fraction": "optimizer.optimizer_offload_fraction",
     "alloc_conf": "env_vars.PYTORCH_CUDA_ALLOC_CONF",
     "hbm_total_mib": "gpu.hbm_total_mib",
+    # not a Megatron-Core setting and not in the config schema (a composed config cannot carry it): whose FSDP /
+    # recompute semantics the memory model takes, megatron when unset; torchtitan or deepspeed only in points built
+    # in code to check the model against those frameworks' published runs (benchmarks/validate_memory_published.py;
+    # bridgebench.model.memory.FRAMEWORKS)
+    "framework": "framework.name",
     **TIME_KEYS,  # the time model's recipe knobs (bridgebench.config.time_knobs)
 }
 #: keys whose values must be positive integers (``None`` allowed for the optional ones).

@@ -57,7 +57,9 @@ class StageStore(Protocol):
     def save(self, stage: str, index: int, rows: list[dict[str, Any]], seconds: float, points: int) -> None: ...
 
 
-class _Quiet:
+class Quiet:
+    """A :class:`Progress` that says nothing (library callers, tests)."""
+
     def start(self, stage: str, total: int) -> None:
         pass
 
@@ -98,7 +100,7 @@ def run_pipeline(
 ) -> list[dict[str, Any]]:
     """Run the four stages over a space's candidates (``space``) or explicit ``(base, delta)`` pairs; returns every
     point's row (see the module docstring). ``total`` is the number of pairs (for progress)."""
-    say = progress or _Quiet()
+    say = progress or Quiet()
     rows: list[dict[str, Any]] = []
     steps: dict[str, Callable[[list[dict[str, Any]]], list[dict[str, Any]]]] = {
         "enumerate": lambda _: enumerate_points(space, bases, say.update, pairs=pairs, total=total),

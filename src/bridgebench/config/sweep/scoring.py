@@ -92,6 +92,7 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
         cpu_offloading_activations=v["cpu_offloading_activations"] is not False,
         fine_grained_activation_offloading=fine,
         offload_modules=tuple(v["offload_modules"] or ()) if fine else (),
+        framework=str(v["framework"] or "megatron"),
     )
 
 

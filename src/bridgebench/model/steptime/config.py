@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.newton_schulz import NSPolicy, Parallelism
+from bridgebench.model.parallel import ParallelSizes
 from bridgebench.model.spec import ModelSpec
 
 #: precision peak key (``configs/precision/*.yaml`` ``peak``) -> efficiency class: FP8 and MXFP8 share the FP8 rate.
@@ -86,7 +87,7 @@ class GpuFacts:
 
 
 @dataclass(frozen=True)
-class TimeConfig:
+class TimeConfig(ParallelSizes):
     """One training point.
 
     Sizes (``num_gpus``, ``mbs``, ``gbs``, ``tp`` ... ``etp``) as in :class:`bridgebench.model.memory.MemoryConfig`;
@@ -167,22 +168,6 @@ class TimeConfig:
         if self.moe_token_dispatcher_type == "flex":
             return self.moe_flex_dispatcher_backend or "deepep"  # Megatron-Core's default flex backend
         return self.moe_token_dispatcher_type
-
-    @property
-    def etp_(self) -> int:
-        return self.etp or self.tp
-
-    @property
-    def dp(self) -> int:
-        return self.num_gpus // (self.tp * self.pp * self.cp)
-
-    @property
-    def edp(self) -> int:
-        return self.num_gpus // (self.etp_ * self.ep * self.pp)
-
-    @property
-    def microbatches(self) -> int:
-        return max(1, self.gbs // (self.mbs * self.dp))
 
     @property
     def precision_class(self) -> str:

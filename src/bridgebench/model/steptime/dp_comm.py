@@ -86,7 +86,7 @@ def dp_comm(
 
     if cfg.use_megatron_fsdp:
         one = 2 * both(2.0) + both(grad_b)
-        m = cfg.microbatches
+        m = cfg.num_microbatches
         return DPComm(m * one, 0.0, m * max(0.0, one - per_mb_window))
     distopt = cfg.optimizer == "adam" and cfg.use_distributed_optimizer
     grad = both(grad_b, 1 if distopt else 2)

@@ -273,7 +273,7 @@ def evaluate(
             best = (t_mb, r, acc)
     assert best is not None
     t_mb, rank, acc = best
-    m = cfg.microbatches
+    m = cfg.num_microbatches
     terms = {k: m * v for k, v in acc.items()}
     terms["bubble"] = pp.bubble(t_mb, cfg)
     terms["pp_p2p"] = pp.p2p_seconds(spec, cfg)
