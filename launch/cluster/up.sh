@@ -37,7 +37,38 @@ mapfile -t REAL_GPUS < <(find /dev -maxdepth 1 -regex '/dev/nvidia[0-9]+' 2>/dev
 NGPUS="${BRIDGEBENCH_SLURM_GPUS:-$(( ${#REAL_GPUS[@]} > 0 ? ${#REAL_GPUS[@]} : 8 ))}"
 [[ "${NGPUS}" =~ ^[0-9]+$ ]] || die "BRIDGEBENCH_SLURM_GPUS must be a number (got '${NGPUS}')"
 
-log "state dir ${STATE} (node ${HOST}: ${CPUS} CPUs, RealMemory=${MEM_MB} MB of ${MEM_TOTAL_MB}, ${NGPUS} GPUs; ports ${CTLD_PORT}-${MYSQL_PORT})"
+# Memory confinement (slurm.conf.in), BRIDGEBENCH_SLURM_CGROUP: none (default) -> task/none, memory not enforced;
+# v1 -> task/cgroup with the kernel's memory cgroup v1 (a VM or a host where root may make the slurm/ group; not
+# gVisor or docker without cgroup delegation), so a job over its --mem ends OUT_OF_MEMORY; auto -> v1 where
+# possible. Opt-in because Slurm 22.05's task/cgroup sometimes failed to start a job here (slurmstepd:
+# "task_g_pre_setuid: task/cgroup: Unspecified error", twice in ~40 chained jobs), and slurmctld then drains the
+# only node; the OOM tests switch it on for themselves (tests/launch/test_local_cluster.py confined_memory).
+CGROUP_MODE="${BRIDGEBENCH_SLURM_CGROUP:-none}"
+MEMCG=/sys/fs/cgroup/memory
+case "${CGROUP_MODE}" in
+  auto|v1)
+    if [[ -f "${MEMCG}/memory.limit_in_bytes" ]] && mkdir -p "${MEMCG}/slurm" 2>/dev/null && [[ -w "${MEMCG}/slurm" ]]; then
+      CGROUP_MODE=v1
+    elif [[ "${CGROUP_MODE}" == v1 ]]; then
+      die "BRIDGEBENCH_SLURM_CGROUP=v1 but ${MEMCG} is not a writable cgroup v1 memory hierarchy"
+    else
+      CGROUP_MODE=none
+    fi ;;
+  none) ;;
+  *) die "BRIDGEBENCH_SLURM_CGROUP must be auto, v1 or none (got '${CGROUP_MODE}')" ;;
+esac
+if [[ "${CGROUP_MODE}" == v1 ]]; then
+  TASK_PLUGIN=task/cgroup
+  CGROUP_NOTE="cgroup v1 memory at ${MEMCG}: jobs are confined to their memory"
+else
+  TASK_PLUGIN=task/none
+  CGROUP_NOTE="task/none (BRIDGEBENCH_SLURM_CGROUP=${BRIDGEBENCH_SLURM_CGROUP:-none}): memory is not enforced"
+fi
+MEM_PER_CPU="$(( MEM_MB / CPUS ))"
+[[ "${PORT_BASE}" =~ ^[0-9]+$ && "${PORT_BASE}" -le 65535 ]] || die "BRIDGEBENCH_SLURM_PORT_BASE must be a port number (got '${PORT_BASE}')"
+FIRST_JOB_ID="$(( PORT_BASE * 1000 ))"
+
+log "state dir ${STATE} (node ${HOST}: ${CPUS} CPUs, RealMemory=${MEM_MB} MB of ${MEM_TOTAL_MB}, ${NGPUS} GPUs; ports ${CTLD_PORT}-${MYSQL_PORT}; ${TASK_PLUGIN})"
 take_lock
 mkdir -p "${STATE}"/{etc,run,log,lib,mysql,dev,spool/slurmctld,spool/slurmd}
 chmod 700 "${STATE}/etc" "${STATE}/lib"
@@ -89,6 +120,8 @@ render() {
       -e "s|@DB_PASS@|$(sed_escape "${DB_PASS}")|g" \
       -e "s|@NODE_GRES@|$(sed_escape "${NODE_GRES}")|g" \
       -e "s|@GPU_DESC@|$(sed_escape "${GPU_DESC}")|g" \
+      -e "s|@TASK_PLUGIN@|${TASK_PLUGIN}|g" -e "s|@CGROUP_NOTE@|$(sed_escape "${CGROUP_NOTE}")|g" \
+      -e "s|@MEM_PER_CPU@|${MEM_PER_CPU}|g" -e "s|@FIRST_JOB_ID@|${FIRST_JOB_ID}|g" \
       "${src}" >"${tmp}"
   printf '%s' "${extra}" >>"${tmp}"
   chmod "${mode}" "${tmp}"
@@ -105,6 +138,11 @@ render my.cnf.in my.cnf 600 && changed_my=1
 render slurmdbd.conf.in slurmdbd.conf 600 && changed_dbd=1
 render slurm.conf.in slurm.conf 644 && changed_slurm=1
 render gres.conf.in gres.conf 644 "${GRES_LINES}" && changed_slurm=1
+if [[ "${CGROUP_MODE}" == v1 ]]; then
+  render cgroup.conf.in cgroup.conf 644 && changed_slurm=1
+elif [[ -e "${STATE}/etc/cgroup.conf" ]]; then
+  rm -f "${STATE}/etc/cgroup.conf"; changed_slurm=1
+fi
 
 export SLURM_CONF="${SLURM_CONF_FILE}"
 MYCNF="${STATE}/etc/my.cnf"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,7 +21,10 @@ import pytest
 
 from tests.launch.small_optstep import BB
 from tests.launch.small_optstep import SMALL as SMALL_EXPERIMENT
-from tests.launch.test_local_cluster import slurm_cluster  # noqa: F401  (session fixture: starts/stops the cluster)
+from tests.launch.test_local_cluster import (  # noqa: F401  (fixtures)
+    confined_memory,  # memory confined for one test
+    slurm_cluster,  # session fixture: starts/stops the cluster
+)
 
 pytestmark = pytest.mark.slurm
 SMALL = [*SMALL_EXPERIMENT, "job.repeats=1"]
@@ -185,3 +189,74 @@ def test_cancel(bb, slurm_cluster):  # noqa: F811
     assert rec["outcome"] == "cancelled" and rec["state"] == "CANCELLED"
     rep = bb("report", check=False)
     assert rep.returncode == 2 and "1 optimizer-step record, none completed: 1 CANCELLED" in rep.stderr
+
+
+def test_out_of_memory_is_recorded_as_out_of_memory(bb, confined_memory):  # noqa: F811
+    """The payload starts, then its step outgrows the job's --mem (cluster.mem=400M): the kernel's OOM killer kills
+    it in the step's memory cgroup (task/cgroup, launch/cluster/cgroup.conf.in). SLURM: step OUT_OF_MEMORY, job
+    FAILED 1:0 (srun's exit); the attempt, the record and submit --wait say OUT_OF_MEMORY with the step and the
+    log's oom line. Memory is confined for this test only (confined_memory: launch/cluster/up.sh says why)."""
+    cluster = confined_memory
+    res = bb("submit", *SMALL, "cluster.mem=400M", fault("oom"), "--wait", "--timeout", "300", "--json", check=False)
+    assert res.returncode == 3, res.stderr[-2000:]
+    line = [ln for ln in res.stderr.splitlines() if ln.startswith("submit: ")]
+    assert len(line) == 1 and line[0].startswith("submit: 1 run: 1 OUT_OF_MEMORY -- "), res.stderr[-2000:]
+    (a,) = json.loads(res.stdout)
+    assert (a["state"], a["exit_code"]) == ("OUT_OF_MEMORY", "1:0"), a
+    assert a["reason"].startswith("oom: ") and "oom-kill event" in a["reason"], a["reason"]
+    step = re.search(
+        rf"step ({a['slurm_job_id']}\.\d+) ended OUT_OF_MEMORY \(exit code 0:125; job FAILED\)", a["reason"]
+    )
+    assert step, a["reason"]
+    sacct = cluster.run("sacct", "-n", "-P", "-j", a["slurm_job_id"], "--format=JobID,State").stdout.split()
+    assert f"{a['slurm_job_id']}|FAILED" in sacct and f"{step[1]}|OUT_OF_MEMORY" in sacct  # SLURM's own view
+    assert "1 OUT_OF_MEMORY" in bb("collect").stdout
+    (rec,) = stored(bb)
+    assert (rec["state"], rec["outcome"], rec["exit_code"], rec["payload_started"]) == (
+        "OUT_OF_MEMORY",
+        "out_of_memory",
+        "1:0",
+        True,
+    )
+    assert "oom-kill event" in rec["outcome_detail"] and rec["log_outcome"] == "oom"
+    rep = bb("report", check=False)
+    assert rep.returncode == 2 and "1 optimizer-step record, none completed: 1 OUT_OF_MEMORY" in rep.stderr
+
+
+def test_node_failure_is_recorded_as_node_fail(bb, slurm_cluster):  # noqa: F811
+    """The node goes DOWN under a running job (``scontrol update NodeName=... State=DOWN``, as slurmctld does when
+    a node stops answering): NODE_FAIL, final -- bridgebench makes its jobs non-requeueable, since nemo-run submits
+    with --requeue and SLURM would otherwise put the job back to PENDING under the same id. The node is resumed in
+    all cases; cluster.max_retries=0, as a retry would exclude the only node."""
+    no_retry = "cluster.max_retries=0"
+    (a,) = json.loads(bb("submit", *SMALL, "job.repeats=100000", no_retry, "--json").stdout)
+    job = a["slurm_job_id"]
+    slurm_cluster.wait_running(job, timeout=60)
+    assert "Requeue=0" in slurm_cluster.run("scontrol", "show", "job", job).stdout
+    node = slurm_cluster.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
+    state = None
+    try:
+        slurm_cluster.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=bridgebench test NODE_FAIL")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            state = json.loads(bb("status", no_retry, "--json").stdout)[0]["state"]
+            if state not in ("RUNNING", "PENDING", "COMPLETING", "UNKNOWN"):
+                break
+            time.sleep(1)
+    finally:
+        slurm_cluster.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if slurm_cluster.run("sinfo", "-h", "-n", node, "-o", "%T").stdout.strip() in ("idle", "mixed"):
+                break
+            time.sleep(0.5)
+    assert state == "NODE_FAIL"
+    assert slurm_cluster.run("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip() in ("", "NODE_FAIL")
+    (a,) = json.loads(bb("status", no_retry, "--json").stdout)  # not retried, not requeued: one attempt, final
+    assert (a["state"], a["exit_code"]) == ("NODE_FAIL", "0:0") and "NODE FAILURE" in a["reason"], a
+    assert "1 NODE_FAIL" in bb("collect").stdout
+    (rec,) = stored(bb)
+    assert (rec["state"], rec["outcome"], rec["exit_code"]) == ("NODE_FAIL", "node_fail", "0:0")
+    assert rec["outcome_detail"].startswith("node_failure") and "DUE TO NODE FAILURE" in rec["outcome_detail"]
+    rep = bb("report", check=False)
+    assert rep.returncode == 2 and "1 optimizer-step record, none completed: 1 NODE_FAIL" in rep.stderr

@@ -149,6 +149,35 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
             subprocess.run([str(CLUSTER_DIR / "down.sh")], env=env, capture_output=True, text=True, timeout=300)
 
 
+def _up(cluster: Cluster, cgroup: str) -> subprocess.CompletedProcess:
+    env = {**cluster.env, "BRIDGEBENCH_SLURM_CGROUP": cgroup}
+    return subprocess.run([str(CLUSTER_DIR / "up.sh")], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture()
+def confined_memory(slurm_cluster: Cluster) -> Iterator[Cluster]:
+    """The cluster with memory confined (up.sh with BRIDGEBENCH_SLURM_CGROUP=v1: task/cgroup, so a job over its --mem
+    is OOM-killed and ends OUT_OF_MEMORY) for one test, then as it was; skips where the kernel's memory cgroup v1 is
+    not writable (gVisor, docker without cgroup delegation). Confinement is opt-in on the local cluster (launch/
+    cluster/up.sh says why: Slurm 22.05's task/cgroup sometimes fails a job's launch here, which drains the node), so
+    a node drained meanwhile is resumed on the way out, and the test errors naming the reason."""
+    up = _up(slurm_cluster, "v1")
+    if up.returncode != 0:
+        if "not a writable cgroup v1 memory hierarchy" in up.stderr:
+            pytest.skip(f"no memory confinement here: {up.stderr.strip().splitlines()[-1]}")
+        pytest.fail(f"up.sh with BRIDGEBENCH_SLURM_CGROUP=v1 failed:\n{up.stdout}\n{up.stderr}")
+    try:
+        yield slurm_cluster
+    finally:
+        back = _up(slurm_cluster, slurm_cluster.env.get("BRIDGEBENCH_SLURM_CGROUP", "none"))
+        assert back.returncode == 0, f"up.sh could not restore the cluster:\n{back.stdout}\n{back.stderr}"
+        nodes = slurm_cluster.run("sinfo", "-h", "-N", "-o", "%N|%T|%E").stdout.split("\n")
+        drained = [n.split("|") for n in nodes if "drain" in n]
+        for name, *_ in drained:
+            slurm_cluster.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
+        assert not drained, f"node(s) drained while memory was confined (resumed now): {drained}"
+
+
 def test_sinfo_and_sacctmgr(slurm_cluster: Cluster) -> None:
     node = slurm_cluster.run("sinfo", "-h", "-N", "-p", "local", "-o", "%P %T").stdout.split()
     assert node[0] == "local*" and node[1] in {"idle", "mixed", "allocated", "completing"}
@@ -186,3 +215,26 @@ def test_time_limit(slurm_cluster: Cluster) -> None:
     slurm_cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=0")
     state, _ = slurm_cluster.wait_final(job, timeout=60)
     assert state == "TIMEOUT"
+
+
+def test_memory_limit_kills_with_out_of_memory(confined_memory: Cluster) -> None:
+    # With memory confined (TaskPlugin=task/cgroup, cgroup.conf ConstrainRAMSpace), a step over the job's --mem is
+    # killed by the kernel's OOM killer: the step ends OUT_OF_MEMORY; the batch script then exits with srun's 1, so
+    # the job itself is FAILED 1:0 (bridgebench reads the step: launch/tracking.py).
+    slurm_cluster = confined_memory
+    assert "TaskPlugin=task/cgroup" in Path(slurm_cluster.env["SLURM_CONF"]).read_text()
+    grow = "b = [bytearray(16 << 20) for _ in range(32)]"  # 512 MiB, zero-filled (resident), against --mem=64M
+    job = slurm_cluster.sbatch(f"srun python3 -c {shlex.quote(grow)}", "--mem=64M")
+    assert slurm_cluster.wait_final(job) == ("FAILED", "1:0")
+    steps = slurm_cluster.run("sacct", "-n", "-P", "-j", job, "-o", "JobID,State,ExitCode").stdout.split()
+    assert f"{job}.0|OUT_OF_MEMORY|0:125" in steps, steps
+    log = (slurm_cluster.workdir / f"slurm-{job}.out").read_text()
+    assert "oom-kill event" in log and "Out Of Memory" in log
+
+
+def test_first_job_id_is_the_clusters_own(slurm_cluster: Cluster) -> None:
+    # Clusters of several checkouts on one machine share the kernel's cgroup tree (slurm/uid_U/job_N): their job ids
+    # start at port base x 1000 (slurm.conf FirstJobId), so two clusters' jobs never share a cgroup.
+    base = int(slurm_cluster.env.get("BRIDGEBENCH_SLURM_PORT_BASE", "16817"))
+    job = slurm_cluster.sbatch("true")
+    assert base * 1000 <= int(job) < base * 1000 + 10**6

@@ -337,6 +337,14 @@ def test_resume_in_same_log_makes_segments():
         ("torch.OutOfMemoryError: CUDA out of memory", "oom"),
         ("torch.cuda.OutOfMemoryError: CUDA out of memory.", "oom"),
         ("RuntimeError: CUDA error: out of memory", "oom"),
+        # host memory, as the local cluster's slurmstepd / srun print it (task/cgroup; jobacct_gather OverMemoryKill)
+        (
+            "slurmstepd-vm: error: Detected 1 oom-kill event(s) in StepId=22817005.1. Some of your processes may "
+            "have been killed by the cgroup out-of-memory handler.",
+            "oom",
+        ),
+        ("srun: error: vm: task 0: Out Of Memory", "oom"),
+        ("slurmstepd-vm: error: Exceeded job memory limit", "oom"),
         ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=281)", "nccl_error"),
         ("torch.distributed.DistBackendError: ncclRemoteError", "nccl_error"),
         ("RuntimeError: NCCL error: unhandled system error, ncclSystemError", "nccl_error"),

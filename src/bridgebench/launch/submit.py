@@ -90,6 +90,7 @@ def submit_run(
         raise
     except Exception as err:  # nemo-run raises plain exceptions for sbatch failures
         raise SubmitError(f"submitting {job.paths.job_name} failed: {err}") from err
+    _no_requeue(cfg, job_id)
     if script:
         kept = Path(run_dir) / "submitted" / f"{run_id}-a{attempt}.sbatch.sh"
         try:
@@ -123,6 +124,26 @@ def submit_run(
     )
     ledger.add(a)
     return a
+
+
+def _no_requeue(cfg: DictConfig, job_id: str | None) -> None:
+    """Make the job non-requeueable (``scontrol update JobId=N Requeue=0``), so a node failure ends it NODE_FAIL.
+
+    nemo-run 0.11.1 submits with ``sbatch --requeue`` (``SlurmTunnelScheduler.schedule``), and SLURM requeues a
+    requeueable batch job whose node fails: the same job id goes back to PENDING and later reruns, so its NODE_FAIL
+    is never final (measured on the local cluster: ``scontrol update NodeName=<node> State=DOWN`` under a running
+    job -> sacct NODE_FAIL, then PENDING, Restarts=1). Retries are bridgebench's own (:func:`refresh_report`: a
+    NODE_FAIL attempt is resubmitted as a new attempt, the failed node excluded, up to ``cluster.max_retries``),
+    so the ledger holds one attempt per run of the job. A job that already finished (a wrapper that exits at once)
+    has nothing to requeue; any other failure goes to the debug log, not raised and not printed (``--json`` output
+    stays JSON): the job is submitted either way."""
+    if not job_id:
+        return
+    try:
+        _slurm(["scontrol", "update", f"JobId={job_id}", "Requeue=0"], cfg)
+    except slurmcli.SlurmError as err:
+        if "already finished" not in str(err) and "already completing" not in str(err).lower():
+            logging.getLogger(__name__).debug("could not make job %s non-requeueable: %s", job_id, err)
 
 
 def _live_nodes(cfg: DictConfig) -> int | None:

@@ -5,7 +5,9 @@ live state and, for a PENDING job, SLURM's pending reason such as ``PartitionNod
 final state, exit code, node list, start and end). A reply counts only when its JobName is the attempt's (SLURM job
 ids repeat after a purge or on another cluster: launch/provenance.py). Then, per attempt:
 
-* accounting reports a final state -> that state (the failure reason is classified from the logs);
+* accounting reports a final state -> that state (the failure reason is classified from the logs); a job that
+  FAILED because one of its steps ran out of memory (or lost its node) is OUT_OF_MEMORY (NODE_FAIL): the step's
+  state is the cause (:func:`_accounting`);
 * the controller lists the job -> its state (PENDING with its reason);
 * otherwise SLURM cannot currently vouch for the job (controller down or killed, or it no longer knows the job):
   the attempt shows ``UNKNOWN`` with its last known state, and once that has lasted ``cluster.lost_after_s``
@@ -98,17 +100,44 @@ def _queue(cfg: DictConfig) -> dict[str, dict[str, str]]:
     return jobs
 
 
+#: Step states that explain a FAILED job: the step's verdict is the job's cause (see :func:`_accounting`).
+STEP_VERDICTS = ("OUT_OF_MEMORY", "NODE_FAIL")
+
+
 def _accounting(job_ids: list[str], cfg: DictConfig) -> dict[str, dict[str, str]]:
+    """``sacct`` rows of the jobs (allocation and steps), one per job id: the allocation's row, whose ``state`` is
+    the job's final state -- except that a FAILED job one of whose steps ended OUT_OF_MEMORY (or NODE_FAIL) takes
+    that step's state, and its ``step`` / ``step_exitcode`` say which.
+
+    Why: nemo-run runs the payload in an ``srun`` step. When the kernel's OOM killer (the step's memory cgroup,
+    ``--mem``) kills a task, slurmstepd marks the *step* OUT_OF_MEMORY (``Detected 1 oom-kill event(s) in
+    StepId=N.0``); ``srun`` then exits 1 and the batch script with it, so SLURM records the *job* as FAILED 1:0.
+    Measured on the local cluster (Slurm 22.05, task/cgroup): ``sbatch --mem=64M --wrap 'srun python3 alloc.py'``
+    -> job FAILED 1:0, step 0 OUT_OF_MEMORY 0:125. The job failed because its step ran out of memory, so the
+    attempt's state says so (``sacct`` without ``-X`` shows both)."""
     if not job_ids:
         return {}
-    out = slurmcli.run(["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), f"--format={SACCT_FORMAT}"], cfg)
-    jobs = {}
+    out = slurmcli.run(["sacct", "-n", "-P", "-j", ",".join(job_ids), f"--format={SACCT_FORMAT}"], cfg)
+    jobs: dict[str, dict[str, str]] = {}
+    steps: dict[str, list[dict[str, str]]] = {}
     keys = [k.lower() for k in SACCT_FORMAT.split(",")]
     for line in out.splitlines():
         parts = line.split("|")
-        if len(parts) == len(keys) and parts[0] in job_ids:
-            row = dict(zip(keys, parts))
+        if len(parts) != len(keys):
+            continue
+        row = dict(zip(keys, parts))
+        if row["jobid"] in job_ids:
             jobs[row["jobid"]] = row
+        elif row["jobid"].split(".")[0] in job_ids:
+            steps.setdefault(row["jobid"].split(".")[0], []).append(row)
+    for jid, row in jobs.items():
+        if row["state"].split(" ")[0] != "FAILED":
+            continue
+        for verdict in STEP_VERDICTS:
+            step = next((st for st in steps.get(jid, []) if st["state"].split(" ")[0] == verdict), None)
+            if step is not None:
+                row |= {"state": verdict, "step": step["jobid"], "step_exitcode": step["exitcode"]}
+                break
     return jobs
 
 
@@ -193,6 +222,9 @@ def update(cfg: DictConfig, ledger: Ledger, *, now: float | None = None) -> Refr
             }
             if s_state in FAILED_STATES:
                 fields["reason"] = failure_reason(a, s_state, s["exitcode"], s["reason"])
+                if s.get("step"):  # the job FAILED because this step ran out of memory: say which step
+                    why = f"step {s['step']} ended {s_state} (exit code {s['step_exitcode']}; job FAILED)"
+                    fields["reason"] = f"{fields['reason']}; {why}"[:500]
             elif a.state == LOST:
                 fields["reason"] = None
             ledger.update(a.run_id, a.attempt, **fields)

@@ -8,7 +8,8 @@ TIME LIMIT ***`` / ``... DUE TO NODE FAILURE ***``); Megatron-Bridge ``scripts/p
 iteration``); Megatron-LM ``pretrain_gpt.py`` / Bridge ``src/megatron/bridge/training/losses.py`` (``found NaN in
 local forward loss calculation``), ``megatron/core/rerun_state_machine.py`` (``RuntimeError: Rank r, node n, device
 d, iteration i: Unexpected result nan (message='...')``); PyTorch's ``torch.OutOfMemoryError: CUDA out of memory``
-and c10d ``ProcessGroupNCCL`` watchdog messages.
+and c10d ``ProcessGroupNCCL`` watchdog messages; the host out-of-memory lines of SLURM 22.05's ``slurmstepd`` and
+``srun`` (as the local cluster prints them: launch/cluster, task/cgroup and jobacct_gather OverMemoryKill).
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def classify_line(content: str) -> str | None:
     * ``time_limit``: SLURM slurmstepd ``*** JOB n ON host CANCELLED AT t DUE TO TIME LIMIT ***``.
     * ``node_failure``: ``DUE TO NODE FAILURE`` (slurmstepd) or the ``NODE_FAIL`` job state.
     * ``oom``: ``CUDA out of memory`` / ``OutOfMemoryError`` (PyTorch caching allocator) / ``CUDA error: out of
-      memory``.
+      memory``; host memory: SLURM's ``slurmstepd: error: Detected 1 oom-kill event(s) in StepId=N.0 ...``
+      (task/cgroup: the kernel's OOM killer in the step's memory cgroup), ``srun: error: node: task 0: Out Of
+      Memory`` and ``slurmstepd: error: Exceeded job memory limit`` (jobacct_gather ``OverMemoryKill``).
     * ``nccl_error``: ``NCCL error`` (c10d), NCCL result codes (``ncclRemoteError`` ...), ``DistBackendError``,
       ``Watchdog caught collective operation timeout``, ``Some NCCL operations have failed or timed out``,
       ``ProcessGroupNCCL`` lines about a timeout / stuck watchdog.
@@ -91,6 +94,8 @@ def classify_line(content: str) -> str | None:
     if "NODE_FAIL" in s:
         return "node_failure"
     if "CUDA out of memory" in s or "OutOfMemoryError" in s or "CUDA error: out of memory" in s:
+        return "oom"
+    if "oom-kill event" in s or ": Out Of Memory" in s or "Exceeded job memory limit" in s:
         return "oom"
     if "NCCL" in s or "nccl" in s or "Watchdog" in s or "DistBackendError" in s:
         if (
