@@ -253,10 +253,11 @@ def test_node_failure_is_recorded_as_node_fail(bb, slurm_cluster):  # noqa: F811
     assert state == "NODE_FAIL"
     assert slurm_cluster.run("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip() in ("", "NODE_FAIL")
     (a,) = json.loads(bb("status", no_retry, "--json").stdout)  # not retried, not requeued: one attempt, final
-    assert (a["state"], a["exit_code"]) == ("NODE_FAIL", "0:0") and "NODE FAILURE" in a["reason"], a
+    assert (a["state"], a["exit_code"]) == ("NODE_FAIL", "0:0") and "node failure" in a["reason"].lower(), a
     assert "1 NODE_FAIL" in bb("collect").stdout
     (rec,) = stored(bb)
     assert (rec["state"], rec["outcome"], rec["exit_code"]) == ("NODE_FAIL", "node_fail", "0:0")
-    assert rec["outcome_detail"].startswith("node_failure") and "DUE TO NODE FAILURE" in rec["outcome_detail"]
+    # slurmstepd's "DUE TO NODE FAILURE" or srun's "Node failure on <node>": which reaches the log first varies
+    assert rec["outcome_detail"].startswith("node_failure") and "node failure" in rec["outcome_detail"].lower()
     rep = bb("report", check=False)
     assert rep.returncode == 2 and "1 optimizer-step record, none completed: 1 NODE_FAIL" in rep.stderr

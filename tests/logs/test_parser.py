@@ -334,6 +334,7 @@ def test_resume_in_same_log_makes_segments():
             "node_failure",
         ),
         ("JobState=NODE_FAIL Reason=NodeDown", "node_failure"),
+        ("srun: error: Node failure on vm", "node_failure"),  # the local cluster's NODE_FAIL e2e test saw this line
         ("torch.OutOfMemoryError: CUDA out of memory", "oom"),
         ("torch.cuda.OutOfMemoryError: CUDA out of memory.", "oom"),
         ("RuntimeError: CUDA error: out of memory", "oom"),

@@ -71,7 +71,9 @@ def classify_line(content: str) -> str | None:
     """Failure class of one log line (rank prefix already stripped), or None.  Checked in OUTCOME_PRECEDENCE order.
 
     * ``time_limit``: SLURM slurmstepd ``*** JOB n ON host CANCELLED AT t DUE TO TIME LIMIT ***``.
-    * ``node_failure``: ``DUE TO NODE FAILURE`` (slurmstepd) or the ``NODE_FAIL`` job state.
+    * ``node_failure``: ``DUE TO NODE FAILURE`` (slurmstepd), srun's ``srun: error: Node failure on <nodes>``
+      (SLURM's srun ``_node_fail_handler``, on the controller's SRUN_NODE_FAIL message; which of the two reaches
+      the log first varies from run to run) or the ``NODE_FAIL`` job state.
     * ``oom``: ``CUDA out of memory`` / ``OutOfMemoryError`` (PyTorch caching allocator) / ``CUDA error: out of
       memory``; host memory: SLURM's ``slurmstepd: error: Detected 1 oom-kill event(s) in StepId=N.0 ...``
       (task/cgroup: the kernel's OOM killer in the step's memory cgroup), ``srun: error: node: task 0: Out Of
@@ -91,7 +93,7 @@ def classify_line(content: str) -> str | None:
             return "time_limit"
         if "DUE TO NODE FAIL" in s:
             return "node_failure"
-    if "NODE_FAIL" in s:
+    if "NODE_FAIL" in s or "Node failure on " in s:
         return "node_failure"
     if "CUDA out of memory" in s or "OutOfMemoryError" in s or "CUDA error: out of memory" in s:
         return "oom"
