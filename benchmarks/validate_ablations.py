@@ -42,7 +42,8 @@ from scipy.stats import spearmanr  # noqa: E402
 from bridgebench.config import calibration  # noqa: E402
 from bridgebench.config.catalog import load_gpu  # noqa: E402
 from bridgebench.model.spec import ModelSpec  # noqa: E402
-from bridgebench.model.timing import GpuFacts, TimeConfig, layer_time, predict_time  # noqa: E402
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig  # noqa: E402
+from bridgebench.model.steptime.predict import layer_time, predict_time  # noqa: E402
 
 ABLATIONS = Path(os.environ.get("BRIDGEBENCH_ABLATIONS", REPO.parent.parent / "shared" / "reference" / "ablations"))
 if not ABLATIONS.is_dir():

@@ -165,7 +165,7 @@ def _ablation_point(set_id: str, row: dict) -> tuple[list[str], dict]:
 
 def ablations(calib, only: tuple[str, ...] | None = None) -> list[dict]:
     """Every ablation row through the pipeline (see the module docstring); ``only``: these sets (file stems)."""
-    from bridgebench.config import sweep as engine
+    from bridgebench import sweep as engine
 
     sets = sorted(p for p in ABLATIONS.glob("*.csv") if only is None or p.stem in only)
     rows = [(p.stem, r) for p in sets for r in csv.DictReader(p.open())]

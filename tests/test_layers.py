@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bridgebench.paths import REPO_ROOT
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -29,24 +31,35 @@ def test_layers_are_kept():
     assert "0 broken" in res.stdout
 
 
-def test_an_upward_import_breaks_the_contract(tmp_path):
+@pytest.mark.parametrize(
+    "module, target",
+    [
+        ("model/flops.py", "bridgebench.launch.plan"),
+        ("sweep/keys.py", "bridgebench.results.store"),  # the sweep engine sits below results / launch
+        ("config/compose.py", "bridgebench.sweep.space"),  # ... and above config
+    ],
+)
+def test_an_upward_import_breaks_the_contract(tmp_path, module, target):
     shutil.copytree(
         REPO_ROOT / "src" / "bridgebench",
         tmp_path / "src" / "bridgebench",
         ignore=shutil.ignore_patterns("__pycache__", "hf_configs"),
     )
     shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    flops = tmp_path / "src" / "bridgebench" / "model" / "flops.py"
-    flops.write_text(flops.read_text() + "\n\ndef _upward():\n    from bridgebench.launch import plan  # noqa\n")
+    planted = tmp_path / "src" / "bridgebench" / module
+    package, name = target.rsplit(".", 1)
+    planted.write_text(planted.read_text() + f"\n\ndef _upward():\n    from {package} import {name}  # noqa\n")
     res = _lint(tmp_path)
     assert res.returncode != 0
-    assert "BROKEN" in res.stdout and "bridgebench.model.flops -> bridgebench.launch.plan" in res.stdout
+    source = "bridgebench." + module.removesuffix(".py").replace("/", ".")
+    assert "BROKEN" in res.stdout and f"{source} -> {target}" in res.stdout, res.stdout
 
 
 def test_model_math_imports_no_heavy_packages():
     code = (
         "import sys, bridgebench.model.flops, bridgebench.model.newton_schulz, bridgebench.model.mfu, "
-        "bridgebench.model.spec, bridgebench.model.layout, bridgebench.model.optimizer\n"
+        "bridgebench.model.spec, bridgebench.model.layout, bridgebench.model.optimizer, bridgebench.model.memory, "
+        "bridgebench.model.steptime.predict\n"
         "heavy = [m for m in ('hydra', 'omegaconf', 'pandas', 'torch', 'megatron', 'yaml') if m in sys.modules]\n"
         "print(heavy); sys.exit(1 if heavy else 0)"
     )

@@ -1,7 +1,7 @@
 """A search space: Hydra overrides (``a=x,y`` sweeps, Hydra's own grammar) and/or a sweep file
 (``configs/sweep/<name>.yaml`` or ``$BRIDGEBENCH_CONFIG_DIR/sweep/<name>.yaml``), parsed into fixed overrides and
 axes (:func:`parse_space`). Axes over config groups (``optimizer=adamw,muon``, ``recipe=...``) are composed once per
-combination; axes over fields vary plain values on top (``bridgebench.config.sweep.bases``)."""
+combination; axes over fields vary plain values on top (``bridgebench.sweep.bases``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any, Sequence
 import yaml
 
 from bridgebench.config.compose import ConfigError, is_group, normalize_overrides
-from bridgebench.config.sweep.keys import AUTO, KEYS
 from bridgebench.paths import CONFIG_DIR, config_files
+from bridgebench.sweep.keys import AUTO, KEYS
 
 SWEEP_DIR = CONFIG_DIR / "sweep"
 
