@@ -283,6 +283,9 @@ class PathsSchema:
     ledger: str = MISSING
     results: str = MISSING
     reference: str = MISSING
+    golden: str = MISSING
+    shared_reference: str = MISSING
+    ablations: str = MISSING
     tables: str = MISSING
     hf_cache: str = MISSING
     job_dir: str = MISSING
