@@ -304,7 +304,6 @@ class PathsSchema:
     hf_cache: str = MISSING
     job_dir: str = MISSING
     sweeps: str = MISSING
-    ablations: str = MISSING
     cache: str = MISSING
     debug_log: str = MISSING
 
