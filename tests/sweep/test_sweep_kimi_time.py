@@ -68,7 +68,7 @@ def test_nvidia_configuration_cannot_be_told_from_the_top_point_at_two_bands(ran
 @pytest.mark.xfail(
     strict=True,
     reason="issue 15's target, missed since the calibration rows take the release presets NVIDIA's launcher ran "
-    "(results/published_settings.yaml replaces_printed): the GB300 FP8 band narrowed to +-3.95 % and NVIDIA's "
+    "(validation/published_settings.yaml replaces_printed): the GB300 FP8 band narrowed to +-3.95 % and NVIDIA's "
     "configuration is 4.1 % below the top point (1,036.9 vs 1,081.7 TFLOP/s/GPU); strict, so it is noticed when met",
 )
 def test_nvidia_configuration_is_within_the_band_of_the_top_point(ranked):
