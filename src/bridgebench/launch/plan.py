@@ -45,6 +45,7 @@ from bridgebench.launch.jobspec import Job, build_job, job_paths, run_id_for
 from bridgebench.launch.jobspec import nodes_and_tasks as jobspec_nodes_and_tasks
 from bridgebench.model.newton_schulz import ns_load
 from bridgebench.model.optimizer import OptimizerKind
+from bridgebench.model.parallel import DIM_FIELDS, DimsView, ParallelDims
 from bridgebench.paths import load_paths
 
 
@@ -63,23 +64,18 @@ class InvalidRun:
     reason: str
 
 
-@dataclass
-class PlannedRun:
+@dataclass(kw_only=True)
+class PlannedRun(DimsView):
+    """One planned run: its name, overrides and config hash, the parallel sizes and batch (``dims``, read as
+    ``run.tp``, ``run.dp`` ...), the job shape, the FLOPs per step and the provenance. ``run.json`` is
+    :meth:`to_json` (the sizes flat, with DP), read back by :meth:`from_json`."""
+
     name: str
     overrides: list[str]
     config_hash: str
-    num_gpus: int
+    dims: ParallelDims
     nodes: int
     tasks_per_node: int
-    tp: int
-    pp: int
-    vp: int | None
-    cp: int
-    ep: int
-    etp: int | None
-    dp: int
-    mbs: int
-    gbs: int
     seq_length: int
     optimizer: str
     container_image: str | None  # the image the job starts in on this cluster; None: the payload runs on the host
@@ -99,6 +95,25 @@ class PlannedRun:
     policies: list[str] = field(default_factory=list)  # bridgebench run policies applied (build.apply_policies)
     #: TensorBoard events: <the attempt's out folder, BRIDGEBENCH_OUT_DIR>/<job.tensorboard_subdir> (None: off)
     tensorboard_subdir: str | None = None
+
+    def to_json(self) -> dict:
+        """The run as ``run.json`` / ``plan.json`` hold it: every field, the sizes flat (``num_gpus`` ... ``gbs``)
+        with the data-parallel size ``dp``."""
+        data = asdict(self)
+        dims = data.pop("dims")
+        head = {k: data.pop(k) for k in ("name", "overrides", "config_hash")}
+        flat = {"num_gpus": dims["num_gpus"], "nodes": data.pop("nodes"), "tasks_per_node": data.pop("tasks_per_node")}
+        flat |= {k: dims[k] for k in ("tp", "pp", "vp", "cp", "ep", "etp")}
+        flat |= {"dp": self.dp, "mbs": dims["mbs"], "gbs": dims["gbs"]}
+        return head | flat | data
+
+    @classmethod
+    def from_json(cls, data: dict) -> PlannedRun:
+        """A run from :meth:`to_json`'s mapping (``dp`` is derived, not read)."""
+        data = dict(data)
+        data.pop("dp", None)
+        sizes = {k: data.pop(k) for k in DIM_FIELDS if k in data}
+        return cls(dims=ParallelDims(**sizes), **data)
 
 
 def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
@@ -254,19 +269,19 @@ def plan(
                 name=name,
                 overrides=list(ov),
                 config_hash=h,
-                num_gpus=int(cfg.num_gpus),
+                dims=ParallelDims(
+                    num_gpus=int(cfg.num_gpus),
+                    tp=m.tensor_model_parallel_size,
+                    pp=m.pipeline_model_parallel_size,
+                    vp=m.virtual_pipeline_model_parallel_size,
+                    cp=m.context_parallel_size,
+                    ep=m.expert_model_parallel_size,
+                    etp=m.expert_tensor_parallel_size,
+                    mbs=cfg.train.micro_batch_size,
+                    gbs=cfg.train.global_batch_size,
+                ),
                 nodes=nodes,
                 tasks_per_node=per_node,
-                tp=m.tensor_model_parallel_size,
-                pp=m.pipeline_model_parallel_size,
-                vp=m.virtual_pipeline_model_parallel_size,
-                cp=m.context_parallel_size,
-                ep=m.expert_model_parallel_size,
-                etp=m.expert_tensor_parallel_size,
-                dp=int(cfg.num_gpus)
-                // (m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size),
-                mbs=cfg.train.micro_batch_size,
-                gbs=cfg.train.global_batch_size,
                 seq_length=m.seq_length,
                 optimizer=str(cfg.optimizer.optimizer),
                 container_image=job.spec.container_image,
@@ -284,14 +299,14 @@ def plan(
                 policies=result.policies if result else [],
                 tensorboard_subdir=cfg.job.tensorboard_subdir if cfg.job.type == "pretrain" else None,
             )
-            (run_dir / "run.json").write_text(json.dumps(asdict(run), indent=2))
+            (run_dir / "run.json").write_text(json.dumps(run.to_json(), indent=2))
             runs.append(run)
         (tmp / "plan.json").write_text(
             json.dumps(
                 {
                     "overrides": [redact_override(o) for o in overrides],  # a refused run's credential: never written
                     "created": stamp,
-                    "runs": [asdict(r) for r in runs],
+                    "runs": [r.to_json() for r in runs],
                     "invalid": [asdict(r) for r in invalid],
                 },
                 indent=2,

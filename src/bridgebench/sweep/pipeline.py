@@ -3,7 +3,8 @@ trust the ranking). ``bridgebench sweep`` runs it over a space and then plans th
 sweep``); ``bridgebench predict`` is the same pipeline over one point (:func:`predict`); the published-table check
 runs it over NVIDIA's published configurations (``bridgebench.validation.published_points``).
 
-Stages (each a function over point rows, plain dicts that become ``points.parquet``):
+Stages (each a function over point records, plain dicts updated in place; a record's columns are declared once
+by the typed row :class:`bridgebench.sweep.row.SweepRow`, through which ``points.parquet`` is written and read):
 
 1. ``enumerate`` (:func:`bridgebench.sweep.points.enumerate_points`): every candidate, ``auto`` keys derived;
 2. ``rules`` (:func:`bridgebench.sweep.points.check_rules`): the fast validity rules, duplicates;
@@ -29,6 +30,7 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 from bridgebench.config.calibration import ModelCalibration
 from bridgebench.sweep.bases import Base, base_of, compose_bases
 from bridgebench.sweep.points import check_rules, enumerate_points
+from bridgebench.sweep.row import SweepRow, records
 from bridgebench.sweep.scoring import score_memory, score_time
 from bridgebench.sweep.space import Space, parse_space
 from bridgebench.sweep.trust import published_place, rank_and_annotate
@@ -99,7 +101,8 @@ def run_pipeline(
     progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Run the four stages over a space's candidates (``space``) or explicit ``(base, delta)`` pairs; returns every
-    point's row (see the module docstring). ``total`` is the number of pairs (for progress)."""
+    point's record, checked against the row schema (:class:`bridgebench.sweep.row.SweepRow`: every column, in its
+    order, as a stored sweep reads back). ``total`` is the number of pairs (for progress)."""
     say = progress or Quiet()
     rows: list[dict[str, Any]] = []
     steps: dict[str, Callable[[list[dict[str, Any]]], list[dict[str, Any]]]] = {
@@ -122,7 +125,7 @@ def run_pipeline(
         rows = steps[stage](rows)
         if store is not None:
             store.save(stage, index, rows, time.perf_counter() - t0, points)
-    return rows
+    return records(rows)
 
 
 def _space_size(space: Space | None, bases: Sequence[Base]) -> int:
@@ -137,8 +140,9 @@ def _space_size(space: Space | None, bases: Sequence[Base]) -> int:
     return size * len(bases)
 
 
-def predict(overrides: Sequence[str], calib: ModelCalibration) -> dict[str, Any]:
-    """One point through the sweep pipeline (no second path): its row with ``fits`` and ``pruned_by`` added. A point
+def predict(overrides: Sequence[str], calib: ModelCalibration) -> SweepRow:
+    """One point through the sweep pipeline (no second path): its typed row (:class:`SweepRow`) with ``fits`` and
+    ``pruned_by`` set. A point
     a validity rule refuses is still scored for memory and time where the models can (its row says so in
     ``pruned_by``), so the numbers that would have mattered are shown.
 
@@ -155,7 +159,7 @@ def predict(overrides: Sequence[str], calib: ModelCalibration) -> dict[str, Any]
         row.update({k: v for k, v in probe.items() if k.startswith(("mem_", "t_", "hbm_")) or k in _TIME_KEYS})
     row["fits"] = row["status"] in ("ranked", "fits", "indistinct")
     row["pruned_by"] = None if row["fits"] else {"rule": row.get("rule"), "reason": row.get("reason")}
-    return row
+    return SweepRow.from_record(row)
 
 
 _TIME_KEYS = ("step_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "band_pct", "time_release", "score")

@@ -48,14 +48,14 @@ class DPComm:
 
 def bucket_params(cfg: TimeConfig) -> float:
     """Params per DDP bucket (``bucket_size`` or Megatron-Core's default)."""
-    return float(cfg.bucket_size or max(DEFAULT_BUCKET, 1_000_000 * cfg.dp * cfg.cp))
+    return float(cfg.bucket_size or max(DEFAULT_BUCKET, 1_000_000 * cfg.dims.dp_cp))
 
 
 def dense_ring(cfg: TimeConfig, bytes_: float, passes: int = 1) -> float:
     """A ring collective of ``bytes_`` over the dense DP x CP group (members ``TP`` ranks apart)."""
     g = cfg.gpu
     return collectives.group_ring(
-        bytes_, cfg.dp * cfg.cp, cfg.tp, g.nvlink_domain, g.nvlink_bandwidth, g.network_bandwidth, passes
+        bytes_, cfg.dims.dp_cp, cfg.tp, g.nvlink_domain, g.nvlink_bandwidth, g.network_bandwidth, passes
     )
 
 

@@ -33,6 +33,7 @@ from functools import lru_cache
 
 from bridgebench.model import memory
 from bridgebench.model.flops import model_flops
+from bridgebench.model.parallel import ParallelDims
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import cp_comm, dp_comm, ep_comm, pp, recompute, registry, tp_comm
 from bridgebench.model.steptime.calibration import Calibration
@@ -181,10 +182,8 @@ def _flops(sid: int, gbs: int, tp: int, formula: str) -> float:
 def local_params(sid: int, tp: int, pp_size: int, vp: int | None, ep: int, etp: int, layout: str | None) -> tuple:
     """(dense params, routed-expert params) on one GPU of each pipeline rank (elements)."""
     spec = registry.get(sid)
-    cfg = memory.MemoryConfig(
-        num_gpus=tp * pp_size * ep * etp, mbs=1, gbs=1, tp=tp, pp=pp_size, vp=vp, ep=ep, etp=etp,
-        pipeline_model_parallel_layout=layout,
-    )  # fmt: skip
+    dims = ParallelDims(num_gpus=tp * pp_size * ep * etp, mbs=1, gbs=1, tp=tp, pp=pp_size, vp=vp, ep=ep, etp=etp)
+    cfg = memory.MemoryConfig(dims=dims, pipeline_model_parallel_layout=layout)
     return tuple(memory.parameter_counts(spec, cfg))
 
 
