@@ -35,9 +35,13 @@ FIXED = """overrides:
   - train.micro_batch_size=1
 """
 #: two FP8 rows and four BF16 rows of the set: the FP8 ones are ~40 % faster, so the loop can stop before its budget
-SMALL = FIXED + "points:\n" + "".join(
-    f"  - {{precision: {p}, num_gpus: {n}, train.global_batch_size: {2 * n}}}\n"
-    for p, n in [("fp8_cs", 64), ("fp8_cs", 128), ("bf16", 64), ("bf16", 128), ("bf16", 256), ("bf16", 512)]
+SMALL = (
+    FIXED
+    + "points:\n"
+    + "".join(
+        f"  - {{precision: {p}, num_gpus: {n}, train.global_batch_size: {2 * n}}}\n"
+        for p, n in [("fp8_cs", 64), ("fp8_cs", 128), ("bf16", 64), ("bf16", 128), ("bf16", 256), ("bf16", 512)]
+    )
 )
 
 
@@ -114,5 +118,7 @@ def test_adaptive_sweep_converges_resumes_and_calibrates(env, tmp_path):
         assert abs(100 * abs(err) - loo) <= pred["band_pct"]
     before = json.loads(env("predict", *point, "--json").stdout)
     assert abs(err) < abs(math.log(before["step_time_s"] / truth[("fp8", 256)]))  # the refit moved towards the truth
-    print(f"adaptive e2e: {time.monotonic() - t0:.0f} s; rounds {len(res['rounds'])}; stop {res['stop']}; "
-          f"load {os.getloadavg()[0]:.1f}")
+    print(
+        f"adaptive e2e: {time.monotonic() - t0:.0f} s; rounds {len(res['rounds'])}; stop {res['stop']}; "
+        f"load {os.getloadavg()[0]:.1f}"
+    )

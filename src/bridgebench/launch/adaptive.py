@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bridgebench.config import sweep as engine
+from bridgebench import sweep as engine
 from bridgebench.config.compose import compose
 from bridgebench.config.hashing import config_hash
 from bridgebench.errors import BridgebenchError

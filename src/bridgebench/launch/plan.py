@@ -2,7 +2,7 @@
 
 ``plan(overrides)`` expands the sweep (an experiment's ``hydra.sweeper.params`` and/or ``a=x,y`` overrides), then for
 every run, *before writing anything*: composes the config (schema-checked), refuses credentials
-(``config/secrets.py``) and runs the fast validity rules (``config/rules.py``, GPU x precision x system included) --
+(``config/secrets.py``) and runs the fast validity rules (``config/rules/``, GPU x precision x system included) --
 all before the Megatron import --, builds and validates the real Megatron-Bridge ``ConfigContainer``
 (``mbridge/build.py``) and renders the sbatch script ``submit`` will send for the run's first repeat on the chosen
 cluster (``launch/jobspec.py`` + nemo-run's dry run in ``launch/nemorun.py``). Only when every run passes are the
@@ -372,13 +372,13 @@ def _with_replay_row(cfg: DictConfig) -> DictConfig:
 
 def _prediction(overrides: list[str], cfg: DictConfig, calibration: str) -> dict | None:
     """The time model's prediction for a pretrain or replay run, through the sweep pipeline's one-point path
-    (:func:`bridgebench.config.sweep.predict`): ``step_time_s``, ``tflops_per_gpu``, ``band_pct`` (as the
+    (:func:`bridgebench.sweep.predict`): ``step_time_s``, ``tflops_per_gpu``, ``band_pct`` (as the
     prediction returns it), ``release``, ``calibration`` and ``calibration_sha256`` (the file's), ``source``
     (``plan``). None for the optimizer-step payload; ``{"error": ...}`` when the models cannot price the point."""
     if cfg.job.type not in ("pretrain", "replay"):
         return None
     from bridgebench.config import calibration as calib_mod
-    from bridgebench.config.sweep import predict
+    from bridgebench.sweep import predict
 
     try:
         calib = calib_mod.load(calibration)

@@ -6,7 +6,7 @@ the evidence -- with the leave-one-run-out error and the new bands, written as `
 base calibration's ``memory`` and ``time`` nodes unchanged, plus ``cluster_refit`` (the posterior, the base's name
 and sha256, and provenance: run ids, record ids, the sha256 of every log the figures came from). ``sweep``,
 ``predict`` and ``muon-cost`` with ``--calibration NAME`` then price every point through the refit
-(``bridgebench.config.sweep.scoring.cluster_refit``).
+(``bridgebench.sweep.scoring.cluster_refit``).
 
 Replayed records (``payload: replay``) and measured ones are never mixed: the selection must say ``payload=replay``
 to use replayed records, and then uses only those.
