@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bridgebench.logs import parser as parser_mod
+from bridgebench.logs import reader as reader_mod
 from bridgebench.logs.parser import LogReadError, parse_log, to_json
 
 LOGS = Path(__file__).parents[1] / "data" / "logs"
@@ -83,7 +83,7 @@ def test_terminal_wrapped_records_are_rejoined():
 )
 def test_chunk_boundaries_change_nothing(monkeypatch, name):
     whole = to_json(parse_log(LOGS / name))
-    monkeypatch.setattr(parser_mod, "CHUNK_BYTES", 97)  # every few lines cut mid-line
+    monkeypatch.setattr(reader_mod, "CHUNK_BYTES", 97)  # every few lines cut mid-line
     chunked = to_json(parse_log(LOGS / name))
     assert chunked == whole
 
