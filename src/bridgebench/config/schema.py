@@ -251,6 +251,7 @@ class RecipeMetaSchema:
     megatron_bridge: Optional[str] = None  # the upstream version the values were taken from
     source: Optional[str] = None  # upstream files / functions (and tag) the values come from
     upstream_optimizers: List[str] = field(default_factory=list)  # optimizer families upstream ships for it
+    sources: Dict[str, str] = field(default_factory=dict)  # per upstream optimizer family: its own source
     generated_by: Optional[str] = None
 
 

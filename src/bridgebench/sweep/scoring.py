@@ -1,6 +1,6 @@
 """Stages 3 and 4 of a sweep: memory per GPU on the busiest rank (:func:`score_memory`,
 :func:`bridgebench.model.memory.estimate_memory`; pruned above the GPU's HBM less the measured fragmentation
-margin) and the predicted step time (:func:`score_time`, :func:`bridgebench.model.timing.predict_time`)."""
+margin) and the predicted step time (:func:`score_time`, :func:`bridgebench.model.steptime.predict.predict_time`)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import json
 from typing import Any, Callable, Sequence
 
 from bridgebench.config.calibration import ModelCalibration
-from bridgebench.config.sweep.bases import Base, _arch_spec, effective
 from bridgebench.config.time_knobs import time_knobs
 from bridgebench.model import memory as mem
-from bridgebench.model import timing
 from bridgebench.model.layout import LayoutError
 from bridgebench.model.newton_schulz import NSError, NSPolicy, muon_matrices, ns_flops
 from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.spec import ModelSpec
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError
+from bridgebench.model.steptime.predict import predict_time
+from bridgebench.sweep.bases import Base, _arch_spec, effective
 
 
 # ---------------------------------------------------------------------------------------------------- stage 2, 3
@@ -103,11 +104,11 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
     )
 
 
-def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
+def time_config(v: dict[str, Any], gpu: GpuFacts) -> TimeConfig:
     """The time model's view of a point's effective values (knobs: :func:`bridgebench.config.time_knobs.time_knobs`)."""
     granularity = v["recompute_granularity"]
     mods = recompute_modules(v)
-    return timing.TimeConfig(
+    return TimeConfig(
         gpu=gpu,
         peak_key=v["peak_key"],
         num_gpus=v["num_gpus"],
@@ -242,7 +243,7 @@ def score_time(
     """Stage 4 (in place): predicted step time of every ``fits`` and ``over_memory`` row: ``step_time_s``,
     ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, one ``t_<term>_s`` column per term of the time model
     (``TimeBreakdown.terms``), ``band_pct`` (the prediction's +- band, percent) and ``time_release`` (the software
-    level it is for). ``score`` is what the ranking sorts by (``bridgebench.config.sweep.trust``): predicted model
+    level it is for). ``score`` is what the ranking sorts by (``bridgebench.sweep.trust``): predicted model
     TFLOP/s/GPU, or for optimizer-step benchmark points (which train nothing) minus the Muon step time."""
     todo = [r for r in rows if r["status"] in ("fits", "over_memory")]
     cache: dict = {}
@@ -261,7 +262,7 @@ def score_time(
                 row["score"] = -t
                 row["band_pct"] = None
             else:
-                b = timing.predict_time(spec, time_config(v, base.gpu), calib.time)
+                b = predict_time(spec, time_config(v, base.gpu), calib.time)
                 row.update({f"t_{name}_s": float(value) for name, value in b.terms.items()})
                 seq = v["seq_length"] or spec.seq_length
                 row.update(
@@ -275,7 +276,7 @@ def score_time(
                     ep_scale_out=getattr(b, "ep_scale_out", None),
                 )
                 row["score"] = b.tflops_per_gpu
-        except (timing.TimeModelError, NSError, LayoutError) as err:
+        except (TimeModelError, NSError, LayoutError) as err:
             if row["status"] == "fits":
                 row.update(status="invalid", rule="time_model", reason=str(err))
             continue
