@@ -51,6 +51,7 @@ from bridgebench.results.compare.own_runs import (
     compare_sides,
     own_histories,
     record_values,
+    run_matches,
     run_values,
 )
 from bridgebench.results.compare.result import CompareResult, run_compare
@@ -90,6 +91,7 @@ __all__ = [
     "published_keys",
     "record_values",
     "run_compare",
+    "run_matches",
     "run_values",
     "same_flops_count",
     "speedup_matrix",

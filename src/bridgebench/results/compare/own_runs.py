@@ -154,7 +154,8 @@ def _record_field(record: Mapping[str, Any], key: str) -> Any:
     return got
 
 
-def _run_matches(record: Mapping[str, Any], sel: Selection) -> bool:
+def run_matches(record: Mapping[str, Any], sel: Selection) -> bool:
+    """Whether a store record matches every run filter of ``sel`` (keys through :data:`RUN_KEY_ALIASES`)."""
     for key, values in sel.items:
         if key == "model":
             got = _record_field(record, key)
@@ -233,7 +234,7 @@ def build_side(
     Raises:
         CompareError: no record matches (naming the selection and listing the values the store has for its keys).
     """
-    matched = [dict(r) for r in records if _run_matches(r, sel)]
+    matched = [dict(r) for r in records if run_matches(r, sel)]
     if not matched:
         have = {k: sorted({str(v) for r in records if (v := _record_field(r, k)) is not _MISSING}) for k in sel.keys}
         raise CompareError(
@@ -404,7 +405,7 @@ def own_histories(
     if not records:
         raise CompareError("the results store has no records: submit runs and `bridgebench collect` first")
     _check_run_keys(records, sel, "selection")
-    candidates = [r for r in records if _run_matches(r, sel)]
+    candidates = [r for r in records if run_matches(r, sel)]
     matched = [r for r in candidates if usable(r)]
     if not matched:
         why = f": {skip_line(candidates, 0)}" if candidates else ""
