@@ -147,9 +147,9 @@ def _print_vs_predicted(records, selections, which: str) -> None:
     from rich.console import Console
 
     from bridgebench.results import vs_predicted
-    from bridgebench.results.compare import _run_matches
+    from bridgebench.results.compare import run_matches
 
-    picked = [r for r in records if any(_run_matches(r, s) for s in selections)]
+    picked = [r for r in records if any(run_matches(r, s) for s in selections)]
     c = Console()
     c.width = max(c.width, 200)
     vs_predicted.print_table(c, picked, f"your runs: measured vs predicted ({which})")
