@@ -16,6 +16,7 @@ import pytest
 from bridgebench.cli import main
 from bridgebench.paths import REPO_ROOT
 from bridgebench.results import compare as cmp
+from bridgebench.results.compare import outputs as cmp_outputs
 from bridgebench.results.store import ResultStore
 
 
@@ -295,13 +296,13 @@ def test_outputs_never_overwrite_tracked_files(tmp_path, monkeypatch):
     """A real git repository whose tracked file sits where an output would go: nothing is written."""
     import subprocess
 
-    assert cmp._tracked([REPO_ROOT / "README.md", tmp_path / "x.csv"]) in ([REPO_ROOT / "README.md"], [])
+    assert cmp_outputs._tracked([REPO_ROOT / "README.md", tmp_path / "x.csv"]) in ([REPO_ROOT / "README.md"], [])
     repo = tmp_path / "repo"
     (repo / "out").mkdir(parents=True)
     (repo / "out" / "provenance.json").write_text("tracked\n")
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run(["git", "-C", str(repo), "add", "out/provenance.json"], check=True)
-    monkeypatch.setattr(cmp, "REPO_ROOT", repo)
+    monkeypatch.setattr(cmp_outputs, "REPO_ROOT", repo)
     with pytest.raises(cmp.CompareError, match="refusing to overwrite tracked file"):
         cmp.write_outputs(cmp.CompareResult("published"), repo / "out", plots=False)
     assert (repo / "out" / "provenance.json").read_text() == "tracked\n"

@@ -10,7 +10,7 @@ calls). :func:`aggregate` groups the records by (config hash, model, device, mat
 Repeats set aside or flagged:
 
 * **contended**: the payload saw other processes use at least :data:`CONTENDED_OTHER_SHARE` of the node's CPU
-  capacity during its timing window (``optstep.load.other_share``, :mod:`bridgebench.payloads.load`); left out of
+  capacity during its timing window (``optstep.load.other_share``, :mod:`~.payloads.cpu_contention`); left out of
   the aggregate and listed with their share -- unless every repeat of the group is contended: then the aggregate is
   over them and the group is flagged ``CONTENDED`` (``basis`` says which). Records without a load figure (older
   payloads) are kept but flagged ``load unknown``.
