@@ -60,6 +60,10 @@ def prediction(overrides: list[str], calibration: str = "default") -> dict[str, 
         "ep_span": row.ep_span,
         "ep_leaves_nvlink": row.ep_leaves_nvlink,
         "calibration": calib.name,
+        # with a cluster's own calibration (calibrate --from-runs): the published model's figures before the refit
+        "step_time_model_s": row.step_time_model_s,
+        "band_model_pct": row.band_model_pct,
+        "cluster_calibration": row.cluster_calibration,
         "point_id": row.point_id,
     }
 
@@ -121,3 +125,9 @@ def predict(
         + (" [yellow]leaves the NVLink domain[/]" if out["ep_leaves_nvlink"] else "")
         + f"; calibration {out['calibration']!r}"
     )
+    if out.get("step_time_model_s"):
+        con.print(
+            f"refitted on this cluster's runs ({out['cluster_calibration']!r}, bridgebench.model.refit): the published "
+            f"model says {out['step_time_model_s']:.4f} s +-{out['band_model_pct']:.1f} %; the terms above are the "
+            "published model's"
+        )

@@ -43,7 +43,9 @@ class SweepRow:
     ``hbm_gb`` / ``hbm_usable_gb`` (capacity, and less the lowest measured fragmentation), ``tight``,
     ``expandable_segments``. Time (stage 4): ``step_time_s``, ``terms_s`` (seconds per term of the time model: the
     ``t_<term>_s`` columns), ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, ``band_pct`` (+- band, percent),
-    ``time_release``, ``efficiency`` / ``efficiency_source``, ``ep_scale_out``, ``score`` (what the ranking sorts).
+    ``time_release``, ``efficiency`` / ``efficiency_source``, ``ep_scale_out``, ``score`` (what the ranking sorts);
+    with a cluster's own calibration, ``cluster_calibration`` and the published model's ``step_time_model_s`` /
+    ``band_model_pct`` before the refit.
     Ranking: ``rank``, ``tie``, ``twins``, ``collapsed_into``, ``ep_span``, ``ep_leaves_nvlink``, ``published``.
     Launch: ``config_hash``, ``plan_dir``, ``run_ids``. ``predict``: ``fits``, ``pruned_by``.
     """
@@ -92,6 +94,9 @@ class SweepRow:
     efficiency_source: str | None = None
     ep_scale_out: bool | None = None
     score: float | None = None
+    step_time_model_s: float | None = None
+    band_model_pct: float | None = None
+    cluster_calibration: str | None = None
     rank: int | None = None
     tie: bool | None = None
     twins: int | None = None
