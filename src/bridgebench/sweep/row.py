@@ -42,8 +42,8 @@ class SweepRow:
     Memory (stage 3, GB = 1e9 bytes, busiest GPU): ``mem_<term>_gb``, ``mem_stage`` (its pipeline rank),
     ``hbm_gb`` / ``hbm_usable_gb`` (capacity, and less the lowest measured fragmentation), ``tight``,
     ``expandable_segments``. Time (stage 4): ``step_time_s``, ``terms_s`` (seconds per term of the time model: the
-    ``t_<term>_s`` columns), ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, ``band_pct`` (+- band, percent),
-    ``time_release``, ``efficiency`` / ``efficiency_source``, ``ep_scale_out``, ``score`` (what the ranking sorts);
+    ``t_<term>_s`` columns; None where a stored sweep's other points have the term and this one has no time),
+    ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, ``band_pct`` (+- band, percent), ``time_release``, ``efficiency`` / ``efficiency_source``, ``ep_scale_out``, ``score`` (what the ranking sorts);
     with a cluster's own calibration, ``cluster_calibration`` and the published model's ``step_time_model_s`` /
     ``band_model_pct`` before the refit.
     Ranking: ``rank``, ``tie``, ``twins``, ``collapsed_into``, ``ep_span``, ``ep_leaves_nvlink``, ``published``.
@@ -85,7 +85,7 @@ class SweepRow:
     mem_stage: int | None = None
     tight: bool | None = None
     step_time_s: float | None = None
-    terms_s: dict[str, float] = field(default_factory=dict)
+    terms_s: dict[str, float | None] = field(default_factory=dict)
     tflops_per_gpu: float | None = None
     tokens_per_s_per_gpu: float | None = None
     band_pct: float | None = None
@@ -128,14 +128,13 @@ class SweepRow:
         """
         data: dict[str, Any] = {}
         sizes: dict[str, Any] = {}
-        terms: dict[str, float] = {}
+        terms: dict[str, float | None] = {}
         for key, raw in record.items():
             value = _plain(raw)
             if key in DIM_FIELDS:
                 sizes[key] = _as_int(value)
             elif key.startswith("t_") and key.endswith("_s"):
-                if value is not None:
-                    terms[key[2:-2]] = float(value)
+                terms[key[2:-2]] = None if value is None else float(value)
             elif key == "dp":
                 continue
             elif key in _FIELDS:
