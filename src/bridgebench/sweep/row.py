@@ -43,7 +43,8 @@ class SweepRow:
     ``hbm_gb`` / ``hbm_usable_gb`` (capacity, and less the lowest measured fragmentation), ``tight``,
     ``expandable_segments``. Time (stage 4): ``step_time_s``, ``terms_s`` (seconds per term of the time model: the
     ``t_<term>_s`` columns; None where a stored sweep's other points have the term and this one has no time),
-    ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, ``band_pct`` (+- band, percent), ``time_release``, ``efficiency`` / ``efficiency_source``, ``ep_scale_out``, ``score`` (what the ranking sorts);
+    ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, ``band_pct`` (+- band, percent), ``time_release``,
+    ``efficiency`` / ``efficiency_source``, ``ep_scale_out``, ``score`` (what the ranking sorts);
     with a cluster's own calibration, ``cluster_calibration`` and the published model's ``step_time_model_s`` /
     ``band_model_pct`` before the refit.
     Ranking: ``rank``, ``tie``, ``twins``, ``collapsed_into``, ``ep_span``, ``ep_leaves_nvlink``, ``published``.
