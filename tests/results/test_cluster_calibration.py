@@ -53,9 +53,9 @@ def test_records_refit_write_and_price_points(tmp_path, monkeypatch):
     assert data["cluster_refit"]["base_sha256"] == calib_mod.sha256("default")
     cal = calib_mod.load("mycluster")  # through $BRIDGEBENCH_CONFIG_DIR/calibration
     row = engine.predict([*POINT, "num_gpus=1024", "train.global_batch_size=2048"], cal)
-    assert row["cluster_calibration"] == "mycluster"
-    assert row["step_time_s"] / row["step_time_model_s"] == pytest.approx(0.9, abs=0.03)
-    assert row["band_pct"] < row["band_model_pct"]  # the runs narrowed the band
+    assert row.cluster_calibration == "mycluster"
+    assert row.step_time_s / row.step_time_model_s == pytest.approx(0.9, abs=0.03)
+    assert row.band_pct < row.band_model_pct  # the runs narrowed the band
     post = refit.Posterior.from_mapping(res["posterior"].to_mapping())
     for k, (m, sd) in res["posterior"].coefficients().items():
         assert post.coefficients()[k] == pytest.approx((m, sd))

@@ -47,6 +47,7 @@ from bridgebench.model.newton_schulz import ns_load
 from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.parallel import DIM_FIELDS, DimsView, ParallelDims
 from bridgebench.paths import load_paths
+from bridgebench.sweep.row import SweepRow
 
 
 class PlanError(BridgebenchError):
@@ -403,26 +404,32 @@ def _prediction(overrides: list[str], cfg: DictConfig, calibration: str) -> dict
     return prediction_of(row, calibration, source="plan")
 
 
-def prediction_of(row: dict, calibration: str, *, source: str) -> dict:
-    """A plan's ``prediction`` from a sweep-pipeline row (see :class:`PlannedRun`)."""
+def prediction_of(row: SweepRow | dict, calibration: str, *, source: str) -> dict:
+    """A plan's ``prediction`` from a sweep-pipeline row, typed (:class:`bridgebench.sweep.row.SweepRow`, as
+    :func:`bridgebench.sweep.predict` returns it) or a record of a sweep (see :class:`PlannedRun`).
+
+    Raises:
+        bridgebench.sweep.row.SweepRowError: a record that does not fit the row schema.
+    """
     from bridgebench.config import calibration as calib_mod
 
+    r = row if isinstance(row, SweepRow) else SweepRow.from_record(row)
     return {
-        "step_time_s": row.get("step_time_s"),
-        "tflops_per_gpu": row.get("tflops_per_gpu"),
-        "band_pct": row.get("band_pct"),
-        "release": row.get("time_release"),
+        "step_time_s": r.step_time_s,
+        "tflops_per_gpu": r.tflops_per_gpu,
+        "band_pct": r.band_pct,
+        "release": r.time_release,
         "calibration": calibration,
         "calibration_sha256": calib_mod.sha256(calibration),
         "source": source,
         # what a refit from this run needs (bridgebench.model.refit.Candidate): the terms and FLOPs behind the figure
-        "terms_s": {k[2:-2]: float(v) for k, v in row.items() if k.startswith("t_") and k.endswith("_s") and v == v},
+        "terms_s": {k: float(v) for k, v in r.terms_s.items() if v is not None and v == v},
         "flops_per_step": (
-            float(row["tflops_per_gpu"]) * float(row["step_time_s"]) * int(row["num_gpus"]) * 1e12
-            if row.get("tflops_per_gpu") and row.get("step_time_s")
+            float(r.tflops_per_gpu) * float(r.step_time_s) * int(r.dims.num_gpus) * 1e12
+            if r.tflops_per_gpu and r.step_time_s
             else None
         ),
-        "num_gpus": row.get("num_gpus"),
-        "group": f"{row.get('gpu')}/{row.get('precision')}",
-        "ep_scale_out": bool(row.get("ep_scale_out")),
+        "num_gpus": r.dims.num_gpus,
+        "group": f"{r.gpu}/{r.precision}",
+        "ep_scale_out": bool(r.ep_scale_out),
     }
