@@ -59,6 +59,8 @@ def prediction(overrides: list[str], calibration: str = "default") -> dict[str, 
         "terms": terms,
         "ep_span": row.get("ep_span"),
         "ep_leaves_nvlink": row.get("ep_leaves_nvlink"),
+        "knobs": row.get("knobs"),
+        "placement": row.get("placement"),
         "calibration": calib.name,
         "point_id": row.get("point_id"),
     }
@@ -114,6 +116,25 @@ def predict(
         t.add_row(k, f"{v:.4f}")
     t.add_row("[bold]step[/]", f"{out['step_time_s']:.4f}")
     con.print(t)
+    knobs = out.get("knobs") or {}
+    if knobs:
+        shown = ", ".join(
+            f"{k} {v}" for k, v in knobs.items() if k not in ("knobs_source", "dispatcher_note") and v is not None
+        )
+        con.print(f"knobs ({knobs.get('knobs_source')}): {shown}")
+        if knobs.get("dispatcher_note"):
+            con.print(f"[yellow]{knobs['dispatcher_note']}[/]")
+    place = out.get("placement")
+    if place:
+        cross = [f"{k} {'/'.join(map(str, max(g['splits'], key=len)))}" for k, g in place["groups"].items()
+                 if g["domains"] > 1 and g["size"] > 1]  # fmt: skip
+        seg = place["segment_nodes"]
+        con.print(
+            f"placement: {place['domains']} NVLink domain(s) of {place['domain_gpus']} GPUs"
+            + (f" (sbatch --segment {seg})" if seg else "")
+            + (f"; groups across domains: {', '.join(cross)}" if cross else "; every group inside one domain")
+            + f"; EP cross-domain copies per token {place['ep_cross_domain_copies_per_token']:.2f}"
+        )
     band = out["band_pct"] or 0.0
     con.print(
         f"{out['tflops_per_gpu']:.1f} TFLOP/s/GPU, {out['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU (+-{band:.1f} %); "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from bridgebench.config import upstream_rules as upstream
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.layout import LAYOUT_MAX_CHARS, _parse_layout_cached, parse_layout  # noqa: F401  (re-exported)
 from bridgebench.model.optimizer import family as optimizer_family
@@ -239,11 +240,21 @@ RULES: dict[str, Rule] = {
         ),
     )
 }
+RULES.update({r.id: Rule(r.id, r.source, r.summary) for r in upstream.RULES})
 
 #: rules judged on a composed config or on a cluster, not on a :class:`Point` (config/secrets.py and
 #: config/cluster_fit.py); every other rule is judged by :func:`check`.
 NON_POINT_RULES = frozenset(
-    {"secret_in_config", "env_resolver", "shell_safe_value", "cluster_nodes", "cluster_gpus", "cluster_container"}
+    {
+        "secret_in_config",
+        "env_resolver",
+        "shell_safe_value",
+        "cluster_nodes",
+        "cluster_gpus",
+        "cluster_container",
+        "enum_value",  # config/schema.py check_sections, at compose and for every swept value
+        "deepep_falls_back",  # a pricing note (config/time_knobs.py), never a violation
+    }
 )
 
 #: GPU architecture by compute-capability major version (messages only).
@@ -256,13 +267,15 @@ def _arch(cc: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """One broken rule: ``rule`` is a stable id from :data:`RULES`, ``message`` names the rule and its numbers."""
+    """One broken rule: ``rule`` is a stable id from :data:`RULES`, ``message`` names the rule and its numbers,
+    ``fix`` the override that makes the point valid where one does (None otherwise)."""
 
     rule: str
     message: str
+    fix: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.rule}: {self.message}"
+        return f"{self.rule}: {self.message}" + (f" -- fix: {self.fix}" if self.fix else "")
 
 
 class RuleError(BridgebenchError):
@@ -325,6 +338,9 @@ class Point:
     compute_capability: float | None = None
     min_compute_capability: float | None = None
     nvlink_domain: int | None = None
+    segment_policy: str = "node"
+    moe_token_dispatcher_type: str | None = None
+    moe_flex_dispatcher_backend: str | None = None
     env_nvlink_domain_size: Any = None
     env_use_mnnvl: Any = None
     env_hybrid_ep_ranks_per_nvlink_domain: Any = None
@@ -371,6 +387,9 @@ class Point:
             compute_capability=cfg.gpu.get("compute_capability"),
             min_compute_capability=cfg.precision.get("min_compute_capability"),
             nvlink_domain=cfg.gpu.get("nvlink_domain"),
+            segment_policy=str(cfg.gpu.get("segment_policy") or "node"),
+            moe_token_dispatcher_type=m.get("moe_token_dispatcher_type"),
+            moe_flex_dispatcher_backend=m.get("moe_flex_dispatcher_backend"),
             env_nvlink_domain_size=_env(cfg, "NVLINK_DOMAIN_SIZE"),
             env_use_mnnvl=_env(cfg, "USE_MNNVL"),
             env_hybrid_ep_ranks_per_nvlink_domain=_env(cfg, "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"),
@@ -838,7 +857,51 @@ def check(p: Point) -> list[Violation]:
                 )
             )
     out.extend(_system_violations(p))
+    out.extend(_upstream_violations(p, etp, out))
     return out
+
+
+def _upstream_violations(p: Point, etp: int, found: list[Violation]) -> list[Violation]:
+    """The upstream start-up assertions of :mod:`bridgebench.config.upstream_rules` (MoE + TP needs SP, HybridEP's
+    EP and NVLink-domain rules on the dispatcher that actually runs), and the working split suggested where the
+    layers do not fit PP x VP."""
+    out = []
+    sp = upstream.moe_sp_finding(experts=p.num_moe_experts, tp=p.tp, sequence_parallel=p.sequence_parallel)
+    if sp is not None:
+        out.append(Violation(sp.rule, sp.message, sp.fix))
+    dtype, backend, _ = upstream.effective_dispatcher(
+        p.moe_token_dispatcher_type, p.moe_flex_dispatcher_backend, p.gpu, p.compute_capability
+    )
+    if p.num_moe_experts and upstream.requested_backend(dtype, backend) == "hybridep":
+        for f in upstream.hybridep_findings(
+            num_gpus=p.num_gpus, tp=p.tp, cp=p.cp, pp=p.pp, ep=p.ep, etp=etp, experts=p.num_moe_experts,
+            gpus_per_node=p.gpus_per_node, nvlink_domain=p.nvlink_domain, segment_policy=p.segment_policy,
+            env_ranks_per_domain=p.env_hybrid_ep_ranks_per_nvlink_domain,
+        ):  # fmt: skip
+            out.append(Violation(f.rule, f.message, f.fix))
+    for i, v in enumerate(found):
+        if v.rule == "layers_fit_pp_vp" and v.fix is None:
+            found[i] = Violation(v.rule, v.message, _layout_fix(p))
+    return out
+
+
+def _layout_fix(p: Point) -> str:
+    """The override that gives a split Megatron-Core accepts: ``pipeline_model_parallel_layout=auto`` and the
+    layout it stands for (:func:`bridgebench.model.layout.auto_split`: the even split, embedding and loss counted
+    as layers, or Megatron-Bridge's balanced layout string)."""
+    from bridgebench.model.layout import LayoutError, auto_split
+
+    try:
+        layout, first, last, emb, loss = auto_split(p.num_layers, p.pp, p.vp, p.mtp_num_layers or 0)
+    except (LayoutError, ValueError, TypeError):
+        return "model.pipeline_model_parallel_layout=auto"
+    if layout:
+        what = f"the layout {layout!r}"
+    elif emb or loss:
+        what = "embedding and loss counted as layers (account_for_embedding/loss_in_pipeline_split)"
+    else:
+        what = f"first/last stages of {first}/{last} layers" if first or last else "an even split"
+    return f"model.pipeline_model_parallel_layout=auto (gives {what})"
 
 
 def _system_violations(p: Point) -> list[Violation]:
