@@ -524,7 +524,7 @@ PERF_FIELDS = (
     "mixed_precision.fp8_param_gather",
     "env_vars.PYTORCH_CUDA_ALLOC_CONF",
     # the communication knobs the time model reads (bridgebench.config.time_knobs), for published rows whose release
-    # bridgebench ships no recipe of (bridgebench.results.time_calibration)
+    # bridgebench ships no recipe of (bridgebench.validation.time_calibration)
     "comm_overlap.tp_comm_overlap",
     "comm_overlap.overlap_moe_expert_parallel_comm",
     "model.moe_shared_expert_overlap",
@@ -544,7 +544,7 @@ def perf_catalog() -> dict[str, Any]:
     shipped model, GPU and precision: its function, sizes and the values of :data:`PERF_FIELDS` and of the memory
     model's :data:`bridgebench.config.schema.START_FIELDS`, for ``src/bridgebench/config/mbridge_perf.json`` (the
     settings NVIDIA's published runs used, which their tables do not print: recompute, Megatron-FSDP, offloading,
-    optimizer dtypes; ``bridgebench.results.published_points`` reads it).
+    optimizer dtypes; ``bridgebench.validation.published_points`` reads it).
 
     Imports megatron and calls every perf recipe function (milliseconds each).
 

@@ -1,12 +1,12 @@
-"""bridgebench.results.published_models (``check-published --models``): every row predicted with its release held
+"""bridgebench.validation.published_models (``check-published --models``): every row predicted with its release held
 out, its band, and the memory model's verdict; on a few groups of the shipped table to stay fast."""
 
 from __future__ import annotations
 
 import math
 
-from bridgebench.results.published_models import check_models
-from bridgebench.results.time_calibration import published_rows
+from bridgebench.validation.published_models import check_models
+from bridgebench.validation.time_calibration import published_rows
 
 
 def test_every_row_is_predicted_without_its_release_and_gets_a_memory_verdict():
@@ -20,7 +20,7 @@ def test_every_row_is_predicted_without_its_release_and_gets_a_memory_verdict():
     assert summary.within_band == int((errs <= df["band"]).sum())
     assert summary.fits + summary.false_prunes + summary.inconsistent == len(rows)
     assert set(summary.mape_by_release) == {r.release for r in rows}
-    # the memory verdict is the sweep pipeline's (bridgebench.results.published_points): GB300's memory as the
+    # the memory verdict is the sweep pipeline's (bridgebench.validation.published_points): GB300's memory as the
     # driver counts 288 datasheet GB, less the lowest measured allocator fragmentation
     assert (df["memory_gb"] > 0).all() and df["usable_gb"].round(1).eq(round(288 * 1.0681 / 1.01, 1)).all()
     assert summary.false_prunes == 0 and summary.fits == len(rows)
