@@ -1,4 +1,4 @@
-"""Validate bridgebench's time model (bridgebench.model.timing) against measurements nobody here made; prints figures.
+"""Validate bridgebench's time model (bridgebench.model.steptime) against measurements nobody here made; prints figures.
 
 (c) Every published row of NVIDIA's perf tables predicted by a calibration fitted on OTHER releases: leave one release
     out (each release held out in turn; a group's other releases lie on both sides of it, so its level is read off
@@ -31,17 +31,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 
+from bridgebench import sweep as engine  # noqa: E402
 from bridgebench.config import calibration  # noqa: E402
-from bridgebench.config import sweep as engine  # noqa: E402
 from bridgebench.config.catalog import load_gpu  # noqa: E402
-from bridgebench.model.timing import (  # noqa: E402
-    GpuFacts,
-    TimeConfig,
-    adam_counterpart,
-    calibrate,
-    predict_time,
-    release_index,
-)
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig  # noqa: E402
+from bridgebench.model.steptime.fit import calibrate  # noqa: E402
+from bridgebench.model.steptime.muon import adam_counterpart  # noqa: E402
+from bridgebench.model.steptime.predict import predict_time  # noqa: E402
+from bridgebench.model.steptime.release import release_index  # noqa: E402
 from bridgebench.validation import metrics  # noqa: E402
 from bridgebench.validation.golden import golden_cases, golden_spec  # noqa: E402
 from bridgebench.validation.time_calibration import published_rows  # noqa: E402

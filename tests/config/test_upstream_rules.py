@@ -1,4 +1,4 @@
-"""Upstream's start-up assertions as rules (``bridgebench.config.upstream_rules``), one refused and one accepted point
+"""Upstream's start-up assertions as rules (``bridgebench.config.rules.upstream``), one refused and one accepted point
 each: HybridEP's EP limit and NVLink-domain arithmetic, MoE + TP needing sequence parallelism, DeepEP's fallback on
 GB200/GB300, the layout a non-dividing split gets suggested, and enum values checked at once with a did-you-mean."""
 
@@ -12,8 +12,9 @@ import typing
 
 import pytest
 
-from bridgebench.config import rules, upstream_rules
+from bridgebench.config import rules
 from bridgebench.config.compose import ConfigError, compose
+from bridgebench.config.rules import upstream as upstream_rules
 
 KIMI = dict(
     num_gpus=256, num_layers=61, num_attention_heads=64, seq_length=4096, gbs=4096, mbs=2, gpus_per_node=4, pp=4,
@@ -32,8 +33,8 @@ def test_nvidia_kimi_k2_configuration_passes_every_rule():
 
 
 def test_every_upstream_rule_is_in_the_table_with_its_source():
-    for r in upstream_rules.RULES:
-        assert rules.RULES[r.id].source == r.source and (".py" in r.source)
+    for rule in upstream_rules.RULE_IDS:
+        assert ".py" in rules.RULES[rule].source and rules.RULES[rule].summary
 
 
 def test_hybridep_ep_beyond_the_nvl72_domain_is_refused():

@@ -231,10 +231,10 @@ def muon_cost(
     from rich.console import Console
     from rich.table import Table
 
+    from bridgebench import sweep as engine
     from bridgebench.config import calibration as calib_mod
-    from bridgebench.config import sweep as engine
     from bridgebench.model.optimizer import family
-    from bridgebench.model.timing import muon_cost as model
+    from bridgebench.model.steptime.muon import muon_cost as model
 
     overrides = list(overrides or [])
     if not any(o.split("=", 1)[0] == "optimizer" for o in overrides):

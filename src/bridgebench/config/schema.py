@@ -254,6 +254,7 @@ class RecipeMetaSchema:
     megatron_bridge: Optional[str] = None  # the upstream version the values were taken from
     source: Optional[str] = None  # upstream files / functions (and tag) the values come from
     upstream_optimizers: List[str] = field(default_factory=list)  # optimizer families upstream ships for it
+    sources: Dict[str, str] = field(default_factory=dict)  # per upstream optimizer family: its own source
     generated_by: Optional[str] = None
 
 
@@ -490,11 +491,11 @@ def check_sections(plain: dict[str, Any]) -> dict[str, Any]:
     Raises:
         SectionError: an unknown key (with the closest known names), a value of the wrong type, or an enum value
             upstream does not have (rule ``enum_value``, with a did-you-mean:
-            :func:`bridgebench.config.upstream_rules.enum_errors`).
+            :func:`bridgebench.config.rules.upstream.enum_errors`).
     """
     from omegaconf import OmegaConf
 
-    from bridgebench.config.upstream_rules import enum_errors
+    from bridgebench.config.rules.upstream import enum_errors
 
     catalog = mbridge_fields()
     version = catalog["megatron_bridge"]

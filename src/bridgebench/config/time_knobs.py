@@ -1,6 +1,6 @@
 """The recipe knobs the step-time model reads, declared once: their config keys and how a point's values become
-:class:`bridgebench.model.timing.TimeConfig` fields. The sweep engine adds :data:`TIME_KEYS` to the keys it reads per
-point and passes :func:`time_knobs` into its ``TimeConfig`` (``bridgebench.config.sweep.time_config``).
+:class:`bridgebench.model.steptime.config.TimeConfig` fields. The sweep engine adds :data:`TIME_KEYS` to the keys it
+reads per point and passes :func:`time_knobs` into its ``TimeConfig`` (``bridgebench.sweep.time_config``).
 
 An unset knob takes Megatron-Core's / Megatron-Bridge's default (megatron-core 0.19.2 ``DistributedDataParallelConfig``,
 ``TransformerConfig``; megatron-bridge 0.6.2 ``CommOverlapConfig``); a flex backend without a dispatcher type is the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridgebench.config import upstream_rules as upstream
+from bridgebench.config.rules import upstream
 from bridgebench.model.optimizer import OptimizerKind
 
 #: short name -> config key of the time model's knobs (added to the sweep engine's ``KEYS``).
@@ -71,7 +71,7 @@ def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
 def dispatcher_of(v: dict[str, Any]) -> tuple[str | None, str | None, str]:
     """``(moe_token_dispatcher_type, moe_flex_dispatcher_backend, note)`` that run for a point: as configured, except
     DeepEP on GB200 / GB300, which Megatron-Bridge replaces by ``alltoall`` (rule ``deepep_falls_back``,
-    :func:`bridgebench.config.upstream_rules.effective_dispatcher`; the note says so)."""
+    :func:`bridgebench.config.rules.upstream.effective_dispatcher`; the note says so)."""
     return upstream.effective_dispatcher(
         v.get("moe_token_dispatcher_type"), v.get("moe_flex_dispatcher_backend"), str(v.get("gpu") or ""),
         v.get("compute_capability"),

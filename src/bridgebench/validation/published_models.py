@@ -4,8 +4,8 @@ Each published row of a model with a ``configs/model`` entry (:func:`bridgebench
 published_rows`) gets:
 
 - **time**: its model TFLOP/s/GPU predicted by a calibration fitted WITHOUT the row's release (leave one release
-  out, :func:`bridgebench.model.timing.cross_validate`: the scored release's rows never enter its fit), against the
-  published figure; the prediction's band (+- relative, from the shipped calibration) and whether the published
+  out, :func:`bridgebench.model.steptime.fit.cross_validate`: the scored release's rows never enter its fit), against
+  the published figure; the prediction's band (+- relative, from the shipped calibration) and whether the published
   figure lies inside it;
 - **memory**: the row as a point of the sweep pipeline
   (:func:`bridgebench.validation.published_points.published_points`: the rules, then the busiest-GPU memory with
@@ -24,7 +24,8 @@ from typing import Callable
 import pandas as pd
 
 from bridgebench.config import calibration as calib_mod
-from bridgebench.model.timing import Row, calibrate, cross_validate, predict_time
+from bridgebench.model.steptime.fit import Row, calibrate, cross_validate
+from bridgebench.model.steptime.predict import predict_time
 from bridgebench.validation import metrics
 from bridgebench.validation.time_calibration import published_rows
 

@@ -1,6 +1,6 @@
 """Stages 3 and 4 of a sweep: memory per GPU on the busiest rank (:func:`score_memory`,
 :func:`bridgebench.model.memory.estimate_memory`; pruned above the GPU's HBM less the measured fragmentation
-margin) and the predicted step time (:func:`score_time`, :func:`bridgebench.model.timing.predict_time`)."""
+margin) and the predicted step time (:func:`score_time`, :func:`bridgebench.model.steptime.predict.predict_time`)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import json
 from typing import Any, Callable, Sequence
 
 from bridgebench.config.calibration import ModelCalibration
-from bridgebench.config.sweep.bases import Base, _arch_spec, effective
 from bridgebench.config.time_knobs import shown_knobs, time_knobs
 from bridgebench.model import memory as mem
 from bridgebench.model import placement as pl
-from bridgebench.model import timing
 from bridgebench.model.layout import LayoutError
 from bridgebench.model.newton_schulz import NSError, NSPolicy, muon_matrices, ns_flops
 from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.spec import ModelSpec
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError
+from bridgebench.model.steptime.predict import predict_time
+from bridgebench.sweep.bases import Base, _arch_spec, effective
 
 
 # ---------------------------------------------------------------------------------------------------- stage 2, 3
@@ -104,11 +105,11 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
     )
 
 
-def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
+def time_config(v: dict[str, Any], gpu: GpuFacts) -> TimeConfig:
     """The time model's view of a point's effective values (knobs: :func:`bridgebench.config.time_knobs.time_knobs`)."""
     granularity = v["recompute_granularity"]
     mods = recompute_modules(v)
-    return timing.TimeConfig(
+    return TimeConfig(
         gpu=gpu,
         peak_key=v["peak_key"],
         num_gpus=v["num_gpus"],
@@ -133,8 +134,8 @@ def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
     )
 
 
-def placement_columns(cfg: timing.TimeConfig, spec: ModelSpec, dispatcher: str) -> dict[str, Any]:
-    """Where a point's ranks land (:attr:`bridgebench.model.timing.TimeConfig.placement`): ``domain_gpus``
+def placement_columns(cfg: TimeConfig, spec: ModelSpec, dispatcher: str) -> dict[str, Any]:
+    """Where a point's ranks land (:attr:`bridgebench.model.steptime.config.TimeConfig.placement`): ``domain_gpus``
     (consecutive ranks per NVLink domain as the scheduler fills them), ``segment_nodes`` (``sbatch --segment``,
     None = none), ``ep_domains`` (most domains one EP group touches), ``ep_split`` (its members per domain, e.g.
     ``48/16``), ``ep_cross_copies`` (copies of a token leaving the sender's domain, worst rank,
@@ -154,7 +155,7 @@ def placement_columns(cfg: timing.TimeConfig, spec: ModelSpec, dispatcher: str) 
     }
 
 
-def placement_json(cfg: timing.TimeConfig, spec: ModelSpec) -> dict[str, Any]:
+def placement_json(cfg: TimeConfig, spec: ModelSpec) -> dict[str, Any]:
     """``predict --json`` ``placement``: the domains, the segment, and per group kind its size, stride, domains
     touched and member splits, with the EP group's cross-domain copies per token (:func:`placement_columns`)."""
     placed = cfg.placement
@@ -279,7 +280,7 @@ def score_time(
     """Stage 4 (in place): predicted step time of every ``fits`` and ``over_memory`` row: ``step_time_s``,
     ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, one ``t_<term>_s`` column per term of the time model
     (``TimeBreakdown.terms``), ``band_pct`` (the prediction's +- band, percent) and ``time_release`` (the software
-    level it is for). ``score`` is what the ranking sorts by (``bridgebench.config.sweep.trust``): predicted model
+    level it is for). ``score`` is what the ranking sorts by (``bridgebench.sweep.trust``): predicted model
     TFLOP/s/GPU, or for optimizer-step benchmark points (which train nothing) minus the Muon step time."""
     todo = [r for r in rows if r["status"] in ("fits", "over_memory")]
     cache: dict = {}
@@ -299,7 +300,7 @@ def score_time(
                 row["band_pct"] = None
             else:
                 cfg = time_config(v, base.gpu)
-                b = timing.predict_time(spec, cfg, calib.time)
+                b = predict_time(spec, cfg, calib.time)
                 row.update({f"t_{name}_s": float(value) for name, value in b.terms.items()})
                 row.update(placement_columns(cfg, spec, cfg.dispatcher))
                 row.update(shown_knobs(v, spec.is_moe))
@@ -315,7 +316,7 @@ def score_time(
                     ep_scale_out=getattr(b, "ep_scale_out", None),
                 )
                 row["score"] = b.tflops_per_gpu
-        except (timing.TimeModelError, NSError, LayoutError) as err:
+        except (TimeModelError, NSError, LayoutError) as err:
             if row["status"] == "fits":
                 row.update(status="invalid", rule="time_model", reason=str(err))
             continue

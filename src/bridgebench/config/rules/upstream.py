@@ -2,9 +2,10 @@
 bridgebench sweeps, each with the file and tag it came from.
 
 Pure Python (stdlib and :mod:`bridgebench.model`; no torch, megatron, Hydra or OmegaConf import): the sweep judges
-thousands of points with them. :mod:`bridgebench.config.rules` calls :func:`point_violations` from its ``check`` and
-lists :data:`RULES` in its table; :func:`enum_errors` runs where every composed config and every swept value is checked
-(``bridgebench.config.schema.check_sections``), so a misspelt enum value is an error at once, never a prune.
+thousands of points with them. :func:`bridgebench.config.rules.check` calls :func:`upstream_violations`; the rules
+table (:mod:`bridgebench.config.rules.table`) holds each rule's source; :func:`enum_errors` runs where every composed
+config and every swept value is checked (``bridgebench.config.schema.check_sections``), so a misspelt enum value is an
+error at once, never a prune.
 
 Versions read (paths relative to each repository):
 
@@ -24,61 +25,12 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from bridgebench.config.rules.point import Point, Violation
 from bridgebench.model import placement as pl
+from bridgebench.model.layout import LayoutError, auto_split
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UpstreamRule:
-    """One upstream start-up assertion: stable ``id``, the ``source`` (file, function and tag), a ``summary``."""
-
-    id: str
-    source: str
-    summary: str
-
-
-#: the upstream rules this module judges (added to ``bridgebench.config.rules.RULES``)
-RULES: tuple[UpstreamRule, ...] = (
-    UpstreamRule(
-        id="hybridep_ep_domain",
-        source="Megatron-Bridge v0.3.1 scripts/performance/perf_plugins.py PerfEnvPlugin._set_nvl_domain_size "
-        "('assert ep_size <= 72'); HEAD 067f987d scripts/performance/utils/utils.py "
-        "apply_target_topology_environment and utils/overrides.py (ValueError 'HybridEP expert parallel size must "
-        "not exceed the 72-rank NVLink domain.')",
-        summary="HybridEP on an NVL72 system (GB200/GB300): EP <= the 72-GPU NVLink domain",
-    ),
-    UpstreamRule(
-        id="hybridep_ranks_per_domain",
-        source="DeepEP hybrid-ep branch deep_ep/hybrid_ep_buffer.py HybridEPBuffer.__init__ (assert group size % "
-        "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN == 0; the env overrides the detected value); megatron-core 0.19.2 "
-        "transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher (group = expert TP x EP ranks); the env as "
-        "Megatron-Bridge v0.3.1 perf_plugins.py _set_nvl_domain_size sets it (EP on NVL72, min(EP, 8) on NVL8)",
-        summary="HybridEP: the ETP x EP group is a multiple of the ranks per NVLink domain, and as the scheduler "
-        "places the job every domain holds a multiple of them (bridgebench.model.placement)",
-    ),
-    UpstreamRule(
-        id="moe_tp_needs_sp",
-        source="megatron-core 0.19.2 transformer/moe/moe_layer.py MoELayer.forward (ValueError in training when "
-        "the attention TP group > 1 without sequence_parallel); training/yaml_arguments.py ('When using MoE and "
-        "tensor parallelism, sequence parallelism must be used.'); model_parallel_config.py warns for EP > 1",
-        summary="a MoE model with TP > 1 needs model.sequence_parallel=true",
-    ),
-    UpstreamRule(
-        id="deepep_falls_back",
-        source="Megatron-Bridge 0.6.2 / v0.3.1 src/megatron/bridge/training/flex_dispatcher_backend.py "
-        "apply_flex_dispatcher_backend (DeepEP only on compute capability 8.x / 9.x or NVIDIA B200 / B300; other "
-        "GPUs: a rank-0 warning and 'Falling back to alltoall'); NVIDIA-NeMo/Megatron-Bridge#5992",
-        summary="DeepEP requested on GB200 / GB300 runs the alltoall dispatcher: priced as alltoall and said so "
-        "(never a prune)",
-    ),
-    UpstreamRule(
-        id="enum_value",
-        source="megatron-core 0.19.2 transformer/transformer_config.py (Literal field types and __post_init__: "
-        "recompute_granularity, recompute_method, recompute_modules allowed set, moe_token_dispatcher_type, "
-        "moe_flex_dispatcher_backend, cuda_graph_impl; cp_comm_type docstring and Transformer Engine's attention)",
-        summary="enum settings take one of upstream's values (did-you-mean on a misspelling), checked before "
-        "anything is priced",
-    ),
-)
+#: the upstream rules this module judges (their table entries, with sources: :data:`bridgebench.config.rules.RULES`)
+RULE_IDS = ("hybridep_ep_domain", "hybridep_ranks_per_domain", "moe_tp_needs_sp", "deepep_falls_back", "enum_value")
 
 #: upstream's values of the enum settings bridgebench reads, by config key (``None`` is allowed for all but the
 #: dispatcher type, backend and CUDA-graph implementation, as in megatron-core 0.19.2).
@@ -271,3 +223,44 @@ def moe_sp_finding(*, experts: int | None, tp: int, sequence_parallel: bool) -> 
             fix="model.sequence_parallel=true",
         )
     return None
+
+
+def upstream_violations(p: Point, etp: int, found: list[Violation]) -> list[Violation]:
+    """The upstream start-up assertions of a point (MoE + TP needs SP, HybridEP's EP and NVLink-domain rules on the
+    dispatcher that actually runs); and, in place in ``found``, the working split suggested as the fix of a
+    ``layers_fit_pp_vp`` violation (:func:`layout_fix`)."""
+    out = []
+    sp = moe_sp_finding(experts=p.num_moe_experts, tp=p.tp, sequence_parallel=p.sequence_parallel)
+    if sp is not None:
+        out.append(Violation(sp.rule, sp.message, sp.fix))
+    dtype, backend, _ = effective_dispatcher(
+        p.moe_token_dispatcher_type, p.moe_flex_dispatcher_backend, p.gpu, p.compute_capability
+    )
+    if p.num_moe_experts and requested_backend(dtype, backend) == "hybridep":
+        for f in hybridep_findings(
+            num_gpus=p.num_gpus, tp=p.tp, cp=p.cp, pp=p.pp, ep=p.ep, etp=etp, experts=p.num_moe_experts,
+            gpus_per_node=p.gpus_per_node, nvlink_domain=p.nvlink_domain, segment_policy=p.segment_policy,
+            env_ranks_per_domain=p.env_hybrid_ep_ranks_per_nvlink_domain,
+        ):  # fmt: skip
+            out.append(Violation(f.rule, f.message, f.fix))
+    for i, v in enumerate(found):
+        if v.rule == "layers_fit_pp_vp" and v.fix is None:
+            found[i] = Violation(v.rule, v.message, layout_fix(p))
+    return out
+
+
+def layout_fix(p: Point) -> str:
+    """The override that gives a split Megatron-Core accepts: ``pipeline_model_parallel_layout=auto`` and the
+    layout it stands for (:func:`bridgebench.model.layout.auto_split`: the even split, embedding and loss counted
+    as layers, or Megatron-Bridge's balanced layout string)."""
+    try:
+        layout, first, last, emb, loss = auto_split(p.num_layers, p.pp, p.vp, p.mtp_num_layers or 0)
+    except (LayoutError, ValueError, TypeError):
+        return "model.pipeline_model_parallel_layout=auto"
+    if layout:
+        what = f"the layout {layout!r}"
+    elif emb or loss:
+        what = "embedding and loss counted as layers (account_for_embedding/loss_in_pipeline_split)"
+    else:
+        what = f"first/last stages of {first}/{last} layers" if first or last else "an even split"
+    return f"model.pipeline_model_parallel_layout=auto (gives {what})"
