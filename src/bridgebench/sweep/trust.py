@@ -62,6 +62,8 @@ def _ep_crosses(row: dict[str, Any], base: Base) -> bool:
     if row.get("ep_domains") is not None:
         return bool(row["ep_domains"] > 1)
     g = base.gpu
+    if row.get("num_gpus") is None:  # a row without its sizes: the group's span against the GPU's domain
+        return bool(row["ep_span"] > g.nvlink_domain)
     try:
         n = int(row["num_gpus"])
         domain = pl.domain_gpus(n, g.gpus_per_node, g.nvlink_domain, g.segment_policy)
