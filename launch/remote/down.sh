@@ -35,6 +35,8 @@ if [[ "${purge}" == 1 ]]; then
   esac
   [[ -e "${REMOTE_MARKER}" ]] || die "refusing to purge ${ROOT}: no ${REMOTE_MARKER##*/} marker (not made by up.sh?)"
   rm -rf "${ROOT}"
+  rm -f "${AUTHORIZED_KEYS}"
+  rmdir "${REMOTE_RUN_DIR}" 2>/dev/null || true
   log "purged ${ROOT}"
 fi
 log "emulated login node down"

@@ -21,8 +21,8 @@ def prediction(overrides: list[str], calibration: str = "default") -> dict[str, 
     Raises:
         bridgebench.config.compose.ConfigError: bad overrides (an unknown model, a value breaking the schema...).
     """
+    from bridgebench import sweep as engine
     from bridgebench.config import calibration as calib_mod
-    from bridgebench.config import sweep as engine
 
     calib = calib_mod.load(calibration)
     row = engine.predict(overrides, calib)

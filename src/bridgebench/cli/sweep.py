@@ -223,10 +223,10 @@ def muon_cost(
     from rich.console import Console
     from rich.table import Table
 
+    from bridgebench import sweep as engine
     from bridgebench.config import calibration as calib_mod
-    from bridgebench.config import sweep as engine
     from bridgebench.model.optimizer import family
-    from bridgebench.model.timing import muon_cost as model
+    from bridgebench.model.steptime.muon import muon_cost as model
 
     overrides = list(overrides or [])
     if not any(o.split("=", 1)[0] == "optimizer" for o in overrides):
@@ -347,25 +347,12 @@ def calibrate(
     overhead, the release-level process, and the uncertainty bands from leave-one-release-out predictions (one fit
     per release: about a minute here)."""
     import math
-    import statistics
 
     from bridgebench.config import calibration as calib_mod
-    from bridgebench.model.timing import calibrate_with_bands, predict_time
-    from bridgebench.results.time_calibration import published_rows
+    from bridgebench.validation.time_calibration import fit_report
 
-    rows = published_rows()
-    cal, held = calibrate_with_bands(rows)
-    errors = [predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops - 1 for r in rows]
-    out_errors = [p / r.tflops - 1 for r, p in zip(rows, held) if p]
-    releases = sorted({r.release for r in rows}, key=lambda x: [int(p) for p in x.split(".")])
-    median = statistics.median(abs(e) for e in errors)
-    grms = math.exp(math.sqrt(statistics.mean(math.log1p(e) ** 2 for e in errors))) - 1
-    mape = statistics.mean(abs(e) for e in out_errors)
-    source = (
-        f"bridgebench calibrate --write: {len(rows)} published rows of releases {', '.join(releases)} "
-        f"(results/reference/published_pretrain_throughput.csv); fit error: median |error| {median:.1%}, "
-        f"geometric RMS {grms:.1%}; held-out (leave one release out) MAPE {mape:.1%} over {len(out_errors)} rows"
-    )
+    report = fit_report()
+    cal, source = report.calibration, report.source
     if write:
         path = calib_mod.write_time(name, cal, source)
         typer.echo(f"wrote {path}", err=True)

@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from bridgebench.errors import BridgebenchError
-from bridgebench.model.timing import Calibration, TimeModelError
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import TimeModelError
 from bridgebench.paths import CONFIG_DIR
 
 CALIBRATION_DIR = CONFIG_DIR / "calibration"
@@ -28,9 +29,9 @@ class CalibrationError(BridgebenchError):
 
 @dataclass(frozen=True)
 class ModelCalibration:
-    """One calibration file: ``time`` (:class:`bridgebench.model.timing.Calibration`), the memory model's constant
-    ``other_bytes`` (bytes per GPU), the caching allocator's fragmentation (reserved over allocated memory at the
-    peak, minus 1, measured in real logs: ``fragmentation`` the lowest, which the pruner uses, and
+    """One calibration file: ``time`` (:class:`bridgebench.model.steptime.calibration.Calibration`), the memory
+    model's constant ``other_bytes`` (bytes per GPU), the caching allocator's fragmentation (reserved over allocated
+    memory at the peak, minus 1, measured in real logs: ``fragmentation`` the lowest, which the pruner uses, and
     ``fragmentation_typical`` the median, above which a point is flagged ``tight``), the bytes a datasheet's
     "GB" of GPU memory stands for where the driver's figure is not recorded (``datasheet_gb_bytes``), the
     routed-token imbalance factor (``moe_imbalance``), and where the numbers come from (``source``)."""

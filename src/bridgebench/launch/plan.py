@@ -2,7 +2,7 @@
 
 ``plan(overrides)`` expands the sweep (an experiment's ``hydra.sweeper.params`` and/or ``a=x,y`` overrides), then for
 every run, *before writing anything*: composes the config (schema-checked), refuses credentials
-(``config/secrets.py``) and runs the fast validity rules (``config/rules.py``, GPU x precision x system included) --
+(``config/secrets.py``) and runs the fast validity rules (``config/rules/``, GPU x precision x system included) --
 all before the Megatron import --, builds and validates the real Megatron-Bridge ``ConfigContainer``
 (``mbridge/build.py``) and renders the sbatch script ``submit`` will send for the run's first repeat on the chosen
 cluster (``launch/jobspec.py`` + nemo-run's dry run in ``launch/nemorun.py``). Only when every run passes are the

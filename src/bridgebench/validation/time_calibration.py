@@ -1,0 +1,367 @@
+"""NVIDIA's published perf-table rows as calibration rows of the time model, and the fit behind
+``configs/calibration/<name>.yaml`` (``bridgebench calibrate``).
+
+Each row of ``results/reference/published_pretrain_throughput.csv`` whose model has a ``configs/model`` entry becomes
+a :class:`bridgebench.model.steptime.fit.Row`: the model at the row's sequence length (DeepSeek V3 "w/o MTP" rows
+without MTP), the row's GPU facts (``configs/gpu``), parallel sizes and batch, the precision's peak key (25.09 rows name
+no precision: their footnote pairs differ in FP8 quantization granularity, so they are FP8), the release's FLOPs formula
+(``configs/release``) and the release itself, Kimi K2 rows as layer-wise Muon (``dist_muon``, their footnote says
+Muon; the Muon recipes' ``overlap_param_gather: false``), the others AdamW with the distributed optimizer. A pipeline
+split that Megatron-Core cannot do evenly gets :func:`bridgebench.model.layout.balanced_layout` (Kimi K2's 61 layers:
+the layouts of Megatron-Bridge's Kimi K2 recipe). Megatron-FSDP rows (the table's FSDP column) are priced as
+Megatron-FSDP. An empty ETP cell is ETP = TP unless that cannot fit the expert grid (then 1, the MoE recipes' value);
+a row whose sizes cannot fit its GPU count at all (DeepSeekV3 25.09 GB200: PP8 x EP64 on 256 GPUs) is left out.
+
+The tables do not state the recipe's communication knobs. Where bridgebench ships the row's recipe at the row's release
+(``recipes/<model>_<gpu>_<precision>/<release>.yaml``), the row takes that recipe's knobs exactly as the sweep and
+``muon-cost`` compose them (:func:`bridgebench.sweep.time_config`: dispatcher, EP / TP overlap, FP8 attention,
+recompute, DDP overlap flags), so a calibration row and a sweep point of the same recipe and release are priced
+alike. A row whose own recipe lacks its release takes its recipe's knobs at the nearest release where that recipe
+has the row's sizes and batch (the same tuned configuration: DeepSeek V3 and Qwen3 235B-A22B publish the 26.08
+configurations from 26.06 on), else borrows the GPU-independent knobs (:data:`SHARED_KNOBS`: EP / TP
+overlap, FP8 attention, recompute) of a recipe of the same model and precision on another GPU at that release
+(NVIDIA's recipes of one model move together: Qwen3 30B-A3B gains EP overlap and FP8 attention at 26.06 on GB300 and
+on the other GPUs at 26.08, the first release bridgebench ships them at). The other rows take those of NVIDIA's
+perf recipes as the executed 26.02 - 26.06 dumps show them
+(``tests/data/upstream_recipes``): sequence parallelism with TP > 1,
+``tp_comm_overlap``, ``overlap_grad_reduce`` and ``overlap_param_gather`` on, the flex dispatcher
+(:data:`DISPATCHER_BY_GPU`), no EP overlap, ``p2p`` context parallelism, no recompute.
+
+Rows that take neither their own recipe's knobs (at the release, or at the nearest release with the same sizes)
+take the settings the tables do not print from the same source the memory check of the same row uses
+(:mod:`bridgebench.validation.published_points`: the installed Megatron-Bridge 0.6.2 perf recipe of the same model,
+GPU and precision that matches the row best, corrected by ``published_settings.yaml`` where a release's own
+launcher presets differ): :data:`UNPRINTED` -- recompute, dispatcher, Megatron-FSDP, gradient precision, FP8 param
+gather, a corrected MBS -- and :data:`PERF_COMM` -- TP / EP overlap, shared-expert overlap, FP8 attention
+(``mbridge_perf.json``, written by ``bridgebench recipes fields``). One row is then priced with one set of settings
+for memory and time, and a group's rows keep the same knobs from release to release instead of switching between a
+sibling's at one release and the defaults at the next (the 26.06 -> 26.08 GB200 rows of Qwen3 235B-A22B and
+DeepSeek V3 took the GB300 recipe's EP overlap at 26.08 only). A model / GPU / precision with no 0.6.2 perf recipe
+keeps the sibling-or-default knobs above.
+
+25.09 rows name no precision: each takes the precision the memory check infers for it
+(:func:`bridgebench.validation.published_points.precision_of`: the ``(y)`` half of an ``x (y)`` pair is block-scaled
+-- MXFP8 on Blackwell --, the other half FP8 current scaling; the 25.11 table prints the same pairs as
+``FP8-CS (FP8-MX)``), so each half joins its own precision's group and level.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable
+
+from bridgebench.config.catalog import load_gpu, peak_key
+from bridgebench.config.compose import RECIPES_DIR, ConfigError, compose, model_spec, recipe_releases
+from bridgebench.model.layout import balanced_layout
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig
+from bridgebench.model.steptime.fit import Row, calibrate, calibrate_with_bands
+from bridgebench.model.steptime.predict import predict_time
+from bridgebench.model.steptime.release import release_index
+from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
+from bridgebench.validation import metrics
+from bridgebench.validation.published_points import fsdp_cells, perf_match, precision_of, record_point
+
+__all__ = ["DISPATCHER_BY_GPU", "CalibrationReport", "fit", "fit_report", "published_rows", "release_index"]
+
+#: the MoE dispatcher of NVIDIA's perf recipes by GPU (``moe_token_dispatcher_type``, ``moe_flex_dispatcher_backend``):
+#: the flex dispatcher with HybridEP on Blackwell (the executed 26.02 - 26.06 dumps, ``tests/data/upstream_recipes``,
+#: for GB200 / GB300 / B300; Megatron-Bridge 0.6.2 ``perf_recipes/{qwen,deepseek}/b200`` use HybridEP for their larger
+#: expert groups) and DeepEP on Hopper (the 26.02 H100 dump). A recipe whose experts fit one node exchanges the same
+#: bytes with any of them; the choice matters once the expert group leaves the node.
+DISPATCHER_BY_GPU = {
+    "gb200": ("flex", "hybridep"),
+    "gb300": ("flex", "hybridep"),
+    "b300": ("flex", "hybridep"),
+    "b200": ("flex", "hybridep"),
+    "h100": ("flex", "deepep"),
+    "h200": ("flex", "deepep"),
+}
+
+
+def _formula(release: str, cache: dict) -> str:
+    if release not in cache:
+        cache[release] = str(compose([f"release='{release}'"]).release.flops_formula)
+    return cache[release]
+
+
+@lru_cache(maxsize=1)
+def _fsdp_rows() -> frozenset[str]:
+    """``file#n`` references (1-based data rows) of the published rows run with Megatron-FSDP (FSDP column set:
+    ``1`` in older tables, the FSDP degree -- e.g. ``64`` -- in 26.02+)."""
+    with open(PUBLISHED_CSV, newline="") as f:
+        return frozenset(
+            f"{PUBLISHED_CSV.name}#{n}"
+            for n, row in enumerate(csv.DictReader(f), start=1)
+            if (row.get("fsdp") or "0").strip() not in ("", "0")
+        )
+
+
+#: TimeConfig fields a recipe's composed config sets for its calibration rows (its knobs, not its sizes).
+RECIPE_KNOBS = (
+    "sequence_parallel", "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
+    "tp_comm_overlap", "cp_comm_type", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+    "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "overlap_grad_reduce", "overlap_param_gather",
+    "bucket_size", "use_distributed_optimizer", "grad_reduce_in_fp32", "fp8_param_gather", "use_megatron_fsdp",
+    "fp8_dot_product_attention",
+)  # fmt: skip
+
+
+#: knobs a row may borrow from a recipe of the same model and precision on another GPU (not the dispatcher, the
+#: sequence parallelism or the DDP flags, which follow the GPU and the sizes).
+SHARED_KNOBS = (
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules", "tp_comm_overlap",
+    "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "fp8_dot_product_attention",
+)  # fmt: skip
+
+
+def _knobs_of(
+    model: str, system: str, precision: str, release: str, optimizer: str, sizes: frozenset
+) -> tuple[bool, dict] | None:
+    """(own, knobs): whether they are the group's own recipe's, and the knobs of a group's rows at a release: its
+    own recipe's at the release; else its own recipe's at the nearest release (later on a tie) where that recipe
+    has the sizes of one of the group's rows at this release (``sizes``, tuples of :data:`SIZES`: the same tuned
+    configuration); else its own recipe's at the nearest release whatever its sizes (the record of the group's
+    settings closest in time: an older release's row is not given 26.08's settings when bridgebench ships the
+    recipe at a release in between; the row keeps its own sequence parallelism and FSDP use); else the shared knobs
+    of a sibling recipe (same model and precision, another GPU) at the release (own = False); else None. All rows of
+    a group at one release get the same knobs (a release's rows differ only in the sizes the table states)."""
+    name = f"{model}_{system}_{precision}"
+    own = recipe_knobs(name, release, optimizer)
+    if own is not None:
+        return True, {k: v for k, v in own if k in RECIPE_KNOBS}
+    x = release_index(release)
+    same = []
+    for rel in recipe_releases(name):
+        knobs = dict(recipe_knobs(name, rel, optimizer) or ())
+        if knobs and tuple(knobs[k] for k in SIZES) in sizes:
+            same.append((abs(release_index(rel) - x), -release_index(rel), knobs))
+    if same:
+        return True, {k: v for k, v in min(same, key=lambda t: t[:2])[2].items() if k in RECIPE_KNOBS}
+    near = [(abs(release_index(rel) - x), -release_index(rel), rel) for rel in recipe_releases(name)]
+    if near:
+        knobs = dict(recipe_knobs(name, min(near)[2], optimizer) or ())
+        keep = ("sequence_parallel", "use_megatron_fsdp")
+        return True, {k: v for k, v in knobs.items() if k in RECIPE_KNOBS and k not in keep}
+    for folder in sorted(RECIPES_DIR.glob(f"{model}_*_{precision}")):
+        if folder.is_dir() and folder.name != f"{model}_{system}_{precision}":
+            sib = recipe_knobs(folder.name, release, optimizer)
+            if sib is not None:
+                return False, {k: v for k, v in sib if k in SHARED_KNOBS}
+    return None
+
+
+@lru_cache(maxsize=256)
+def recipe_knobs(recipe: str, release: str, optimizer: str) -> tuple[tuple[str, object], ...] | None:
+    """The knobs (:data:`RECIPE_KNOBS`) of ``recipe`` at ``release`` as the sweep composes it, or None when
+    bridgebench ships no such recipe / release."""
+    try:
+        if release not in recipe_releases(recipe):
+            return None
+    except (ConfigError, OSError):
+        return None
+    from bridgebench import sweep as engine
+
+    base = engine.base_of([f"recipe={recipe}", f"release='{release}'", f"optimizer={optimizer}"])
+    cfg = engine.time_config(engine.effective(base, {}), base.gpu)
+    return tuple((k, getattr(cfg, k)) for k in RECIPE_KNOBS + SIZES)
+
+
+#: the sizes that make two rows the same tuned configuration.
+SIZES = ("num_gpus", "tp", "pp", "vp", "cp", "ep", "etp_", "mbs", "gbs")
+
+
+def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
+    """Calibration rows from published records (see the module docstring); rows of models without a
+    ``configs/model`` entry or without a TFLOP/s figure are left out."""
+    specs: dict = {}
+    gpus: dict = {}
+    formulas: dict = {}
+    fsdp = _fsdp_rows()
+    cells = fsdp_cells()
+    out: list[Row] = []
+    pending: list[tuple[tuple, Row]] = []
+    for r in records if records is not None else load_published():
+        if not r.model or not r.model_tflops_per_gpu or not r.system:
+            continue
+        if r.model not in specs:
+            specs[r.model] = model_spec(compose([f"model={r.model}"]))
+        base = specs[r.model]
+        mtp = 0 if "w/o MTP" in r.note else base.mtp_num_layers
+        spec = base.replace(seq_length=r.seq_length, mtp_num_layers=mtp) if (
+            r.seq_length != base.seq_length or mtp != base.mtp_num_layers
+        ) else base  # fmt: skip
+        if r.system not in gpus:
+            gpus[r.system] = GpuFacts.from_mapping(load_gpu(r.system))
+        pp, tp, ep = r.pp or 1, r.tp or 1, r.ep or 1
+        vp = r.vp if (r.vp and r.vp > 1 and pp > 1) else None
+        etp = r.etp
+        if etp is None and r.num_gpus % (tp * ep * pp):
+            etp = 1  # an empty ETP cell where ETP = TP cannot fit the expert grid: the recipes' ETP 1
+        if r.num_gpus % ((etp or tp) * ep * pp) or r.num_gpus % (tp * pp * (r.cp or 1)):
+            continue  # a published row whose sizes do not fit its GPU count (DeepSeekV3 25.09 GB200 PP8 x EP64 on 256)
+        muon = r.optimizer == "muon"
+        dispatcher, backend = DISPATCHER_BY_GPU.get(r.system, ("alltoall", None))
+        cfg = TimeConfig(
+            gpu=gpus[r.system],
+            peak_key=peak_key(r.precision) if r.precision else "fp8",
+            num_gpus=r.num_gpus,
+            mbs=r.mbs or 1,
+            gbs=r.gbs,
+            tp=tp,
+            pp=pp,
+            vp=vp,
+            cp=r.cp or 1,
+            ep=ep,
+            etp=etp,
+            pipeline_model_parallel_layout=balanced_layout(spec.num_layers, pp, vp, spec.mtp_layers),
+            optimizer="dist_muon" if muon else "adam",
+            flops_formula=_formula(r.release, formulas),
+            release=r.release,
+            sequence_parallel=tp > 1,
+            tp_comm_overlap=True,
+            moe_token_dispatcher_type=dispatcher,
+            moe_flex_dispatcher_backend=backend,
+            use_distributed_optimizer=not muon,
+            overlap_param_gather=not muon,
+            use_megatron_fsdp=r.provenance.get("reference") in fsdp,
+        )
+        precision = r.precision or precision_of(r)
+        if not r.precision:
+            cfg = dataclasses.replace(cfg, peak_key=peak_key(precision))
+        key = (r.model, r.system, precision, r.release, "muon" if muon else "adamw")
+        pending.append((key, Row(spec, cfg, float(r.model_tflops_per_gpu), r.release, r.model_label, r.system,
+                                 precision), _unprinted(r, cells)))  # fmt: skip
+    sizes: dict[tuple, set] = {}
+    for key, row, _ in pending:
+        sizes.setdefault(key, set()).add(tuple(getattr(row.cfg, k) for k in SIZES))
+    knobs = {key: _knobs_of(*key, frozenset(v)) for key, v in sizes.items()}
+    for key, row, unprinted in pending:
+        own, values = knobs[key] or (False, None)
+        if values:
+            row = dataclasses.replace(row, cfg=dataclasses.replace(row.cfg, **values))
+        if unprinted and not own:
+            cfg = dataclasses.replace(row.cfg, **unprinted)
+            if (cfg.pp, cfg.vp) != (row.cfg.pp, row.cfg.vp):
+                layout = balanced_layout(row.spec.num_layers, cfg.pp, cfg.vp, row.spec.mtp_layers)
+                cfg = dataclasses.replace(cfg, pipeline_model_parallel_layout=layout)
+            row = dataclasses.replace(row, cfg=cfg)
+        out.append(row)
+    return out
+
+
+#: settings a published point takes from its 0.6.2 perf-recipe match (``published_points``) -> TimeConfig field.
+UNPRINTED = {
+    "model.recompute_granularity": "recompute_granularity",
+    "model.recompute_method": "recompute_method",
+    "model.recompute_num_layers": "recompute_num_layers",
+    "model.recompute_modules": "recompute_modules",
+    "model.moe_token_dispatcher_type": "moe_token_dispatcher_type",
+    "model.moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
+    "ddp.use_megatron_fsdp": "use_megatron_fsdp",
+    "mixed_precision.grad_reduce_in_fp32": "grad_reduce_in_fp32",
+    "mixed_precision.fp8_param_gather": "fp8_param_gather",
+    "train.micro_batch_size": "mbs",
+    # printed sizes (unchanged) or, where a release's own launcher preset replaces them (published_settings.yaml,
+    # ``replaces_printed``), the preset's
+    "model.tensor_model_parallel_size": "tp",
+    "model.pipeline_model_parallel_size": "pp",
+    "model.virtual_pipeline_model_parallel_size": "vp",
+    "model.context_parallel_size": "cp",
+    "model.expert_model_parallel_size": "ep",
+}
+#: communication knobs read from the same perf-recipe match (``mbridge_perf.json``; an unset ``comm_overlap`` is
+#: Megatron-Bridge's default: no overlap) -> TimeConfig field.
+PERF_COMM = {
+    "comm_overlap.tp_comm_overlap": "tp_comm_overlap",
+    "comm_overlap.overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
+    "model.moe_shared_expert_overlap": "moe_shared_expert_overlap",
+    "mixed_precision.fp8_dot_product_attention": "fp8_dot_product_attention",
+}
+_FLAGS = ("use_megatron_fsdp", "grad_reduce_in_fp32", "fp8_param_gather", *PERF_COMM.values())
+
+
+def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
+    """TimeConfig fields of the settings the published row ``r`` does not print, from the point the memory check
+    builds for it (:func:`bridgebench.validation.published_points.record_point`, its 0.6.2 perf-recipe match and the
+    release's own settings) -- empty when the row has no perf-recipe match (only the base recipe)."""
+    cell = cells.get(str(r.provenance.get("reference")), "")
+    _, delta, _ = record_point(r, cell)
+    if "model.recompute_granularity" not in delta:
+        return {}  # the release's own bridgebench recipe, or no 0.6.2 perf recipe of this model / GPU / precision
+    out = {f: delta[k] for k, f in UNPRINTED.items() if k in delta}
+    match = perf_match(r, precision_of(r), None if cell == "" else int(cell) > 0)
+    out.update({f: match.values[k] for k, f in PERF_COMM.items() if k in match.values})
+    out.update({f: delta[k] for k, f in PERF_COMM.items() if k in delta})  # the release's own settings
+    mods = tuple(out.get("recompute_modules") or ())
+    if out.get("recompute_granularity") == "selective" and not mods:
+        mods = ("core_attn",)  # Megatron-Core TransformerConfig.recompute_modules default
+    out["recompute_modules"] = mods
+    for f in _FLAGS:
+        if f in out:
+            out[f] = bool(out[f])
+    if out.get("moe_flex_dispatcher_backend") and not out.get("moe_token_dispatcher_type"):
+        out["moe_token_dispatcher_type"] = "flex"
+    pp, vp = out.get("pp") or 1, out.get("vp")
+    out["vp"] = vp if (vp and vp > 1 and pp > 1) else None
+    return out
+
+
+def fit(rows: list[Row] | None = None, *, releases: Iterable[str] | None = None) -> Calibration:
+    """Fit the time calibration on the published rows (of ``releases`` only, when given); no bands (see
+    :func:`bridgebench.model.steptime.fit.calibrate_with_bands`)."""
+    rows = rows if rows is not None else published_rows()
+    if releases is not None:
+        keep = set(releases)
+        rows = [r for r in rows if r.release in keep]
+    return calibrate(rows)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationReport:
+    """What ``bridgebench calibrate`` fits and prints: the calibration with its bands, and its fit statistics
+    (relative errors of model TFLOP/s/GPU; 0.05 = 5 %).
+
+    ``median_abs_error`` and ``geometric_rms`` are the in-sample fit over all ``rows``; ``held_out_mape`` is over the
+    ``held_out_rows`` predicted by a fit without their release
+    (:func:`bridgebench.model.steptime.fit.calibrate_with_bands`).
+    """
+
+    calibration: Calibration
+    rows: int
+    releases: tuple[str, ...]
+    median_abs_error: float
+    geometric_rms: float
+    held_out_mape: float
+    held_out_rows: int
+
+    @property
+    def source(self) -> str:
+        """The provenance line written into ``configs/calibration/<name>.yaml`` (``source``)."""
+        return (
+            f"bridgebench calibrate --write: {self.rows} published rows of releases {', '.join(self.releases)} "
+            f"(results/reference/published_pretrain_throughput.csv); fit error: median |error| "
+            f"{self.median_abs_error:.1%}, geometric RMS {self.geometric_rms:.1%}; held-out (leave one release out) "
+            f"MAPE {self.held_out_mape:.1%} over {self.held_out_rows} rows"
+        )
+
+
+def fit_report(rows: list[Row] | None = None) -> CalibrationReport:
+    """Fit the time model with leave-one-release-out bands on the published rows (default: :func:`published_rows`)
+    and score it with :mod:`bridgebench.validation.metrics` (one fit per release: about a minute here)."""
+    rows = rows if rows is not None else published_rows()
+    cal, held = calibrate_with_bands(rows)
+    errors = [predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops - 1 for r in rows]
+    out_errors = [metrics.rel_error(p, r.tflops) for r, p in zip(rows, held) if p]
+    return CalibrationReport(
+        calibration=cal,
+        rows=len(rows),
+        releases=tuple(sorted({r.release for r in rows}, key=lambda x: [int(p) for p in x.split(".")])),
+        median_abs_error=metrics.median_abs(errors),
+        geometric_rms=metrics.geometric_rms(errors),
+        held_out_mape=metrics.mape(out_errors),
+        held_out_rows=len(out_errors),
+    )
