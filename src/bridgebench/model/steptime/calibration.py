@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from bridgebench.model.steptime.bands import ConformalBands
 from bridgebench.model.steptime.config import TimeModelError
 from bridgebench.model.steptime.release import GroupLevel, LevelTable
 
@@ -39,6 +40,7 @@ class Calibration:
     bands: dict[tuple[str, str, str], float] = field(default_factory=dict)
     band_by_gpu: dict[tuple[str, str], float] = field(default_factory=dict)
     band_default: float = 0.15
+    conformal: ConformalBands | None = None
 
     def efficiency_of(
         self, gpu: str, pclass: str, peak_of: Callable[[str], float | None] | None = None
@@ -128,6 +130,8 @@ class Calibration:
             band_by_gpu=band_by_gpu,
             band_default=float(data.get("band_default", 0.15)),
         )
+        if data.get("conformal"):
+            cal.conformal = ConformalBands.from_mapping(data["conformal"], groups, eff)
         bad = {k: v for k, v in eff.items() if not v > 0} | {
             k: getattr(cal, k) for k in ("kappa", "ns_efficiency", "default_efficiency") if not getattr(cal, k) > 0
         }
@@ -151,7 +155,7 @@ class Calibration:
         by_gpu: dict[str, dict[str, float]] = {}
         for (gpu, pclass), v in sorted(self.band_by_gpu.items()):
             by_gpu.setdefault(gpu, {})[pclass] = round(v, 4)
-        return {
+        out = {
             "c_layer_s": self.c_layer,
             "kappa_s": self.kappa,
             "ns_efficiency": self.ns_efficiency,
@@ -163,3 +167,6 @@ class Calibration:
             "band_by_gpu": by_gpu,
             "bands": bands,
         }
+        if self.conformal is not None:
+            out["conformal"] = self.conformal.to_mapping()
+        return out

@@ -31,8 +31,9 @@ from typing import Callable, Iterable, Sequence
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import registry
+from bridgebench.model.steptime.bands import TIERS, ConformalBands, HeldOut, Seen, conformal_bands, novelty
 from bridgebench.model.steptime.calibration import Calibration
-from bridgebench.model.steptime.config import TimeConfig, TimeModelError, family, group_key
+from bridgebench.model.steptime.config import TimeConfig, TimeModelError, config_key, family, group_key
 from bridgebench.model.steptime.predict import _flops, evaluate, point_release_index, predict_time
 from bridgebench.model.steptime.release import GroupLevel, LevelTable
 
@@ -226,8 +227,82 @@ def bands_from(rows: Sequence[Row], held_out: Sequence[float | None], cal: Calib
     return out
 
 
-def calibrate_with_bands(rows: Sequence[Row], **kw) -> tuple[Calibration, list[float | None]]:
-    """:func:`calibrate` on all rows with bands from :func:`cross_validate` (same keyword arguments); returns the
-    calibration and the held-out predictions."""
-    held = cross_validate(rows, lambda rs: calibrate(rs, **kw))
-    return bands_from(rows, held, calibrate(rows, **kw)), held
+#: held-out experiments behind the conformal bands, narrow to wide: what each leaves out of the training rows.
+EXPERIMENTS: dict[str, Callable[[Row], object]] = {
+    "release": lambda r: r.release,
+    "configuration": lambda r: config_key(r.spec, r.cfg),
+    "group": lambda r: group_key(r.spec, r.cfg),
+    "model and GPU": lambda r: (r.spec.name, r.cfg.gpu.name),
+    "model": lambda r: r.spec.name,
+    "GPU": lambda r: r.cfg.gpu.name,
+}
+
+
+def leave_out(
+    rows: Sequence[Row],
+    key: Callable[[Row], object],
+    fit: Callable[[Sequence[Row]], Calibration],
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[float | None], list[tuple[str, ...]], list[str]]:
+    """Every row predicted by ``fit`` of the rows whose ``key`` differs from its own (leave one ``key`` value out):
+    (held-out TFLOP/s/GPU, the row's distances from its training rows (:func:`~.bands.novelty`), its fold)."""
+    pred: list[float | None] = [None] * len(rows)
+    tiers: list[tuple[str, ...]] = [()] * len(rows)
+    folds: list[str] = [""] * len(rows)
+    values: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        values.setdefault(repr(key(r)), []).append(i)
+    for n, (value, idx) in enumerate(sorted(values.items())):
+        out = set(idx)
+        train = [r for i, r in enumerate(rows) if i not in out]
+        if not train:
+            continue
+        if progress:
+            progress(f"{n + 1}/{len(values)}: without {value}")
+        cal = fit(train)
+        seen = Seen.of(train)
+        for i in idx:
+            pred[i] = predict_time(rows[i].spec, rows[i].cfg, cal).tflops_per_gpu
+            tiers[i] = novelty(seen, rows[i].spec, rows[i].cfg)
+            folds[i] = value
+    return pred, tiers, folds
+
+
+def held_out_experiments(
+    rows: Sequence[Row],
+    fit: Callable[[Sequence[Row]], Calibration],
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[HeldOut], dict[str, list[float | None]]]:
+    """Every row held out by each of :data:`EXPERIMENTS`: the errors filed by distance (a row once per distance, by
+    its narrowest experiment), and the held-out predictions per experiment."""
+    held: list[HeldOut] = []
+    done: set[tuple[int, str]] = set()
+    preds: dict[str, list[float | None]] = {}
+    for name, key in EXPERIMENTS.items():
+        step = (lambda m, name=name: progress(f"leave one {name} out: {m}")) if progress else None
+        pred, tiers, folds = leave_out(rows, key, fit, step)
+        preds[name] = pred
+        for i, (p, ts, fold) in enumerate(zip(pred, tiers, folds)):
+            if p is None or p <= 0:
+                continue
+            for t in ts:
+                if (i, t) not in done:
+                    done.add((i, t))
+                    held.append(HeldOut(i, math.log(p / rows[i].tflops), t, f"{name}={fold}"))
+    return held, preds
+
+
+def calibrate_with_bands(
+    rows: Sequence[Row], progress: Callable[[str], None] | None = None, **kw
+) -> tuple[Calibration, list[float | None]]:
+    """:func:`calibrate` on all rows with conformal bands by distance (:mod:`~.bands`, from
+    :func:`held_out_experiments`; the folds keep the ``c_layer`` chosen on all rows) and the root-mean-square bands
+    of :func:`bands_from` (leave one release out); returns the calibration and the held-out (leave one release out)
+    predictions."""
+    cal = calibrate(rows, **kw)
+    fold_kw = dict(kw, c_grid=(cal.c_layer,))
+    held, preds = held_out_experiments(rows, lambda rs: calibrate(rs, **fold_kw), progress)
+    out = bands_from(rows, preds["release"], cal)
+    out.conformal = conformal_bands(held, Seen.of(rows))
+    return out, preds["release"]
+
