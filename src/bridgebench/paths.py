@@ -57,6 +57,7 @@ class Paths:
     hf_cache: Path
     job_dir: Path
     sweeps: Path
+    ablations: Path
     cache: Path
     debug_log: Path
 

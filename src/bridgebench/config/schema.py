@@ -263,14 +263,28 @@ class OptimizerVariantSchema:
 
 
 @dataclass
+class ReplaySchema:
+    """The replay payload (``job.type: replay``, bridgebench.payloads.replay): which table of measurements it
+    replays, the noise it adds and how many iterations it logs; ``row`` is filled when the run is planned
+    (bridgebench.launch.replay) -- the table's row for this configuration, or null when it has none."""
+
+    table: Optional[str] = None  # an ablation set id (paths.ablations/<table>.csv)
+    noise_pct: float = 1.0  # sd of the multiplicative log-normal noise on each step time, % (seeded)
+    seed: int = 0  # noise seed (mixed with the config hash and the attempt's SLURM job id)
+    steps: int = 10  # iterations logged
+    row: Optional[Any] = None  # the table row (set by plan; a mapping) or null
+
+
+@dataclass
 class JobSchema:
-    type: str = "pretrain"  # pretrain (bridgebench.payloads.pretrain) | optstep (bridgebench.payloads.optstep)
+    type: str = "pretrain"  # pretrain (payloads.pretrain) | optstep (payloads.optstep) | replay (payloads.replay)
     # run policies (bridgebench.mbridge.build.apply_policies): the only deliberate departures from upstream recipes
     tensorboard_subdir: Optional[str] = "tensorboard"  # TensorBoard events: <attempt out dir>/<this>; null: off
     offline_tokenizer: bool = True  # HuggingFaceTokenizer -> NullTokenizer(model vocab) (offline, mock data)
     layers: int = 1  # optstep: decoder layers whose matrices are timed
     experts: int = 2  # optstep: experts per MoE layer
     repeats: int = 5  # optstep: timed repeats
+    replay: ReplaySchema = field(default_factory=ReplaySchema)  # replay: the table and its noise
     # argv run in front of the payload command (numactl, nsys profile ..., or a test's fault injector); each item is
     # shell-quoted. Any: a List[str] node would turn `job.wrapper=[true]` into "True" silently; launch/shellsafe.py
     # refuses any item that is not a string (rule shell_safe_value)
@@ -287,6 +301,7 @@ class PathsSchema:
     hf_cache: str = MISSING
     job_dir: str = MISSING
     sweeps: str = MISSING
+    ablations: str = MISSING
     cache: str = MISSING
     debug_log: str = MISSING
 

@@ -113,10 +113,16 @@ def compose_bases(space: Space, progress: Callable[[int, int], None] | None = No
             f"(known: {space_names()})"
         )
     group_axes = [a for a in space.axes if a.group]
-    combos = list(itertools.product(*(a.values for a in group_axes))) if group_axes else [()]
+    if space.points is not None:  # a list of points: only the group combinations the points use
+        keys = [a.key for a in group_axes]
+        combos = [dict(c) for c in dict.fromkeys(tuple((k, p[k]) for k in keys if k in p) for p in space.points)]
+    else:
+        combos = [
+            {a.key: v for a, v in zip(group_axes, combo)}
+            for combo in (itertools.product(*(a.values for a in group_axes)) if group_axes else [()])
+        ]
     bases = []
-    for i, combo in enumerate(combos):
-        choice = {a.key: v for a, v in zip(group_axes, combo)}
+    for i, choice in enumerate(combos):
         ov = list(space.fixed) + [f"{k}={v}" for k, v in choice.items()]
         cfg = compose(ov)
         plain = OmegaConf.to_container(cfg, resolve=True)

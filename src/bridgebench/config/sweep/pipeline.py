@@ -128,6 +128,8 @@ def run_pipeline(
 def _space_size(space: Space | None, bases: Sequence[Base]) -> int:
     if space is None:
         return 0
+    if space.points is not None:
+        return len(space.points)
     size = 1
     for a in space.axes:
         if not a.group:

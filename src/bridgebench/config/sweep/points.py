@@ -109,7 +109,18 @@ def _row(base: Base, delta: dict[str, Any], v: dict[str, Any]) -> dict[str, Any]
 
 def candidates(space: Space, bases: Sequence[Base]) -> tuple[int, Iterable[tuple[Base, dict[str, Any]]]]:
     """``(count, (base, delta) pairs)``: every base x the cartesian product of the space's field axes (``delta`` = the
-    swept field values of one point). A space without field axes gives one point per base."""
+    swept field values of one point). A space without field axes gives one point per base. A space of listed points
+    (``points:``) gives exactly those, each over the base of its group values."""
+    if space.points is not None:
+        by_choice = {tuple(sorted(b.choices.items())): b for b in bases}
+        listed = [
+            (by_choice[tuple(sorted((k, v) for k, v in p.items() if k in by_group))], {
+                k: v for k, v in p.items() if k not in by_group
+            })
+            for by_group in [{a.key for a in space.axes if a.group}]
+            for p in space.points
+        ]  # fmt: skip
+        return len(listed), iter(listed)
     field_axes = [a for a in space.axes if not a.group]
     combos = list(itertools.product(*(a.values for a in field_axes))) if field_axes else [()]
     pairs = ((base, {a.key: v for a, v in zip(field_axes, combo)}) for base in bases for combo in combos)

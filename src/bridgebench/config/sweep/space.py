@@ -1,7 +1,9 @@
 """A search space: Hydra overrides (``a=x,y`` sweeps, Hydra's own grammar) and/or a sweep file
 (``configs/sweep/<name>.yaml`` or ``$BRIDGEBENCH_CONFIG_DIR/sweep/<name>.yaml``), parsed into fixed overrides and
-axes (:func:`parse_space`). Axes over config groups (``optimizer=adamw,muon``, ``recipe=...``) are composed once per
-combination; axes over fields vary plain values on top (``bridgebench.config.sweep.bases``)."""
+axes (:func:`parse_space`) -- a product of axes -- or into a list of points (``points:``, each a mapping of keys to
+values: exactly those configurations, e.g. the rows of a published ablation). Axes over config groups
+(``optimizer=adamw,muon``, ``recipe=...``) are composed once per combination; axes over fields vary plain values on
+top (``bridgebench.config.sweep.bases``)."""
 
 from __future__ import annotations
 
@@ -45,15 +47,26 @@ class Space:
     top_k: int = 8
     source: str = "command line"
     description: str = ""
+    #: an explicit list of points (``points:`` in a sweep file): key -> value per point, group keys allowed; the
+    #: axes then hold each key's distinct values (for the schema checks) and are not multiplied
+    points: list[dict[str, Any]] | None = None
 
     @property
     def size(self) -> int:
-        """Points before any rule: the product of the axes' lengths."""
+        """Points before any rule: the product of the axes' lengths, or the number of listed points."""
+        if self.points is not None:
+            return len(self.points)
         return math.prod(len(a.values) for a in self.axes)
 
     def fingerprint(self) -> str:
-        """Hash of the fixed overrides and the axes (a resumed sweep must have the same one)."""
-        text = json.dumps([self.fixed, [(a.key, [repr(v) for v in a.values]) for a in self.axes]], sort_keys=True)
+        """Hash of the fixed overrides and the axes or points (a resumed sweep must have the same one)."""
+        listed = (
+            [[(k, repr(v)) for k, v in sorted(p.items())] for p in self.points] if self.points is not None else None
+        )
+        text = json.dumps(
+            [self.fixed, [(a.key, [repr(v) for v in a.values]) for a in self.axes]] + ([listed] if listed else []),
+            sort_keys=True,
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -105,9 +118,16 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
             raise SweepError(f"bad_yaml: {path} is not valid YAML: {str(err).splitlines()[0]}") from err
         if not isinstance(file_data, dict):
             raise SweepError(f"bad_yaml: {path} must hold a mapping, got {type(file_data).__name__}")
-        unknown = set(file_data) - {"description", "top_k", "overrides", "space"}
+        unknown = set(file_data) - {"description", "top_k", "overrides", "space", "points"}
         if unknown:
-            raise SweepError(f"{path}: unknown key(s) {sorted(unknown)}; known: description, top_k, overrides, space")
+            raise SweepError(
+                f"{path}: unknown key(s) {sorted(unknown)}; known: description, top_k, overrides, space, points"
+            )
+        if file_data.get("points") is not None and file_data.get("space"):
+            raise SweepError(
+                f"sweep_points_or_axes: {path} has both `space:` (a product of axes) and `points:` (a list); "
+                "give one of them"
+            )
         source = f"configs/sweep/{space}.yaml" if path.parent == SWEEP_DIR else str(path)
     fixed: dict[str, str] = {}
     axes: dict[str, Axis] = {}
@@ -116,9 +136,17 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
     for key, raw in (file_data.get("space") or {}).items():
         values = _values_of(key, raw)
         axes[key] = Axis(key, values, _is_group(key))
+    points = _points_of(file_data.get("points"), str(path)) if space and "points" in file_data else None
     parser = OverridesParser.create()
     for ov in parser.parse_overrides(normalize_overrides(list(overrides))):
         key = ov.key_or_group.lstrip("+~/")
+        if ov.is_sweep_override() and points is not None:
+            raise SweepError(
+                f"sweep_points_or_axes: {ov.input_line!r} sweeps values, but space {space!r} is a list of points; "
+                "add the values to its points instead"
+            )
+        if points is not None and any(key in p for p in points):
+            raise SweepError(f"sweep_points_or_axes: {key!r} is set by the points of space {space!r}")
         if ov.is_sweep_override():
             values = tuple(ov.sweep_iterator())
             if ov.is_delete() or ov.package:
@@ -131,6 +159,11 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
         else:
             fixed[key] = ov.input_line
             axes.pop(key, None)
+    if points is not None:
+        for key in dict.fromkeys(k for p in points for k in p):
+            distinct = list(dict.fromkeys(repr(p[key]) for p in points if key in p))
+            values = tuple(next(p[key] for p in points if key in p and repr(p[key]) == d) for d in distinct)
+            axes[key] = Axis(key, values, _is_group(key))
     for axis in axes.values():
         if not axis.values:
             raise SweepError(f"axis {axis.key!r} has no values (empty search space)")
@@ -147,4 +180,36 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
         top_k=k,
         source=source,
         description=str(file_data.get("description", "")),
+        points=points,
     )
+
+
+def _points_of(raw: Any, path: str) -> list[dict[str, Any]]:
+    """The ``points:`` of a sweep file: a non-empty list of non-empty mappings from a config key (a field such as
+    ``model.tensor_model_parallel_size`` or a group such as ``precision``) to one plain value; group values become
+    strings (option names), as on an axis.
+
+    Raises:
+        SweepError: (rule ``sweep_points``) not a list, an empty list, an entry that is not a mapping or is empty, a
+            value that is itself a sweep (a list given for a key that takes a scalar is passed on to the schema
+            check), or the same point twice.
+    """
+    if not isinstance(raw, list) or not raw:
+        raise SweepError(f"sweep_points: {path}: `points:` must be a non-empty list of mappings, got {raw!r}")
+    out: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(raw, 1):
+        if not isinstance(entry, dict) or not entry:
+            raise SweepError(
+                f"sweep_points: {path}: point {i} must be a non-empty mapping of key: value, got {entry!r}"
+            )
+        point = {}
+        for key, value in entry.items():
+            key = str(key).lstrip("+~")
+            point[key] = str(value) if _is_group(key) else value
+        ident = json.dumps(sorted((k, repr(v)) for k, v in point.items()))
+        if ident in seen:
+            raise SweepError(f"sweep_points: {path}: point {i} repeats point {seen[ident]} ({entry})")
+        seen[ident] = i
+        out.append(point)
+    return out
