@@ -266,6 +266,9 @@ UNPRINTED = {
     "model.virtual_pipeline_model_parallel_size": "vp",
     "model.context_parallel_size": "cp",
     "model.expert_model_parallel_size": "ep",
+    # an empty ETP cell: the perf-recipe match's ETP where its TP and EP are the row's (as the memory check takes
+    # it), not ETP = TP -- DeepSeek V3 on 1024 H100 (TP 2, EP 64) runs ETP 1, one expert group in 64 GPUs, not 128
+    "model.expert_tensor_parallel_size": "etp",
 }
 #: communication knobs read from the same perf-recipe match (``mbridge_perf.json``; an unset ``comm_overlap`` is
 #: Megatron-Bridge's default: no overlap) -> TimeConfig field.
@@ -304,11 +307,23 @@ def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
     return out
 
 
+def muon_constants(rows: list[Row]):
+    """(``kappa``, ``ns_efficiency``, the :class:`bridgebench.results.muon_fit.MuonFit`): Muon's constants fitted on
+    the blog's Table 1 pairs at a calibration of ``rows`` with the first-principles constants (the GEMM rates do not
+    enter the Muon delta: :mod:`bridgebench.results.muon_fit`)."""
+    from bridgebench.results.muon_fit import fit_muon
+
+    m = fit_muon(calibrate(rows))
+    return m.kappa, m.ns_efficiency, m
+
+
 def fit(rows: list[Row] | None = None, *, releases: Iterable[str] | None = None) -> Calibration:
-    """Fit the time calibration on the published rows (of ``releases`` only, when given); no bands (see
+    """Fit the time calibration on the published rows (of ``releases`` only, when given), with Muon's constants
+    fitted on the blog's pairs (:func:`muon_constants`); no bands (see
     :func:`bridgebench.model.timing.calibrate_with_bands`)."""
     rows = rows if rows is not None else published_rows()
+    kappa, ns_eff, _ = muon_constants(rows)
     if releases is not None:
         keep = set(releases)
         rows = [r for r in rows if r.release in keep]
-    return calibrate(rows)
+    return calibrate(rows, kappa=kappa, ns_efficiency=ns_eff)

@@ -89,9 +89,10 @@ def novelty(seen: Seen, spec: ModelSpec, cfg: TimeConfig) -> tuple[str, ...]:
     pclass = cfg.precision_class
     if not any(g[:2] == (model, gpu) for g in seen.groups):
         return ("new GPU",)
-    same_class = any(
-        g[:2] == (model, gpu) and PRECISION_CLASS.get(g[2], g[2]) == pclass for g in seen.groups
-    ) and (gpu, pclass) in seen.gpus
+    same_class = (
+        any(g[:2] == (model, gpu) and PRECISION_CLASS.get(g[2], g[2]) == pclass for g in seen.groups)
+        and (gpu, pclass) in seen.gpus
+    )
     if (model, gpu, cfg.peak_key) not in seen.groups or not same_class:
         return ("new precision",)
     if config_key(spec, cfg) in seen.configurations:

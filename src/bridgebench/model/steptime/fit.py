@@ -12,10 +12,11 @@
    on what it leaves to the release levels.
 4. **Release levels** (:func:`fit_levels`): each group's mean log level per published release, and each family's
    mean (:mod:`bridgebench.model.steptime.release`).
-5. **Bands** (:func:`cross_validate`, :func:`calibrate_with_bands`, :func:`bands_from`): every row predicted by a
-   calibration fitted without its release (leave one release out); the root mean square of the held-out log errors
-   per GPU and precision class and over all rows, per group partially pooled towards its GPU and precision class;
-   reported as ``exp(rms) - 1``.
+5. **Bands** (:func:`calibrate_with_bands`): every row predicted by calibrations fitted without its release, its
+   configuration at every release, its group, its model on its GPU, its model, its GPU (:func:`held_out_experiments`,
+   :func:`leave_out`); the conformal half-widths by distance from the calibration (:mod:`~.bands`), and -- kept for
+   callers that read them -- the root mean square of the leave-one-release-out log errors per GPU and precision
+   class and over all rows, per group partially pooled towards its GPU and precision class (:func:`bands_from`).
 
 Nothing is fitted per row: the free parameters are one efficiency per (GPU, precision class) and ``c_layer``; the
 release levels are the published rows' own levels, read off the table.
@@ -31,7 +32,7 @@ from typing import Callable, Iterable, Sequence
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import registry
-from bridgebench.model.steptime.bands import TIERS, ConformalBands, HeldOut, Seen, conformal_bands, novelty
+from bridgebench.model.steptime.bands import HeldOut, Seen, conformal_bands, novelty
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import TimeConfig, TimeModelError, config_key, family, group_key
 from bridgebench.model.steptime.predict import _flops, evaluate, point_release_index, predict_time
@@ -128,8 +129,8 @@ def calibrate(
     default_efficiency: float = 0.35,
 ) -> Calibration:
     """Fit the efficiencies per (GPU, precision class), ``c_layer`` and (with ``levels``) the release levels on
-    ``rows`` (see the module docstring). ``kappa`` and ``ns_efficiency`` are not fitted (the published tables carry
-    no Muon-only measurement): first-principles values, see ``configs/calibration/default.yaml``.
+    ``rows`` (see the module docstring). ``kappa`` and ``ns_efficiency`` are given (the published tables carry no
+    Muon-only measurement; :mod:`bridgebench.results.muon_fit` fits them on the blog's Table 1).
 
     Raises:
         TimeModelError: no row whose rate-independent terms leave room for compute.
@@ -305,4 +306,3 @@ def calibrate_with_bands(
     out = bands_from(rows, preds["release"], cal)
     out.conformal = conformal_bands(held, Seen.of(rows))
     return out, preds["release"]
-
