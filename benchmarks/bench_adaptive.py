@@ -1,5 +1,6 @@
 """How many measured runs an adaptive sweep needs to find the best configuration, simulated offline on published
-ablation sets (../shared/reference/ablations/*.csv, or ``--ablations DIR`` / ``$BRIDGEBENCH_ABLATIONS``: other sets
+ablation sets (configs/paths ablations: ../shared/reference/ablations/*.csv beside the clone, or ``--ablations DIR`` /
+``$BRIDGEBENCH_ABLATIONS``: other sets
 of the same CSV layout), with the same choose / refit code ``bridgebench sweep --adaptive`` runs
 (:mod:`bridgebench.model.refit`).
 
@@ -37,14 +38,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
-import validate_ablations as va  # noqa: E402
 
 from bridgebench.config import calibration  # noqa: E402
 from bridgebench.config.catalog import load_gpu  # noqa: E402
 from bridgebench.model import refit  # noqa: E402
 from bridgebench.model.timing import GpuFacts, predict_time  # noqa: E402
+from bridgebench.validation import ablation_time as va  # noqa: E402
+from bridgebench.validation.data import data_dir  # noqa: E402
 
 MIN_POINTS = 6
 WITHIN = 0.02
@@ -208,7 +209,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     ap.add_argument("--plot", type=Path, default=REPO / "results" / "tables" / "adaptive" / "bench_adaptive.png")
     args = ap.parse_args()
-    folder = args.ablations or Path(os.environ.get("BRIDGEBENCH_ABLATIONS", va.ABLATIONS))
+    folder = args.ablations or data_dir("ablations")
     if not folder.is_dir():
         sys.exit(f"error: no ablation folder {folder} (--ablations DIR or BRIDGEBENCH_ABLATIONS)")
     cal = calibration.load().time

@@ -1,4 +1,5 @@
-"""Validate the time and memory models on published ablations (../shared/reference/ablations/*.csv): one model under
+"""Validate the time and memory models on published ablations (configs/paths ablations: ../shared/reference/ablations
+beside the clone, BRIDGEBENCH_ABLATIONS moves it): one model under
 several parallel configurations, measured by people who are not us. Prints figures; tunes nothing.
 
 Per set:
@@ -24,12 +25,10 @@ silent are listed per set.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import math
 import os
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -37,186 +36,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from scipy.stats import spearmanr  # noqa: E402
-
 from bridgebench.config import calibration  # noqa: E402
 from bridgebench.config.catalog import load_gpu  # noqa: E402
-from bridgebench.model.spec import ModelSpec  # noqa: E402
-from bridgebench.model.timing import GpuFacts, TimeConfig, layer_time, predict_time  # noqa: E402
-
-ABLATIONS = Path(os.environ.get("BRIDGEBENCH_ABLATIONS", REPO.parent.parent / "shared" / "reference" / "ablations"))
-if not ABLATIONS.is_dir():
-    ABLATIONS = Path("/work/shared/reference/ablations")
-TORCHTITAN_SEQ = 8192  # torchtitan's Llama 3.1 training default (torchtitan/models/llama3/train_configs: seq_len 8192)
-
-
-def _int(text: str, default: int | None = None) -> int | None:
-    m = re.match(r"\s*(\d+)", text or "")
-    return int(m.group(1)) if m else default
-
-
-def gpu_of(text: str) -> tuple[str, float | None]:
-    """configs/gpu name and the HBM the source states when it differs from the datasheet's (GB)."""
-    t = text.upper()
-    if "A100" in t:
-        return "a100", None
-    if "GB200" in t:
-        return "gb200", None
-    if "B200" in t:
-        return "b200", None
-    if "H100" in t:
-        return "h100", (96.0 if "96GB" in t.replace(" ", "") else None)
-    raise ValueError(f"unknown GPU {text!r}")
-
-
-def precision_of(text: str) -> str:
-    t = text.lower()
-    if "mxfp8" in t:
-        return "mxfp8"
-    if "fp8" in t or "float8" in t:
-        return "fp8"
-    return "bf16"  # "bf16", "mixed precision" (fp16/bf16: the same tensor-core peak)
-
-
-#: ablation model names that are a ``configs/model`` architecture (their published groups' levels then apply)
-SHIPPED = {"llama 3.1 405b": "llama31_405b", "llama 3.1 70b": "llama3_70b", "qwen3-30b-a3b": "qwen3_30b_a3b",
-           "qwen3-235b-a22b": "qwen3_235b_a22b"}  # fmt: skip
-
-
-def spec_of(r: dict) -> ModelSpec:
-    """The row's architecture: GPT-3 / GPT (Megatron papers) are GeLU MLPs with MHA, Llama / Qwen / Grok gated."""
-    model = r["model"]
-    gated = not model.upper().startswith(("GPT", "MT-NLG"))
-    experts = _int(r["num_experts"])
-    key = re.sub(r"\s*\(.*\)", "", model).strip().lower()
-    return ModelSpec(
-        name=SHIPPED.get(key, re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_")),
-        num_layers=int(r["num_layers"]),
-        hidden_size=int(r["hidden_size"]),
-        ffn_hidden_size=int(r["ffn_hidden_size"] or 4 * int(r["hidden_size"])),
-        num_attention_heads=int(r["num_attention_heads"]),
-        num_query_groups=_int(r["num_query_groups"]),
-        vocab_size=_int(r["vocab_size"], 51200),
-        seq_length=_int(r["seq_length"], TORCHTITAN_SEQ),
-        gated_linear_unit=gated,
-        activation_func="silu" if gated else "gelu",
-        num_moe_experts=experts,
-        moe_router_topk=_int(r["moe_router_topk"], 2),
-        moe_ffn_hidden_size=_int(r["moe_ffn_hidden_size"]),
-    )
-
-
-def point_of(r: dict, gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
-    """The row as a :class:`TimeConfig`, with the assumptions made where the source is silent."""
-    notes = []
-    n = int(r["num_gpus"])
-    tp, pp, cp = _int(r["tp"], 1), _int(r["pp"], 1), _int(r["cp"], 1)
-    ep, etp = _int(r["ep"], 1), _int(r["etp"])
-    vp = _int(r["vp"])
-    if vp is None and "interleaved" in (r["vp"] + r["notes"]).lower() and pp > 1:
-        vp = 2
-        notes.append("interleaved schedule, stages per rank not stated: VP 2")
-    dp = n // (tp * pp * cp)
-    mbs = _int(r["mbs"])
-    gbs = _int(r["gbs"])
-    local = re.search(r"local batch (\d+)", r["notes"])
-    if gbs is None and local:
-        gbs = int(local.group(1)) * dp
-        mbs = mbs or (1 if pp > 1 else int(local.group(1)))
-        notes.append("GBS not stated: the stated local batch x DP; MBS 1 with PP (torchtitan's default microbatch)")
-    if mbs is None:
-        mbs = 1
-        notes.append("MBS not stated: 1")
-    if gbs is None:
-        gbs = mbs * dp
-        notes.append("GBS not stated: MBS x DP (no gradient accumulation)")
-    rec = (r["recompute"] or "").lower()
-    if not rec and r["set_id"].startswith("narayanan2021"):
-        # Narayanan et al. 2021 (arXiv 2104.04473) count the recomputed forward pass in every FLOP/s figure (Eq. 3:
-        # 96 B s l h^2, "with activation recomputation") because their runs recomputed: Megatron-LM's 2021 GPT
-        # scripts checkpoint every transformer layer (--checkpoint-activations, one layer per checkpoint), and
-        # Korthikanti et al. 2022 (arXiv 2205.05198, Table 5) list the same 175B / 530B / 1T setups as "full
-        # recompute". The ZeRO-3 rows too: 175B at MBS 4 cannot hold its activations on 80 GB without it.
-        rec = "full"
-        notes.append("recompute not stated: full (Narayanan et al. 2021 Eq. 3; Korthikanti et al. 2022 Table 5)")
-    granularity = "full" if rec.startswith("full") else "selective" if rec.startswith("selective") else None
-    sp_text = (r["sequence_parallel"] or "").lower()
-    framework = r["framework"].lower()
-    modern = "nemo" in framework or "dev branch" in framework
-    sp = sp_text.startswith("true") or (tp > 1 and bool(_int(r["num_experts"])))
-    if not sp_text and modern and tp > 1:
-        sp = True
-        notes.append("sequence parallelism not stated: on with TP > 1 (NeMo / Megatron-Core recipes' default)")
-    fsdp = "zero3" in (r["distributed_optimizer"] or "").lower() or "fsdp" in r["notes"].lower()
-    async_tp = "asynctp" in r["notes"].lower().replace(" ", "")
-    moe = bool(_int(r["num_experts"]))
-    dispatcher = ("flex", "hybridep") if "hybridep" in r["notes"].lower() else (
-        ("flex", "deepep") if "deepep" in r["notes"].lower() else ("alltoall", None)
-    )  # fmt: skip
-    cfg = TimeConfig(
-        gpu=gpu,
-        peak_key=precision_of(r["precision"]),
-        num_gpus=n,
-        mbs=mbs,
-        gbs=gbs,
-        tp=tp,
-        pp=pp,
-        vp=vp if (vp and vp > 1 and pp > 1) else None,
-        cp=cp,
-        ep=ep,
-        etp=etp,
-        sequence_parallel=sp,
-        recompute_granularity=granularity,
-        recompute_method="uniform" if granularity == "full" else None,
-        recompute_num_layers=1 if granularity == "full" else None,
-        recompute_modules=("core_attn",) if granularity == "selective" else (),
-        tp_comm_overlap=(modern and tp > 1 and sp) or async_tp,
-        moe_token_dispatcher_type=dispatcher[0] if moe else "alltoall",
-        moe_flex_dispatcher_backend=dispatcher[1] if moe else None,
-        overlap_moe_expert_parallel_comm="ep overlap" in r["notes"].lower(),
-        overlap_grad_reduce=modern or "torchtitan" in framework,
-        overlap_param_gather=modern,
-        use_distributed_optimizer=modern,
-        use_megatron_fsdp=fsdp,
-        flops_formula="v2",
-    )
-    if not modern and "torchtitan" not in framework:
-        notes.append("2021-22 Megatron-LM: no distributed optimizer, no TP overlap, gradient all-reduce not overlapped")
-    return cfg, notes
-
-
-def paper_flops(spec: ModelSpec, cfg: TimeConfig, recompute: bool) -> float:
-    """FLOPs per step of the Megatron papers' formula (Narayanan et al. 2021, Eq. 3, with recompute:
-    ``96 B s l h^2 (1 + s/6h + V/16lh)``; Korthikanti et al. 2022, model FLOPs without it:
-    ``72 B s l h^2 (1 + s/6h + V/12lh)``)."""
-    b, s, n, h, v = cfg.gbs, spec.seq_length, spec.num_layers, spec.hidden_size, spec.vocab_size
-    if recompute:
-        return 96 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
-    return 72 * b * s * n * h * h * (1 + s / (6 * h) + v / (12 * n * h))
-
-
-def predicted_metric(r: dict, spec: ModelSpec, cfg: TimeConfig, cal) -> float:
-    unit = r["measured_unit"].strip()
-    b = predict_time(spec, cfg, cal)
-    if unit in ("s/step", "s"):
-        return b.total
-    if unit == "ms":  # forward + backward of one layer (Korthikanti Table 4)
-        return 1e3 * sum(layer_time(spec, cfg, cal).values())
-    if unit == "tokens/s/GPU":
-        return cfg.gbs * spec.seq_length / b.total / cfg.num_gpus
-    if unit == "TFLOP/s/GPU":
-        if r["set_id"].startswith("narayanan"):
-            return paper_flops(spec, cfg, True) / b.total / cfg.num_gpus / 1e12
-        return b.tflops_per_gpu  # Megatron-LM's own count: Megatron-Bridge's formula (v2)
-    if unit == "%":  # MFU, model FLOPs without recompute at the A100 peak
-        return 100 * paper_flops(spec, cfg, False) / b.total / cfg.num_gpus / (cfg.gpu.peak(cfg.peak_key))
-    raise ValueError(f"unit {unit!r}")
-
-
-def config_key(r: dict, cfg: TimeConfig) -> tuple:
-    return (r["model"], r["num_layers"], r["seq_length"], cfg.gpu.name, cfg.peak_key, cfg.num_gpus, cfg.tp, cfg.pp,
-            cfg.vp, cfg.cp, cfg.ep, cfg.etp, cfg.mbs, cfg.gbs, cfg.recompute_granularity, cfg.sp,
-            cfg.use_megatron_fsdp)  # fmt: skip
+from bridgebench.model.timing import GpuFacts, predict_time  # noqa: E402
+from bridgebench.validation import metrics  # noqa: E402
+from bridgebench.validation.ablation_time import config_key, gpu_of, point_of, predicted_metric, spec_of  # noqa: E402
+from bridgebench.validation.ablations import ablations, read_set, set_files  # noqa: E402
+from bridgebench.validation.data import data_dir  # noqa: E402
 
 
 def main() -> None:
@@ -229,13 +55,9 @@ def main() -> None:
     gpus = {}
     sets = []
     # fits or not: every row through the sweep pipeline with its framework's settings, one way for both scripts
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import validate_memory_published
-
-    verdicts = iter(validate_memory_published.ablations(calib))
-    for path in sorted(ABLATIONS.glob("*.csv")):
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+    verdicts = iter(ablations(calib))
+    for path in set_files():
+        rows = read_set(path)
         out = []
         notes: set[str] = set()
         for r in rows:
@@ -276,28 +98,31 @@ def main() -> None:
                 distinct.append(o)
         rho = None
         if len(distinct) >= 3:
-            rho = float(spearmanr([o["predicted"] for o in distinct], [o["measured"] for o in distinct]).statistic)
+            rho = metrics.rank_correlation([o["predicted"] for o in distinct], [o["measured"] for o in distinct])
         # level factor per (GPU, precision) cell, leave one out
+        scaled_pred = metrics.level_factor_loo(
+            [o["predicted"] for o in out], [o["measured"] for o in out], [o["cell"] for o in out]
+        )
         scaled = []
-        for i, o in enumerate(out):
-            others = [
-                math.log(p["measured"] / p["predicted"]) for j, p in enumerate(out) if j != i and p["cell"] == o["cell"]
-            ]
-            if others:
-                o["scaled"] = o["predicted"] * math.exp(statistics.mean(others))
-                scaled.append(abs(o["scaled"] / o["measured"] - 1))
-        absolute = [abs(o["absolute"] / o["measured"] - 1) for o in out if o["eff_source"] == "fitted"]
+        for o, sp in zip(out, scaled_pred):
+            if sp is not None:
+                o["scaled"] = sp
+                scaled.append(metrics.rel_error(sp, o["measured"]))
+        absolute = [metrics.rel_error(o["absolute"], o["measured"]) for o in out if o["eff_source"] == "fitted"]
         distinct_ids = {id(o) for o in distinct}
-        scaled_distinct = [abs(o["scaled"] / o["measured"] - 1) for o in out if "scaled" in o and id(o) in distinct_ids]
+        scaled_distinct = [
+            metrics.rel_error(o["scaled"], o["measured"]) for o in out if "scaled" in o and id(o) in distinct_ids
+        ]
         sets.append({
             "set": path.stem, "rows": len(out), "distinct": len(distinct), "spearman": rho,
-            "mape_level": statistics.mean(scaled) if scaled else None, "scored_level": len(scaled),
-            "mape_level_distinct": statistics.mean(scaled_distinct) if scaled_distinct else None,
-            "mape_absolute": statistics.mean(absolute) if absolute else None, "scored_absolute": len(absolute),
+            "mape_level": metrics.mape(scaled) if scaled else None, "scored_level": len(scaled),
+            "mape_level_distinct": metrics.mape(scaled_distinct) if scaled_distinct else None,
+            "mape_absolute": metrics.mape(absolute) if absolute else None, "scored_absolute": len(absolute),
             "fits": sum(o["fits"] for o in out), "notes": sorted(notes), "out": out,
         })  # fmt: skip
     load = os.getloadavg()
-    print(f"ablation sets: {ABLATIONS} ({len(sets)} sets); calibration {calib.name!r}; load average {load[0]:.1f}")
+    folder = data_dir("ablations")
+    print(f"ablation sets: {folder} ({len(sets)} sets); calibration {calib.name!r}; load average {load[0]:.1f}")
     print(
         f"{'set':38s} {'rows':>4s} {'dist':>4s} {'Spearman':>8s} {'MAPE lvl':>8s} {'n':>3s} {'MAPE abs':>8s} "
         f"{'n':>3s} {'fits':>6s}"
@@ -310,13 +135,15 @@ def main() -> None:
               f"{s['scored_absolute']:3d} {s['fits']:3d}/{s['rows']:<2d}")  # fmt: skip
     eligible = [s for s in sets if s["distinct"] >= 4 and s["spearman"] is not None and not math.isnan(s["spearman"])]
     med = statistics.median(s["spearman"] for s in eligible) if eligible else float("nan")
-    all_scaled = [abs(o["scaled"] / o["measured"] - 1) for s in sets for o in s["out"] if "scaled" in o]
-    all_abs = [abs(o["absolute"] / o["measured"] - 1) for s in sets for o in s["out"] if o["eff_source"] == "fitted"]
+    all_scaled = [metrics.rel_error(o["scaled"], o["measured"]) for s in sets for o in s["out"] if "scaled" in o]
+    all_abs = [
+        metrics.rel_error(o["absolute"], o["measured"]) for s in sets for o in s["out"] if o["eff_source"] == "fitted"
+    ]
     fits = sum(s["fits"] for s in sets)
     total = sum(s["rows"] for s in sets)
     print(f"median Spearman over {len(eligible)} sets with >= 4 distinct configurations: {med:+.2f} (target >= 0.8: "
           f"{'met' if med >= 0.8 else 'MISSED'})")  # fmt: skip
-    level = statistics.mean(all_scaled)
+    level = metrics.mape(all_scaled)
     print(f"MAPE after the level factor (leave-one-out per set, GPU, precision): {level:.1%} over "
           f"{len(all_scaled)} rows (target <= 8 %: {'met' if level <= 0.08 else 'MISSED'})")  # fmt: skip
     per_set = [s["mape_level"] for s in sets if s["mape_level"] is not None]
@@ -326,7 +153,7 @@ def main() -> None:
           "mean of sets")  # fmt: skip
     if all_abs:
         print(
-            f"absolute MAPE where the GPU and precision are calibrated: {statistics.mean(all_abs):.1%} over "
+            f"absolute MAPE where the GPU and precision are calibrated: {metrics.mape(all_abs):.1%} over "
             f"{len(all_abs)} rows"
         )
     every = [o for s in sets for o in s["out"]]

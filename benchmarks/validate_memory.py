@@ -28,7 +28,7 @@ from bridgebench.config import sweep as engine  # noqa: E402
 from bridgebench.logs.parser import parse_log  # noqa: E402
 from bridgebench.model.memory import MemoryConfig, dist_muon_state_by_rank, estimate_memory  # noqa: E402
 from bridgebench.model.spec import ModelSpec  # noqa: E402
-from bridgebench.results.golden import golden_cases, golden_memory_config, golden_spec  # noqa: E402
+from bridgebench.validation.golden import golden_cases, golden_memory_config, golden_spec  # noqa: E402
 
 GB = 1e9
 MIB = 2**20

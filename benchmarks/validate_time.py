@@ -34,7 +34,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from scipy.stats import spearmanr  # noqa: E402
 
 from bridgebench.config import calibration  # noqa: E402
 from bridgebench.config import sweep as engine  # noqa: E402
@@ -47,8 +46,9 @@ from bridgebench.model.timing import (  # noqa: E402
     predict_time,
     release_index,
 )
-from bridgebench.results.golden import golden_cases, golden_spec  # noqa: E402
-from bridgebench.results.time_calibration import published_rows  # noqa: E402
+from bridgebench.validation import metrics  # noqa: E402
+from bridgebench.validation.golden import golden_cases, golden_spec  # noqa: E402
+from bridgebench.validation.time_calibration import published_rows  # noqa: E402
 
 EARLY = {"25.09", "25.11", "26.02", "26.02.01"}
 #: models compared in (c).
@@ -90,14 +90,10 @@ def scores(rows, pred: dict[int, float]) -> tuple[dict, tuple]:
         if len(idx) < 4:
             continue
         p, y = [pred[i] for i in idx], [rows[i].tflops for i in idx]
-        rho = spearmanr(p, y).statistic if len(set(p)) > 1 else float("nan")
-        out[key] = (len(idx), rho, statistics.mean(abs(a / b - 1) for a, b in zip(p, y)))
+        out[key] = (len(idx), metrics.rank_correlation(p, y), metrics.mape(metrics.rel_errors(p, y)))
     idx = sorted(pred)
-    pooled = (
-        len(idx),
-        spearmanr([pred[i] for i in idx], [rows[i].tflops for i in idx]).statistic,
-        statistics.mean(abs(pred[i] / rows[i].tflops - 1) for i in idx),
-    )
+    p, y = [pred[i] for i in idx], [rows[i].tflops for i in idx]
+    pooled = (len(idx), metrics.rank_correlation(p, y), metrics.mape(metrics.rel_errors(p, y)))
     return out, pooled
 
 
@@ -126,11 +122,15 @@ def config_changes(rows) -> dict:
         for a, b in zip(members, members[1:]):
             if sig(a) == sig(b):
                 continue
-            physics = predict_time(b.spec, b.cfg, cal).tflops_per_gpu / predict_time(a.spec, a.cfg, cal).tflops_per_gpu
-            published = b.tflops / a.tflops
-            agree += (physics - 1) * (published - 1) > 0
+            ratio = metrics.pair_ratio(
+                measured_a=a.tflops,
+                measured_b=b.tflops,
+                predicted_a=predict_time(a.spec, a.cfg, cal).tflops_per_gpu,
+                predicted_b=predict_time(b.spec, b.cfg, cal).tflops_per_gpu,
+            )
+            agree += ratio.same_direction
             changed = {f: (sig(a)[f], sig(b)[f]) for f in sig(a) if sig(a)[f] != sig(b)[f]}
-            changes.append((key, a.release, b.release, changed, physics - 1, published - 1))
+            changes.append((key, a.release, b.release, changed, ratio.predicted - 1, ratio.measured - 1))
     n = sum(len(v) >= 4 for v in groups.values())
     print(f"  configuration constant across releases in {constant}/{n} groups; consecutive config changes:")
     for (m, s, p), ra, rb, changed, dp, dy in changes:
@@ -203,12 +203,18 @@ def part_d(cal) -> list[dict]:
         muon_opt = "dist_muon" if distributed else "muon"
         muon = predict_time(spec, TimeConfig(**kw, optimizer=muon_opt, use_distributed_optimizer=False), cal)
         adam = predict_time(spec, TimeConfig(**kw, optimizer="adam", use_distributed_optimizer=distributed), cal)
-        measured = c.iter_time_median_s / twin.iter_time_median_s
-        predicted = 1 + (muon.total - adam.total) / twin.iter_time_median_s
+        ratio = metrics.pair_ratio(
+            measured_a=twin.iter_time_median_s,
+            measured_b=c.iter_time_median_s,
+            predicted_a=adam.total,
+            predicted_b=muon.total,
+            anchored=True,
+        )
+        measured, predicted = ratio.measured, ratio.predicted
         note = "" if distributed else "  [non-distributed muon; also checks weight hashes every step]"
         print(
             f"  {c.short:30s} {c.hardware:12s} measured {c.iter_time_median_s:.3f}/{twin.iter_time_median_s:.3f} = "
-            f"{measured:.2f}  predicted {predicted:.2f} ({100 * (predicted / measured - 1):+.0f}%){note}"
+            f"{measured:.2f}  predicted {predicted:.2f} ({100 * ratio.error:+.0f}%){note}"
         )
         out.append({"case": c.short, "hw": c.hardware, "measured": measured, "predicted": predicted})
     return out

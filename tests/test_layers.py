@@ -29,18 +29,48 @@ def test_layers_are_kept():
     assert "0 broken" in res.stdout
 
 
-def test_an_upward_import_breaks_the_contract(tmp_path):
+def _copy(tmp_path: Path) -> Path:
     shutil.copytree(
         REPO_ROOT / "src" / "bridgebench",
         tmp_path / "src" / "bridgebench",
         ignore=shutil.ignore_patterns("__pycache__", "hf_configs"),
     )
     shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    flops = tmp_path / "src" / "bridgebench" / "model" / "flops.py"
-    flops.write_text(flops.read_text() + "\n\ndef _upward():\n    from bridgebench.launch import plan  # noqa\n")
+    return tmp_path / "src" / "bridgebench"
+
+
+def _plant(module: Path, target: str) -> None:
+    module.write_text(module.read_text() + f"\n\ndef _upward():\n    import {target}  # noqa\n")
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path):
+    pkg = _copy(tmp_path)
+    _plant(pkg / "model" / "flops.py", "bridgebench.launch.plan")
     res = _lint(tmp_path)
     assert res.returncode != 0
     assert "BROKEN" in res.stdout and "bridgebench.model.flops -> bridgebench.launch.plan" in res.stdout
+
+
+def test_validation_sits_above_model_and_config_and_below_cli(tmp_path):
+    """``validation`` may import the models, the config and the results store, never the CLI; nothing below it (the
+    model, the config, the store) may import it; ``launch`` and ``validation`` are independent."""
+    assert "bridgebench.launch | bridgebench.validation" in (REPO_ROOT / "pyproject.toml").read_text()
+    pkg = _copy(tmp_path)
+    _plant(pkg / "validation" / "metrics.py", "bridgebench.cli.app")
+    _plant(pkg / "model" / "spec.py", "bridgebench.validation.metrics")
+    _plant(pkg / "config" / "catalog.py", "bridgebench.validation.golden")
+    _plant(pkg / "results" / "records.py", "bridgebench.validation.data")
+    _plant(pkg / "launch" / "plan.py", "bridgebench.validation.metrics")
+    res = _lint(tmp_path)
+    assert res.returncode != 0 and "BROKEN" in res.stdout
+    for chain in (
+        "bridgebench.validation.metrics -> bridgebench.cli.app",
+        "bridgebench.model.spec -> bridgebench.validation.metrics",
+        "bridgebench.config.catalog -> bridgebench.validation.golden",
+        "bridgebench.results.records -> bridgebench.validation.data",
+        "bridgebench.launch.plan -> bridgebench.validation.metrics",
+    ):
+        assert chain in res.stdout, chain
 
 
 def test_model_math_imports_no_heavy_packages():

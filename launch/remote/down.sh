@@ -34,6 +34,8 @@ if [[ "${purge}" == 1 ]]; then
   esac
   [[ -e "${REMOTE_MARKER}" ]] || die "refusing to purge ${ROOT}: no ${REMOTE_MARKER##*/} marker (not made by up.sh?)"
   rm -rf "${ROOT}"
+  rm -f "${AUTHORIZED_KEYS}"
+  rmdir "${REMOTE_RUN_DIR}" 2>/dev/null || true
   home_ssh="$(getent passwd "$(id -un)" | cut -d: -f6)/.ssh"
   ssh-keygen -R "${KNOWN_HOSTS_ENTRY}" -f "${home_ssh}/known_hosts" >/dev/null 2>&1 || true
   log "purged ${ROOT} and ${KNOWN_HOSTS_ENTRY} from ${home_ssh}/known_hosts"

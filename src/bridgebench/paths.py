@@ -53,11 +53,13 @@ class Paths:
     ledger: Path
     results: Path
     reference: Path
+    golden: Path
+    shared_reference: Path
+    ablations: Path
     tables: Path
     hf_cache: Path
     job_dir: Path
     sweeps: Path
-    ablations: Path
     cache: Path
     debug_log: Path
 
@@ -68,8 +70,25 @@ class Paths:
 
 
 def _absolute(value: str) -> Path:
+    import os
+
     path = Path(value).expanduser()
-    return path if path.is_absolute() else REPO_ROOT / path
+    return path if path.is_absolute() else Path(os.path.normpath(REPO_ROOT / path))
+
+
+def path_variable(key: str) -> str | None:
+    """The ``BRIDGEBENCH_*`` variable that overrides ``configs/paths`` entry ``key`` (None when it has none).
+
+    Raises:
+        KeyError: ``key`` is not an entry of ``configs/paths/default.yaml``.
+    """
+    import re
+
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(OmegaConf.load(PATHS_FILE), resolve=False)[key]
+    m = re.match(r"\$\{oc\.env:([A-Z0-9_]+),", str(raw))
+    return m.group(1) if m else None
 
 
 def load_paths() -> Paths:

@@ -63,7 +63,7 @@ def test_non_regular_files_in_a_job_folder_are_refused_by_path(tmp_path, make, s
     res = collect_in_subprocess(tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.startswith("refused") and says in res.stdout and bad.job_dir in res.stdout, res.stdout
-    assert "(1 other record(s) added)" in res.stdout
+    assert "1 new record(s) added, 1 attempt(s) set aside" in res.stdout
     state = {a.uid: a.collected for a in Ledger(tmp_path / "ledger.sqlite").attempts()}
     assert state == {"u1": True, "u2": False}  # the good attempt collected, the refused one left for later
 

@@ -20,7 +20,7 @@ from bridgebench.model.memory import (
     stage_chunks,
 )
 from bridgebench.model.spec import ModelSpec
-from bridgebench.results.golden import golden_cases, golden_memory_config, golden_spec
+from bridgebench.validation.golden import golden_cases, golden_memory_config, golden_spec
 
 LLAMA3_8B = ModelSpec(
     name="llama3_8b", num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,

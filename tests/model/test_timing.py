@@ -293,7 +293,7 @@ def test_calibration_file_round_trip():
 def test_shipped_calibration_is_the_fit_of_the_shipped_published_table():
     """configs/calibration/default.yaml's time node equals a refit on results/reference (no stale numbers); its
     bands come from held-out releases (bridgebench calibrate --write; benchmarks/validate_time.py prints them)."""
-    from bridgebench.results.time_calibration import fit
+    from bridgebench.validation.time_calibration import fit
 
     shipped = calibration.load().time
     refit = fit()

@@ -215,7 +215,7 @@ def check_published_cmd(
     import dataclasses
 
     from bridgebench.paths import load_paths
-    from bridgebench.results.published_check import check_published
+    from bridgebench.validation.published_check import check_published
 
     df, summary = check_published()
     # generated output goes to configs/paths' tables folder, never over the tracked results/reference/ files
@@ -228,7 +228,7 @@ def check_published_cmd(
     result = {"flops": dataclasses.asdict(summary)}
     mdf = msum = None
     if models:
-        from bridgebench.results.published_models import check_models
+        from bridgebench.validation.published_models import check_models
 
         mdf, msum = check_models(calibration=calibration, progress=lambda msg: typer.echo(msg, err=True))
         mout = tables / "models_check.csv"
@@ -298,7 +298,7 @@ def check_published_cmd(
         if len(replaced):
             typer.echo(
                 f"  {len(replaced)} row(s) judged with their release launcher's sizes, not the printed ones "
-                "(results/published_settings.yaml names the source):"
+                "(validation/published_settings.yaml names the source):"
             )
             for r in replaced.itertuples():
                 verdict = "fits" if r.fits else "does not fit"

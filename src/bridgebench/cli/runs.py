@@ -251,16 +251,30 @@ def cancel(
 
 @app.command()
 def collect(as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
-    """Parse finished jobs' logs into records in the results store (idempotent)."""
+    """Parse finished jobs' logs into records in the results store (idempotent). An attempt that cannot be collected
+    (unreadable job folder, a clashing record, logs not fetched) is set aside with its reason and the rest are
+    collected: exit code 5 ("partial", README: Exit codes), the set-aside attempts named on stderr (``--json``: under
+    ``skipped``)."""
     from rich.console import Console
 
+    from bridgebench.launch.collect import EXIT_PARTIAL, CollectPartial
     from bridgebench.launch.collect import collect as do_collect
 
     outcomes: dict[str, int] = {}
+    partial: CollectPartial | None = None
     with Console(file=sys.stderr).status("collecting ...") as st:
-        added = do_collect(progress=st.update, outcomes=outcomes)
+        try:
+            added = do_collect(progress=st.update, outcomes=outcomes)
+        except CollectPartial as err:
+            partial, added = err, err.added
     if as_json:
-        typer.echo(json.dumps({"added": added, "outcomes": outcomes}))
-        return
-    what = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items(), key=lambda kv: (kv[0] != "completed", kv[0])))
-    typer.echo(f"added {added} new record(s) to the results store" + (f": {what}" if what else ""))
+        summary: dict = {"added": added, "outcomes": outcomes}
+        if partial is not None:
+            summary |= {"partial": True, "skipped": partial.skipped}
+        typer.echo(json.dumps(summary))
+    else:
+        what = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items(), key=lambda kv: (kv[0] != "completed", kv[0])))
+        typer.echo(f"added {added} new record(s) to the results store" + (f": {what}" if what else ""))
+    if partial is not None:
+        typer.secho(f"partial: {partial}", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(EXIT_PARTIAL)

@@ -96,8 +96,9 @@ def sweep(
         k: {**v, "points_per_s": v["points"] / v["seconds"] if v["seconds"] else None} for k, v in result.stages.items()
     }
     cols = ("rank", "status", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "recompute_granularity",
-            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "band_source", "tie", "twins",
-            "published", "ep_span", "ep_leaves_nvlink", "tight", "config_hash", "plan_dir", "run_ids")  # fmt: skip
+            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "band_source", "tie",
+            "twins", "published", "ep_span", "ep_leaves_nvlink", "tight", "config_hash", "plan_dir",
+            "run_ids")  # fmt: skip
     if as_json:
         top = [{k: r.get(k) for k in cols} for r in result.top]
         out = {"name": result.name, "dir": str(result.dir), "stages": stages, "counts": result.counts, "top": top}
@@ -347,29 +348,12 @@ def calibrate(
     overhead, the release-level process, and the conformal uncertainty bands by distance from the calibration (rows
     held out by release, configuration, group, model and GPU, model, GPU: about 140 fits, 3-5 minutes here)."""
     import math
-    import statistics
 
     from bridgebench.config import calibration as calib_mod
-    from bridgebench.model.timing import calibrate_with_bands, predict_time
-    from bridgebench.results.time_calibration import muon_constants, published_rows
+    from bridgebench.validation.time_calibration import fit_report
 
-    rows = published_rows()
-    typer.echo("fitting Muon's ns_efficiency and kappa on the blog's Table 1 pairs", err=True)
-    kappa, ns_eff, muon_fit = muon_constants(rows)
-    cal, held = calibrate_with_bands(
-        rows, progress=lambda msg: typer.echo(msg, err=True), kappa=kappa, ns_efficiency=ns_eff
-    )
-    errors = [predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops - 1 for r in rows]
-    out_errors = [p / r.tflops - 1 for r, p in zip(rows, held) if p]
-    releases = sorted({r.release for r in rows}, key=lambda x: [int(p) for p in x.split(".")])
-    median = statistics.median(abs(e) for e in errors)
-    grms = math.exp(math.sqrt(statistics.mean(math.log1p(e) ** 2 for e in errors))) - 1
-    mape = statistics.mean(abs(e) for e in out_errors)
-    source = (
-        f"bridgebench calibrate --write: {len(rows)} published rows of releases {', '.join(releases)} "
-        f"(results/reference/published_pretrain_throughput.csv); fit error: median |error| {median:.1%}, "
-        f"geometric RMS {grms:.1%}; held-out (leave one release out) MAPE {mape:.1%} over {len(out_errors)} rows"
-    )
+    report = fit_report(progress=lambda msg: typer.echo(msg, err=True))
+    cal, source = report.calibration, report.source
     if write:
         path = calib_mod.write_time(name, cal, source)
         typer.echo(f"wrote {path}", err=True)
@@ -382,7 +366,7 @@ def calibrate(
         f"Muon: ns_efficiency {cal.ns_efficiency:.3f} of the BF16 peak, kappa {cal.kappa * 1e6:.0f} us per matrix "
         "(fitted on the blog's Table 1); Muon / AdamW step, measured vs predicted:"
     )
-    for name, measured, predicted in muon_fit.residuals:
+    for name, measured, predicted in report.muon.residuals if report.muon else ():
         typer.echo(f"  {name:45s} {measured:.3f} vs {predicted:.3f} ({100 * (predicted - measured):+.1f} points)")
     for (gpu, pclass), value in sorted(cal.efficiency.items()):
         band = cal.band_by_gpu.get((gpu, pclass))

@@ -237,13 +237,27 @@ RULES: dict[str, Rule] = {
             "bridgebench (configs/cluster/<name>.yaml pyxis); pretrain runs need the release's NeMo container",
             "a pretrain run goes to a cluster that can start containers (pyxis/enroot)",
         ),
+        Rule(
+            "collect_partial",
+            "bridgebench launch/collect.py (job folders are written by the job: untrusted input); exit code 5",
+            "an attempt collect cannot read (symlink loop, a result file that is not the payload's object, logs not "
+            "fetched, a clashing record) is set aside with its reason; the rest are collected; exit code 5",
+        ),
     )
 }
 
 #: rules judged on a composed config or on a cluster, not on a :class:`Point` (config/secrets.py and
 #: config/cluster_fit.py); every other rule is judged by :func:`check`.
 NON_POINT_RULES = frozenset(
-    {"secret_in_config", "env_resolver", "shell_safe_value", "cluster_nodes", "cluster_gpus", "cluster_container"}
+    {
+        "secret_in_config",
+        "env_resolver",
+        "shell_safe_value",
+        "cluster_nodes",
+        "cluster_gpus",
+        "cluster_container",
+        "collect_partial",
+    }
 )
 
 #: GPU architecture by compute-capability major version (messages only).

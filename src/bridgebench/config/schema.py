@@ -251,6 +251,7 @@ class RecipeMetaSchema:
     megatron_bridge: Optional[str] = None  # the upstream version the values were taken from
     source: Optional[str] = None  # upstream files / functions (and tag) the values come from
     upstream_optimizers: List[str] = field(default_factory=list)  # optimizer families upstream ships for it
+    sources: Dict[str, str] = field(default_factory=dict)  # per upstream optimizer family: its own source
     generated_by: Optional[str] = None
 
 
@@ -297,11 +298,13 @@ class PathsSchema:
     ledger: str = MISSING
     results: str = MISSING
     reference: str = MISSING
+    golden: str = MISSING
+    shared_reference: str = MISSING
+    ablations: str = MISSING
     tables: str = MISSING
     hf_cache: str = MISSING
     job_dir: str = MISSING
     sweeps: str = MISSING
-    ablations: str = MISSING
     cache: str = MISSING
     debug_log: str = MISSING
 

@@ -46,12 +46,35 @@ from bridgebench.payloads.markers import OPTSTEP, RUN
 MARKERS = (OPTSTEP, RUN)
 
 
-class CollectConflict(BridgebenchError):
+#: ``bridgebench collect`` exits with this code when it collected what it could and set some attempts aside (README
+#: "Exit codes"): each set-aside attempt is named with its reason on stderr (``--json``: under ``skipped``), stays
+#: uncollected in the ledger and is tried again by the next ``collect``.
+EXIT_PARTIAL = 5
+
+
+class CollectPartial(BridgebenchError):
+    """``collect`` stored every record it could and set some attempts aside, each named with its reason (rule
+    ``collect_partial``). ``added`` is the number of new records, ``skipped`` one ``{run_id, attempt, slurm_job_id,
+    reason}`` per set-aside attempt; ``outcomes`` the count of new records per outcome."""
+
+    def __init__(self, message: str, *, added: int = 0, skipped: list[dict] | None = None, outcomes=None):
+        super().__init__(message)
+        self.added = added
+        self.skipped = list(skipped or [])
+        self.outcomes = dict(outcomes or {})
+
+
+class CollectConflict(CollectPartial):
     """A record id is stored already with different content; the message names both records."""
 
 
-class CollectError(BridgebenchError):
+class CollectError(CollectPartial):
     """Finished attempts whose logs could not be fetched from the cluster stay uncollected; the message names them."""
+
+
+class CollectUnreadable(CollectPartial):
+    """Attempts whose job folder or result could not be read (a symlink loop, a result file that is not the
+    payload's JSON object, an I/O error ...) were set aside with the reason; every other attempt was collected."""
 
 
 def _fetch(a: Attempt) -> str | None:
@@ -65,7 +88,7 @@ def _fetch(a: Attempt) -> str | None:
     return fetch_logs(a, OmegaConf.load(cfg_path).cluster)
 
 
-class CollectRefused(BridgebenchError):
+class CollectRefused(CollectPartial):
     """Attempts whose job folder holds files collect will not read (FIFOs, devices, symlinks leading out of it);
     the message names each path. Those attempts stay uncollected; every other attempt was collected."""
 
@@ -73,7 +96,8 @@ class CollectRefused(BridgebenchError):
 def _marker(logs: list[Path], marker: str) -> dict[str, Any] | None:
     """The JSON payload of the last ``<marker><json>`` line in the logs (rank prefixes allowed before it), streamed
     (launch/jobfiles.py: bounded memory whatever the log's line lengths)."""
-    return jobfiles.last_marker(logs, marker)
+    found = jobfiles.last_marker(logs, marker)
+    return found if isinstance(found, dict) else None  # `BRIDGEBENCH_OPTSTEP []` is not a payload's result
 
 
 def _utc(ts: float | None) -> str | None:
@@ -151,7 +175,11 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
         out = (folder or Path(".")) / "out" / "optstep.json"
         if out.exists():
             payload = jobfiles.read_json(out)  # a regular file of bounded size (launch/jobfiles.py)
-            if payload.get("slurm_job_id") not in (None, a.slurm_job_id):
+            if payload is not None and not isinstance(payload, dict):
+                raise jobfiles.JobFileError(
+                    f"{out}: holds a JSON {type(payload).__name__}, not the payload's result object: not read"
+                )
+            if payload is not None and payload.get("slurm_job_id") not in (None, a.slurm_job_id):
                 payload = None  # another job's result (a folder reused on the cluster): not this attempt's
         payload = payload or _marker(logs, MARKERS[0])
         if payload:
@@ -212,6 +240,10 @@ def _describe(rec: dict[str, Any]) -> str:
     )
 
 
+def _label(a: Attempt) -> str:
+    return f"{a.run_id} attempt {a.attempt} (job {a.slurm_job_id})"
+
+
 def collect(
     ledger: Ledger | None = None,
     store=None,
@@ -223,68 +255,140 @@ def collect(
     ``outcomes``, when given, is filled with the count of the new records per outcome (``completed``, ``TIMEOUT``,
     ``never_started`` ...: results/outcomes.py ``label``), so the caller can say what was added.
 
+    One bad attempt never stops the others (rule ``collect_partial``): an attempt whose logs cannot be fetched, whose
+    job folder holds what collect will not read, whose record clashes with a stored one, or that cannot be read at all
+    (a symlink loop, a job-written ``out/optstep.json`` that is not the payload's object, any other error reading
+    it) is set aside with its reason, stays uncollected in the ledger (the next ``collect`` tries it again), and
+    collect goes on with the rest; at the end it raises one :class:`CollectPartial` subclass naming every set-aside
+    attempt. Errors of the store or the ledger themselves (a full disk, a corrupt ledger) stop it at once: they
+    would fail every attempt alike.
+
     Raises:
         CollectConflict: a record id is stored with other content (every other record was stored; the conflicting
             attempts stay uncollected).
         CollectRefused: a job folder holds a FIFO, device or socket, or a symlink leading out of it (named; those
             attempts stay uncollected, every other one is collected).
+        CollectError: logs of an SSH cluster could not be fetched.
+        CollectUnreadable: an attempt's job folder or result could not be read.
+        StoreError, LedgerError: the results store or the ledger cannot be written (nothing half-written).
     """
+    import logging
+
+    from bridgebench.launch.ledger import LedgerError
     from bridgebench.launch.nodepaths import attempt_folder
     from bridgebench.launch.tracking import attempt_logs
+    from bridgebench.results.store import StoreError
 
     ledger = ledger or Ledger()
     store = store if store is not None else default_store()  # an empty store is falsy (len 0)
     added = 0
     conflicts = []
-    refused = []
+    refused: list[str] = []
+    unreadable: list[str] = []
+    unfetched: list[str] = []
+    skipped: list[dict] = []
+    counts: dict[str, int] = outcomes if outcomes is not None else {}
+
+    def aside(a: Attempt, reason: str, bucket: list[str]) -> None:
+        bucket.append(f"  {_label(a)}: {reason}")
+        skipped.append({"run_id": a.run_id, "attempt": a.attempt, "slurm_job_id": a.slurm_job_id, "reason": reason})
+
     todo = [a for a in ledger.attempts() if a.finished and not a.collected]
-    unfetched = []
     for i, a in enumerate(todo, 1):
         if progress:
             progress(f"[{i}/{len(todo)}] collecting {a.name} attempt {a.attempt} (job {a.slurm_job_id})")
-        why_not = _fetch(a)
-        if why_not:  # over SSH the logs are on the cluster: leave the attempt uncollected, say why
-            unfetched.append(f"  {a.run_id} attempt {a.attempt} (job {a.slurm_job_id}): {why_not}")
+        try:
+            why_not = _fetch(a)
+            if why_not:  # over SSH the logs are on the cluster: leave the attempt uncollected, say why
+                aside(a, why_not, unfetched)
+                continue
+            logs = attempt_logs(a)
+            folder = attempt_folder(a.job_dir, a.job_name)
+            # the job wrote them: regular files inside its folder only
+            bad = jobfiles.refused(str(folder) if folder else a.job_dir, logs)
+            if bad:
+                for b in bad:
+                    aside(a, b, refused)
+                continue
+            recs = records_for(a, logs, store)
+            clash = [(r, old) for r in recs if (old := store.stored_differs(r)) is not None]
+        except (StoreError, LedgerError):
+            raise
+        except Exception as err:  # noqa: BLE001  (one attempt's bad data must not stop the others: named, set aside)
+            logging.getLogger(__name__).debug("collect: %s set aside", _label(a), exc_info=True)
+            aside(a, f"cannot be read: {type(err).__name__}: {err}", unreadable)
             continue
-        logs = attempt_logs(a)
-        folder = attempt_folder(a.job_dir, a.job_name)
-        # the job wrote them: regular files inside its folder only
-        bad = jobfiles.refused(str(folder) if folder else a.job_dir, logs)
-        if bad:
-            refused += [f"  {a.run_id} attempt {a.attempt} (job {a.slurm_job_id}): {b}" for b in bad]
-            continue
-        recs = records_for(a, logs, store)
-        clash = [(r, old) for r in recs if (old := store.stored_differs(r)) is not None]
         if clash:
             conflicts += clash
+            for r, old in clash:
+                skipped.append(
+                    {
+                        "run_id": a.run_id,
+                        "attempt": a.attempt,
+                        "slurm_job_id": a.slurm_job_id,
+                        "reason": f"record id {r['record_id']} is stored already with other content ({_describe(old)})",
+                    }
+                )
             continue
         new = store.add(recs)
         added += new
-        if outcomes is not None and new:
+        if new:
             from bridgebench.results.outcomes import label, outcome_of
 
             for r in recs:
                 key = label(outcome_of(r))
-                outcomes[key] = outcomes.get(key, 0) + 1
+                counts[key] = counts.get(key, 0) + 1
         if store.last_conflicts:  # a concurrent writer stored another version between the check and the link
-            conflicts += [(r, store.get(r["record_id"])) for r in recs if r["record_id"] in store.last_conflicts]
+            late = [(r, store.get(r["record_id"])) for r in recs if r["record_id"] in store.last_conflicts]
+            conflicts += late
+            skipped += [
+                {
+                    "run_id": a.run_id,
+                    "attempt": a.attempt,
+                    "slurm_job_id": a.slurm_job_id,
+                    "reason": f"record id {r['record_id']} was stored meanwhile with other content",
+                }
+                for r, _ in late
+            ]
             continue
         ledger.update(a.run_id, a.attempt, collected=True)
+    if not skipped:
+        return added
+    sections = []
     if unfetched:
-        raise CollectError(
+        sections.append(
             f"{len(unfetched)} finished attempt(s) stay uncollected: their logs could not be fetched from the "
-            f"cluster ({added} other record(s) added):\n" + "\n".join(unfetched + refused)
+            "cluster:\n" + "\n".join(unfetched)
         )
     if refused:
-        raise CollectRefused(
+        sections.append(
             f"{len(refused)} file(s) in job folders are not regular files or lead out of their folder; collect does "
-            f"not read them and leaves those attempts uncollected ({added} other record(s) added). Remove them, then "
-            "collect again:\n" + "\n".join(refused)
+            "not read them and leaves those attempts uncollected. Remove them, then collect again:\n"
+            + "\n".join(refused)
+        )
+    if unreadable:
+        sections.append(
+            f"{len(unreadable)} attempt(s) could not be read and were set aside (details in the debug log); fix or "
+            "remove what is named, then collect again:\n" + "\n".join(unreadable)
         )
     if conflicts:
         lines = [f"  {new['record_id']}: stored = {_describe(old)}; new = {_describe(new)}" for new, old in conflicts]
-        raise CollectConflict(
+        sections.append(
             f"{len(conflicts)} record id(s) are stored already with different content; nothing was overwritten and "
-            f"these attempts stay uncollected ({added} other record(s) added):\n" + "\n".join(lines)
+            "these attempts stay uncollected:\n" + "\n".join(lines)
         )
-    return added
+    n_aside = len({(s["run_id"], s["attempt"]) for s in skipped})
+    message = (
+        f"collect is partial (rule collect_partial): {added} new record(s) added, {n_aside} attempt(s) set aside and "
+        "left uncollected (the next collect tries them again).\n" + "\n".join(sections)
+    )
+    cls = (
+        CollectConflict
+        if conflicts
+        else CollectRefused
+        if refused
+        else CollectError
+        if unfetched
+        else CollectUnreadable
+    )
+    raise cls(message, added=added, skipped=skipped, outcomes=counts)

@@ -55,6 +55,9 @@ def refused(job_dir: str | os.PathLike | None, also: Iterable[str | os.PathLike]
             st = os.lstat(path)
         except FileNotFoundError:
             return
+        except OSError as err:
+            out.append(f"{path}: cannot be read ({os.strerror(err.errno) if err.errno else err})")
+            return
         if stat.S_ISLNK(st.st_mode):
             target = os.path.realpath(path)
             if not (target == root or target.startswith(root + os.sep)):
@@ -64,10 +67,16 @@ def refused(job_dir: str | os.PathLike | None, also: Iterable[str | os.PathLike]
                 st = os.stat(path)
             except FileNotFoundError:
                 return  # dangling inside the folder: nothing to read
+            except OSError as err:  # ELOOP (a symlink loop), EACCES ...: it cannot be read, say why
+                out.append(f"{path}: cannot be read ({os.strerror(err.errno) if err.errno else err})")
+                return
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
             out.append(f"{path}: {_kind(st.st_mode)}, not a regular file")
 
-    for folder, dirs, files in os.walk(root):
+    def walk_error(err: OSError) -> None:  # a folder os.walk cannot list (EACCES, ELOOP): named, not skipped
+        out.append(f"{err.filename}: cannot be listed ({os.strerror(err.errno) if err.errno else err})")
+
+    for folder, dirs, files in os.walk(root, onerror=walk_error):
         for name in dirs + files:
             judge(os.path.join(folder, name))
     for path in also:

@@ -4,7 +4,8 @@ One row per attempt: ``run_id`` (config hash + ``-r<repeat>``), ``attempt`` (0, 
 nemo-run experiment id, state (SLURM's, from ``sacct``), reason (exit code, log outcome), timestamps, plan and job
 directories, node list, nodes excluded on retry, and whether the attempt's logs were collected. SQLite gives atomic
 transactions and safe concurrent access from several processes (``bridgebench status`` and ``collect`` at once).
-Secrets are never stored: the ledger holds no environment.
+Secrets are never stored: the ledger holds no environment. Forward-compatible: a ledger a newer bridgebench wrote
+(columns this version does not know) is read and written as usual -- the unknown columns are left as they are.
 
 A ledger file SQLite cannot read (corrupt, truncated, not a database) or cannot write (disk full) raises
 :class:`LedgerError` naming the file and how to recover, never SQLite's own message alone (which for a truncated
@@ -17,7 +18,7 @@ import json
 import sqlite3
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Iterator
 
@@ -245,10 +246,11 @@ class Ledger:
                 "SELECT * FROM attempts" + (" WHERE run_id = ?" if run_id else "") + " ORDER BY submitted_at, attempt",
                 [run_id] if run_id else [],
             ).fetchall()
+        known = {f.name for f in fields(Attempt)}  # a newer bridgebench's extra columns are kept in the file, unread
         return [
             Attempt(
                 **(
-                    dict(r)
+                    {k: v for k, v in dict(r).items() if k in known}
                     | {
                         "excluded_nodes": json.loads(r["excluded_nodes"] or "[]"),
                         "collected": bool(r["collected"]),

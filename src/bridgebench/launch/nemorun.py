@@ -172,7 +172,8 @@ def render(
     try:
         check_path("temporary folder", tmp)
         _passthrough(executor, job.job_name)
-        with contextlib.redirect_stdout(io.StringIO()), _verified(intent):  # nemo-run prints its experiment banner
+        # nemo-run prints its experiment banner and replaces the root logger's handlers
+        with contextlib.redirect_stdout(io.StringIO()), _root_logging_kept(), _verified(intent):
             with _experiment(job.job_name, executor, tmp, config_text) as exp:
                 exp.add(run.Script(inline=command, entrypoint="bash"), name=job.job_name)
                 exp.dryrun(log=False, delete_exp_dir=False)
@@ -204,6 +205,28 @@ def _check_login(tunnel, job: JobPaths) -> None:
         tun.remove_tree(probe, job.tunnel_dir)
     finally:
         probe.cleanup()
+
+
+@contextlib.contextmanager
+def _root_logging_kept():
+    """Keep the root logger's handlers and level as they were: nemo-run 0.11.1's ``Experiment`` calls
+    ``logging.basicConfig(handlers=[RichHandler(...)], force=True)`` (core/frontend/console/api.py
+    ``configure_logging``) and on exit removes only the first root handler, so without this every later log record
+    (bridgebench's debug records with their tracebacks included) would be printed on the terminal by rich instead of
+    going to the debug log (debuglog.py)."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for h in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(h)
+        for h in handlers:
+            if h not in root.handlers:
+                root.addHandler(h)
+        root.setLevel(level)
 
 
 def submit(
@@ -245,7 +268,7 @@ def submit(
     env_before = dict(os.environ)
     os.environ.update(dict(client_env or {}))
     try:
-        with contextlib.redirect_stdout(io.StringIO()), _verified(intent):
+        with contextlib.redirect_stdout(io.StringIO()), _root_logging_kept(), _verified(intent):
             with _experiment(job.job_name, executor, str(job.base), config_text) as exp:
                 exp.add(run.Script(inline=command, entrypoint="bash"), name=job.job_name)
                 exp.run(detach=True)

@@ -47,6 +47,11 @@ class ClusterCannotRunError(SubmitError):
     """The target cluster can never start a planned job (nodes, GPUs, containers); nothing was submitted."""
 
 
+class ClusterUnreachableError(ClusterCannotRunError):
+    """SLURM cannot be reached at all (no ``slurm.conf``, slurmctld or the login node refusing connections), found
+    by :func:`bridgebench.launch.slurmcli.probe` in seconds before anything is submitted; nothing was submitted."""
+
+
 def _slurm(cmd: list[str], cfg: DictConfig) -> str:
     """Run a SLURM client command on the submit side and return stdout (:func:`bridgebench.launch.slurmcli.run`)."""
     return slurmcli.run(cmd, cfg)
@@ -157,20 +162,40 @@ def _live_nodes(cfg: DictConfig) -> int | None:
 
 
 def check_cluster_can_run(cfgs: list[tuple[str, DictConfig]]) -> None:
-    """Raise :class:`ClusterCannotRunError` (naming each run and rule) if the target cluster can never start a job.
+    """Raise :class:`ClusterCannotRunError` (naming each run and rule) if the target cluster can never start a job,
+    :class:`ClusterUnreachableError` (the cause and how to start or reach the cluster) if SLURM cannot be reached.
 
-    ``cfgs`` = (run name, composed config) pairs; the cluster's declared facts and ``sinfo``'s node count are used.
+    ``cfgs`` = (run name, composed config) pairs. The cluster's declared facts are checked first (no SLURM needed),
+    then :func:`bridgebench.launch.slurmcli.probe` (seconds, instead of sbatch's own retries of a minute or more),
+    then ``sinfo``'s node count.
     """
-    problems = []
+
+    def problems(live: dict[str, int | None]) -> list[str]:
+        out = []
+        for name, cfg in cfgs:
+            found = cluster_violations(
+                cfg.cluster, job_spec(cfg).needs(cfg), live_nodes=live.get(str(cfg.cluster.name))
+            )
+            out += [f"  {name}: {v}" for v in found]
+        return out
+
+    def refuse(found: list[str]) -> None:
+        if found:
+            raise ClusterCannotRunError("the cluster cannot run this plan; nothing was submitted:\n" + "\n".join(found))
+
+    refuse(problems({}))
     live: dict[str, int | None] = {}
-    for name, cfg in cfgs:
+    for _, cfg in cfgs:
         key = str(cfg.cluster.name)
-        if key not in live:
-            live[key] = _live_nodes(cfg)
-        found = cluster_violations(cfg.cluster, job_spec(cfg).needs(cfg), live_nodes=live[key])
-        problems += [f"  {name}: {v}" for v in found]
-    if problems:
-        raise ClusterCannotRunError("the cluster cannot run this plan; nothing was submitted:\n" + "\n".join(problems))
+        if key in live:
+            continue
+        reach = slurmcli.probe(cfg)
+        if reach.controller is not None:
+            raise ClusterUnreachableError(
+                f"cannot reach SLURM: {reach.controller}; {slurmcli.hint(cfg)}; nothing was submitted"
+            )
+        live[key] = _live_nodes(cfg)
+    refuse(problems(live))
 
 
 def submit(
@@ -258,7 +283,9 @@ def refresh(cfg: DictConfig, ledger: Ledger | None = None) -> list[Attempt]:
 
 
 def refresh_report(cfg: DictConfig, ledger: Ledger | None = None) -> tracking.Refresh:
-    """:func:`refresh` plus the notes for the user (cluster unreachable, jobs UNKNOWN or LOST)."""
+    """:func:`refresh` plus the notes for the user (cluster unreachable, jobs UNKNOWN or LOST, retries not
+    submitted). Never raises because a retry cannot be submitted: the ledger is shown as it is, a note says why,
+    and the next refresh tries that retry again."""
     ledger = ledger or Ledger()
     report = tracking.update(cfg, ledger)
     retried = False
@@ -271,14 +298,17 @@ def refresh_report(cfg: DictConfig, ledger: Ledger | None = None) -> tracking.Re
             or any(t in a.reason.lower() for t in FLAKY_TEXT)
         )
         if flaky and a.attempt < int(cfg.cluster.max_retries):
-            run_cfg = OmegaConf.load(Path(a.plan_dir) / "config.yaml")
-            nodes = [n for n in _expand_nodes(a.node_list or "", cfg) if n and n != "None"]
-            exclude = (
-                sorted(set(a.excluded_nodes) | set(nodes))
-                if a.state == "NODE_FAIL" or len(_all_nodes(cfg)) > len(nodes)
-                else list(a.excluded_nodes)
-            )
-            submit_run(run_cfg, Path(a.plan_dir), a.name, a.run_id, ledger, attempt=a.attempt + 1, exclude=exclude)
+            try:
+                run_cfg = OmegaConf.load(Path(a.plan_dir) / "config.yaml")
+                exclude = _retry_exclusion(a, run_cfg, cfg, report.notes)
+                submit_run(run_cfg, Path(a.plan_dir), a.name, a.run_id, ledger, attempt=a.attempt + 1, exclude=exclude)
+            except Exception as err:  # noqa: BLE001  (status, status --json and submit --wait must show the ledger)
+                logging.getLogger(__name__).debug("retry of %s attempt %s failed", a.run_id, a.attempt, exc_info=True)
+                report.notes.append(
+                    f"the retry of {a.run_id} attempt {a.attempt} ({a.state}) could not be submitted: "
+                    f"{type(err).__name__}: {err}; the ledger is shown as it is and the next status tries again"
+                )
+                continue
             ledger.update(a.run_id, a.attempt, retried=True)
             retried = True
     if retried:
@@ -292,14 +322,39 @@ def refresh_report(cfg: DictConfig, ledger: Ledger | None = None) -> tracking.Re
     return report
 
 
+def _retry_exclusion(a: Attempt, run_cfg: DictConfig, cfg: DictConfig, notes: list[str]) -> list[str]:
+    """Nodes a retry of ``a`` excludes: the nodes it failed on (always after NODE_FAIL; after another flaky failure
+    only when the partition has other nodes) plus those its attempt excluded already -- but never so many that the
+    partition is left with fewer nodes than the job needs (a one-node partition after a NODE_FAIL: excluding its only
+    node makes sbatch refuse every retry). Then the retry excludes nothing and ``notes`` says so."""
+    from bridgebench.launch.jobspec import nodes_and_tasks
+
+    failed = [n for n in _expand_nodes(a.node_list or "", cfg) if n and n != "None"]
+    partition = str(run_cfg.cluster.partition)
+    in_partition = set(_partition_nodes(partition, cfg))
+    wanted = sorted(set(a.excluded_nodes) | set(failed))
+    needed = max(1, nodes_and_tasks(run_cfg)[0])
+    left = in_partition - set(wanted)
+    if len(left) >= needed:
+        return wanted
+    if wanted:
+        notes.append(
+            f"the retry of {a.run_id} attempt {a.attempt} ({a.state}) does not exclude {', '.join(wanted)}: "
+            f"partition {partition} has {len(in_partition)} node(s) and the job needs {needed}, so excluding "
+            f"them would leave {len(left)} and SLURM would refuse the retry"
+        )
+    return []
+
+
+def _partition_nodes(partition: str, cfg: DictConfig) -> list[str]:
+    """Node names of ``partition`` (``sinfo -h -N -p <partition> -o %N``)."""
+    return _slurm(["sinfo", "-h", "-N", "-p", partition, "-o", "%N"], cfg).split()
+
+
 def _expand_nodes(node_list: str, cfg: DictConfig) -> list[str]:
     if not node_list or node_list in ("None assigned", "None"):
         return []
     return _slurm(["scontrol", "show", "hostnames", node_list], cfg).split()
-
-
-def _all_nodes(cfg: DictConfig) -> list[str]:
-    return _slurm(["sinfo", "-h", "-N", "-o", "%N"], cfg).split()
 
 
 def cancel(cfg: DictConfig, run_ids: list[str] | None = None, ledger: Ledger | None = None) -> list[Attempt]:

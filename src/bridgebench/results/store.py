@@ -138,7 +138,8 @@ class Skipped:
 @dataclass(frozen=True)
 class Duplicate:
     """A file holding the same record as ``of`` (the record's own file): a ``copy``, ``hard link`` or ``symlink``,
-    or the record itself stored under a name other than its id's (``misplaced``: ``of`` is the name it should have)."""
+    or the record itself stored under a name other than its id's (``misplaced``: ``of`` is the name it should have),
+    or a record of the same attempt under another record id (``same attempt``: :func:`attempt_identity`)."""
 
     path: str
     of: str
@@ -160,9 +161,27 @@ class StoreScan:
         for d in self.duplicates:
             if d.how == "misplaced":
                 out.append(f"counted once: {d.path} holds a record stored under another name than its id's ({d.of})")
+            elif d.how == "same attempt":
+                out.append(f"counted once: {d.path} holds the same attempt as {d.of} under another record id")
             else:
                 out.append(f"counted once: {d.path} is a {d.how} of {d.of}")
         return out
+
+
+def attempt_identity(record: dict) -> tuple[str, str, str, str] | None:
+    """What makes a record one attempt's: (cluster id, SLURM job id, bridgebench's attempt UUID, kind) from its
+    provenance, the parts collect builds its record id from (launch/collect.py ``record_id``); None for a record
+    without an attempt UUID (hand-made or older records: counted by record id alone). Two records with different
+    ids and the same identity are one attempt counted twice: :meth:`ResultStore.scan` keeps one."""
+    prov = record.get("provenance")
+    if not isinstance(prov, dict) or not prov.get("attempt_uid"):
+        return None
+    return (
+        str(prov.get("cluster_id") or "cluster-unknown"),
+        str(prov.get("slurm_job_id")),
+        str(prov["attempt_uid"]),
+        str(record.get("kind")),
+    )
 
 
 def record_hash(record_id: str) -> str:
@@ -424,9 +443,32 @@ class ResultStore:
                     out.duplicates.append(Duplicate(other, path, how))
             if kind is None or rec.get("kind") == kind:
                 out.records.append(rec)
+        out.records = self._one_per_attempt(out)
         out.records.sort(key=lambda r: r["record_id"])
         self.last_scan = out
         return out
+
+    def _one_per_attempt(self, out: StoreScan) -> list[dict]:
+        """Each attempt once: records with different ids but the same attempt identity (:func:`attempt_identity`)
+        count once -- the one whose id is the identity's own (``<cluster>/<job>/<attempt uuid>/<kind>``, as collect
+        names it), else the first by id; the others are listed as ``same attempt`` duplicates."""
+        by_attempt: dict[tuple, list[dict]] = {}
+        keep: list[dict] = []
+        for rec in out.records:
+            ident = attempt_identity(rec)
+            if ident is None:
+                keep.append(rec)
+            else:
+                by_attempt.setdefault(ident, []).append(rec)
+        for ident, recs in by_attempt.items():
+            own = "/".join(str(x) for x in ident)
+            recs.sort(key=lambda r: (r["record_id"] != own, r["record_id"]))
+            keep.append(recs[0])
+            for other in recs[1:]:
+                out.duplicates.append(
+                    Duplicate(self._final(other["record_id"]), self._final(recs[0]["record_id"]), "same attempt")
+                )
+        return keep
 
     def records(self, kind: str | None = None) -> list[dict]:
         """All stored records (of ``kind`` if given), each ``record_id`` once, sorted by it (:meth:`scan`; what it

@@ -1,7 +1,7 @@
 """The sweep pipeline, in one place and one direction: enumerate -> rules -> memory -> time (ranked, with how far to
 trust the ranking). ``bridgebench sweep`` runs it over a space and then plans the top K (``bridgebench.launch.
 sweep``); ``bridgebench predict`` is the same pipeline over one point (:func:`predict`); the published-table check
-runs it over NVIDIA's published configurations (``bridgebench.results.published_points``).
+runs it over NVIDIA's published configurations (``bridgebench.validation.published_points``).
 
 Stages (each a function over point rows, plain dicts that become ``points.parquet``):
 

@@ -9,7 +9,7 @@ held-out log errors of a group's rows, each predicted by a calibration fitted wi
 pooled towards its GPU and precision class's, as a relative +-; ``band_by_gpu`` a GPU and precision class,
 ``band_default`` all rows; :func:`bridgebench.model.steptime.fit.bands_from`) and the conformal bands by distance
 from the calibration that predictions use (``conformal``, :mod:`bridgebench.model.steptime.bands`). Fitted on the
-blog's Table 1 (:mod:`bridgebench.results.muon_fit`): ``kappa`` (seconds per Muon matrix) and ``ns_efficiency``
+blog's Table 1 (:mod:`bridgebench.validation.muon_fit`): ``kappa`` (seconds per Muon matrix) and ``ns_efficiency``
 (Newton-Schulz GEMMs' fraction of the BF16 peak). Hand-set, first principles (no GPU was lent to measure it):
 ``default_efficiency`` (a GPU and precision class with no published row and no sibling).
 """

@@ -130,7 +130,7 @@ def calibrate(
 ) -> Calibration:
     """Fit the efficiencies per (GPU, precision class), ``c_layer`` and (with ``levels``) the release levels on
     ``rows`` (see the module docstring). ``kappa`` and ``ns_efficiency`` are given (the published tables carry no
-    Muon-only measurement; :mod:`bridgebench.results.muon_fit` fits them on the blog's Table 1).
+    Muon-only measurement; :mod:`bridgebench.validation.muon_fit` fits them on the blog's Table 1).
 
     Raises:
         TimeModelError: no row whose rate-independent terms leave room for compute.

@@ -78,7 +78,7 @@ _SIZES = ("tp", "pp", "cp", "ep", "vp")
 
 
 @dataclass(frozen=True)
-class _Match:
+class PerfMatch:
     function: str | None
     source: str
     values: dict[str, Any]
@@ -115,7 +115,7 @@ _PRINTED = (
 )  # fmt: skip
 
 
-def _precision_of(r: RunRecord) -> str:
+def precision_of(r: RunRecord) -> str:
     """The record's precision; 25.09 names none: its rows are FP8 -- the ``(y)`` half of an ``x (y)`` pair is the
     block-scaled one (MXFP8 on Blackwell; the H100 blockwise recipe has no configs/precision option, so FP8-CS,
     the same bytes), the other half per-tensor current scaling."""
@@ -126,13 +126,13 @@ def _precision_of(r: RunRecord) -> str:
     return "fp8_cs"
 
 
-def _fsdp_cells() -> dict[str, str]:
+def fsdp_cells() -> dict[str, str]:
     """``reference`` (``file#row``) -> the row's ``fsdp`` cell (``RunRecord`` does not carry it)."""
     df = pd.read_csv(PUBLISHED_CSV, dtype=str).fillna("")
     return {f"{PUBLISHED_CSV.name}#{n}": str(v) for n, v in enumerate(df["fsdp"], start=1)}
 
 
-def _perf_match(r: RunRecord, precision: str, fsdp: bool | None) -> _Match:
+def perf_match(r: RunRecord, precision: str, fsdp: bool | None) -> PerfMatch:
     """The installed perf recipe of the record's (model, GPU, precision) closest to the row: FSDP use first (when
     the table says), then equal sizes (TP, PP, CP, EP, VP 4 points each), GPU count (2), MBS (1), the plain variant
     (1)."""
@@ -156,18 +156,20 @@ def _perf_match(r: RunRecord, precision: str, fsdp: bool | None) -> _Match:
         if s > score:
             best, score = (name, rec), s
     if best is None:
-        return _Match(None, "no Megatron-Bridge 0.6.2 perf recipe for this model, GPU and precision: base recipe", {})
+        return PerfMatch(
+            None, "no Megatron-Bridge 0.6.2 perf recipe for this model, GPU and precision: base recipe", {}
+        )
     name, rec = best
-    return _Match(name, f"megatron-bridge {mbridge_perf()['megatron_bridge']} {rec['source']}", rec["values"])
+    return PerfMatch(name, f"megatron-bridge {mbridge_perf()['megatron_bridge']} {rec['source']}", rec["values"])
 
 
 def _vp(r: RunRecord) -> int | None:
     return r.vp if (r.vp and r.vp > 1 and (r.pp or 1) > 1) else None
 
 
-def _point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any], str]:
+def record_point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any], str]:
     """(base overrides, point values, where the unprinted settings came from) of one published record."""
-    precision = _precision_of(r)
+    precision = precision_of(r)
     recipe = f"{r.model}_{r.system}_{precision}"
     release = f"release='{r.release}'"
     optimizer = ["optimizer=muon"] if r.optimizer == "muon" else []
@@ -190,7 +192,7 @@ def _point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any], str
             delta["model.expert_tensor_parallel_size"] = r.etp
         return [f"recipe={recipe}", release, *optimizer], delta, f"recipes/{recipe}/{r.release}.yaml"
     fsdp = None if fsdp_cell == "" else int(fsdp_cell) > 0
-    match = _perf_match(r, precision, fsdp)
+    match = perf_match(r, precision, fsdp)
     v = match.values
     for key in SETTINGS:
         if v.get(key) is not None or (key in v and not key.startswith("env_vars.")):
@@ -278,14 +280,14 @@ def published_points(
     """
     calib = calib or calib_mod.load()
     records = [r for r in (records if records is not None else load_published()) if r.model and r.system]
-    cells = _fsdp_cells()
+    cells = fsdp_cells()
     bases: dict[tuple[str, ...], engine.Base] = {}
     pairs, meta = [], []
     notes = []
     for r in records:
         cell = cells.get(str(r.provenance.get("reference")), "")
-        ov, delta, source = _point(r, cell)
-        entries = release_entries(r, _precision_of(r), None if cell == "" else int(cell) > 0)
+        ov, delta, source = record_point(r, cell)
+        entries = release_entries(r, precision_of(r), None if cell == "" else int(cell) > 0)
         replaced = delta.pop(_REPLACED, None)
         why = " ".join(e["cannot_run_as_printed"] for e in entries if e.get("cannot_run_as_printed"))
         notes.append((replaced, why))
@@ -311,7 +313,7 @@ def published_points(
         static = sum(row.get(k) or 0.0 for k in ("mem_weights_gb", "mem_grads_gb", "mem_optimizer_gb"))
         impossible = rule == "memory" and static * (1 + calib.fragmentation) > (row.get("hbm_gb") or float("inf"))
         out.append({
-            "release": r.release, "model": r.model, "system": r.system, "precision": _precision_of(r),
+            "release": r.release, "model": r.model, "system": r.system, "precision": precision_of(r),
             "published_tflops": r.model_tflops_per_gpu, "published_mbs": r.mbs or 1, "published_tp": r.tp or 1,
             "published_pp": r.pp or 1, "published_vp": _vp(r), "printed_replaced": replaced,
             "settings_source": source,

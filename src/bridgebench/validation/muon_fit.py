@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from bridgebench.model.spec import ModelSpec
+from bridgebench.model.steptime import registry
+from bridgebench.model.steptime.predict import _flops
 from bridgebench.model.timing import Calibration, TimeConfig, adam_counterpart, predict_time
 
 #: bounds of the fit (ns_efficiency, kappa in s).
@@ -73,10 +75,10 @@ class MuonFit:
 
 def _blog_points() -> list[MuonPoint]:
     from bridgebench.config import sweep as engine
-    from bridgebench.paths import load_paths
+    from bridgebench.validation.data import require
 
     rows = {}
-    with open(load_paths().reference / "blog_table1.csv", newline="") as f:
+    with open(require("reference", "blog_table1.csv") / "blog_table1.csv", newline="") as f:
         for r in csv.DictReader(f):
             rows[(r["model"], r["optimizer"])] = r
     out = []
@@ -85,9 +87,6 @@ def _blog_points() -> list[MuonPoint]:
         muon_tf = float(rows[(label, "Muon")]["model_tflops_per_gpu"])
         base = engine.base_of([f"+table1_run={run}", "optimizer=muon"])
         cfg = engine.time_config(engine.effective(base, {}), base.gpu)
-        from bridgebench.model.steptime import registry
-        from bridgebench.model.steptime.predict import _flops
-
         flops = _flops(registry.handle(base.spec), cfg.gbs, cfg.tp, cfg.flops_formula)
         adam_s = flops / cfg.num_gpus / (adam_tf * 1e12)
         out.append(MuonPoint(f"blog {label}", base.spec, cfg, adam_s * (adam_tf / muon_tf - 1), adam_s,
@@ -98,7 +97,7 @@ def _blog_points() -> list[MuonPoint]:
 def _golden_points() -> list[MuonPoint]:
     from bridgebench.config.catalog import load_gpu
     from bridgebench.model.timing import GpuFacts
-    from bridgebench.results.golden import golden_cases, golden_spec
+    from bridgebench.validation.golden import golden_cases, golden_spec
 
     cases = {(c.test_case, c.hardware): c for c in golden_cases()}
     out = []

@@ -1,6 +1,6 @@
 """The memory and time models against every published row (``bridgebench check-published --models``).
 
-Each published row of a model with a ``configs/model`` entry (:func:`bridgebench.results.time_calibration.
+Each published row of a model with a ``configs/model`` entry (:func:`bridgebench.validation.time_calibration.
 published_rows`) gets:
 
 - **time**: its model TFLOP/s/GPU predicted by a calibration fitted WITHOUT the row's release (leave one release
@@ -10,10 +10,11 @@ published_rows`) gets:
   from its training rows and the shipped calibration's conformal band for that distance at 50 / 68 / 90 %
   (:mod:`bridgebench.model.steptime.bands`), and whether the published figure lies inside it (coverage; the
   shipped quantiles hold each row's own held-out error once among >= 120);
-- **memory**: the row as a point of the sweep pipeline (:func:`bridgebench.results.published_points.published_points`:
-  the rules, then the busiest-GPU memory with the settings the tables do not print taken from the release's recipe
-  or Megatron-Bridge's perf recipes): ``fits`` or not, and what prunes it. Every published row ran, so a row that
-  does not fit is a false prune -- unless its printed configuration cannot have run as printed (``inconsistent``).
+- **memory**: the row as a point of the sweep pipeline
+  (:func:`bridgebench.validation.published_points.published_points`: the rules, then the busiest-GPU memory with
+  the settings the tables do not print taken from the release's recipe or Megatron-Bridge's perf recipes):
+  ``fits`` or not, and what prunes it. Every published row ran, so a row that does not fit is a false prune --
+  unless its printed configuration cannot have run as printed (``inconsistent``).
 
 Summary: rows, held-out MAPE and median |error| (LORO: all rows and per release; LOCO: all rows and per distance),
 coverage at 50 / 68 / 90 % (LORO and LOCO), rows within their band, rows that fit.
@@ -21,11 +22,9 @@ coverage at 50 / 68 / 90 % (LORO and LOCO), rows within their band, rows that fi
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
 import pandas as pd
 
 from bridgebench.config import calibration as calib_mod
@@ -33,7 +32,8 @@ from bridgebench.model.steptime.bands import LEVELS
 from bridgebench.model.steptime.config import config_key
 from bridgebench.model.steptime.fit import leave_out
 from bridgebench.model.timing import Row, calibrate, predict_time
-from bridgebench.results.time_calibration import published_rows
+from bridgebench.validation import metrics
+from bridgebench.validation.time_calibration import published_rows
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,8 @@ def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict
     """Memory verdicts of the published rows behind ``rows`` through the sweep pipeline, by (release, model, system,
     GPUs, GBS, published TFLOP/s) -- not the sizes: a release's own settings may replace printed sizes or the MBS
     (``published_settings.yaml``), and the time row carries the replaced ones."""
-    from bridgebench.results.published_points import published_points
     from bridgebench.results.records import load_published
+    from bridgebench.validation.published_points import published_points
 
     wanted = {(r.release, r.spec.name, r.system) for r in rows}
     records = [r for r in load_published() if (r.release, r.model, r.system) in wanted]
@@ -95,7 +95,7 @@ def check_models(
     Columns: release, model, system, precision, num_gpus, tp, pp, vp, cp, ep, etp, mbs, gbs, published_tflops,
     predicted_tflops (held out), rel_error, band (fraction), within_band, memory_gb, usable_gb, fits, memory_error,
     inconsistent, printed_replaced (``None``, or the printed sizes the memory verdict replaced with the release's
-    launcher settings, ``results/published_settings.yaml``).
+    launcher settings, ``validation/published_settings.yaml``).
     """
     rows = rows if rows is not None else published_rows()
     calib = calib_mod.load(calibration)
@@ -135,13 +135,13 @@ def check_models(
             m, usable = verdict["mem_total_gb"] * 1e9, verdict["hbm_usable_gb"] * 1e9
             fits, merr, inconsistent = bool(verdict["fits"]), verdict["reason"], bool(verdict["inconsistent"])
             replaced = verdict["printed_replaced"]
-        err = None if p is None else p / r.tflops - 1
-        qerr = None if q is None else q / r.tflops - 1
+        err = None if p is None else metrics.rel_error(p, r.tflops)
+        qerr = None if q is None else metrics.rel_error(q, r.tflops)
         out.append({
             "release": r.release, "model": r.model, "system": r.system, "precision": r.precision,
             "num_gpus": c.num_gpus, "tp": c.tp, "pp": c.pp, "vp": c.vp, "cp": c.cp, "ep": c.ep, "etp": c.etp_,
             "mbs": c.mbs, "gbs": c.gbs, "published_tflops": r.tflops, "predicted_tflops": p, "rel_error": err,
-            "band": band, "within_band": err is not None and abs(err) <= band,
+            "band": band, "within_band": metrics.within_band(err, band),
             "memory_gb": m / 1e9, "usable_gb": usable / 1e9, "fits": fits,
             "memory_error": "" if fits else merr, "inconsistent": inconsistent, "printed_replaced": replaced,
             "loro_distance": ", ".join(lt), "loco_tflops": q, "loco_error": qerr, "loco_distance": ", ".join(qt),
@@ -149,45 +149,34 @@ def check_models(
             **{f"loco_band_{lv}": band_loco[lv] for lv in LEVELS},
         })  # fmt: skip
     df = pd.DataFrame(out)
-    errs = df["rel_error"].dropna().abs()
+    errs = df["rel_error"].tolist()
     by_rel = {
-        rel: float(df.loc[df.release == rel, "rel_error"].dropna().abs().mean())
+        rel: metrics.mape(df.loc[df.release == rel, "rel_error"])
         for rel in releases
         if df.loc[df.release == rel, "rel_error"].notna().any()
     }
-    coverage = {}
-    for name in ("loro", "loco"):
-        errs_col = "rel_error" if name == "loro" else "loco_error"
-        ok = df[errs_col].notna()
-        coverage[name] = {
-            lv: float(
-                (
-                    np.abs(np.log1p(df.loc[ok, errs_col].astype(float))) <= np.log1p(df.loc[ok, f"{name}_band_{lv}"])
-                ).mean()
-            )
-            for lv in LEVELS
-        }
-    qerrs = df["loco_error"].dropna().abs()
+    coverage = {
+        name: {lv: metrics.coverage_fraction(df[col].tolist(), df[f"{name}_band_{lv}"].tolist()) for lv in LEVELS}
+        for name, col in (("loro", "rel_error"), ("loco", "loco_error"))
+    }
     by_distance = {
-        d: float(df.loc[df.loco_distance == d, "loco_error"].dropna().abs().mean())
-        for d in sorted(set(df.loco_distance))
-        if d
+        d: metrics.mape(df.loc[df.loco_distance == d, "loco_error"]) for d in sorted(set(df.loco_distance)) if d
     }
     summary = ModelsSummary(
         rows=len(df),
-        predicted=int(errs.size),
-        mape=float(errs.mean()) if errs.size else float("nan"),
-        median_abs_error=float(statistics.median(errs)) if errs.size else float("nan"),
-        max_abs_error=float(errs.max()) if errs.size else float("nan"),
-        within_band=int(df["within_band"].sum()),
+        predicted=int(df["rel_error"].notna().sum()),
+        mape=metrics.mape(errs),
+        median_abs_error=metrics.median_abs(errs),
+        max_abs_error=metrics.max_abs(errs),
+        within_band=metrics.coverage(df["rel_error"].tolist(), df["band"].tolist())[0],
         fits=int(df["fits"].sum()),
         false_prunes=int((~df["fits"] & ~df["inconsistent"]).sum()),
         inconsistent=int(df["inconsistent"].sum()),
         printed_replaced=int(df["printed_replaced"].notna().sum()),
         mape_by_release=by_rel,
         calibration=calibration,
-        loco_mape=float(qerrs.mean()) if qerrs.size else float("nan"),
-        loco_median_abs_error=float(statistics.median(qerrs)) if qerrs.size else float("nan"),
+        loco_mape=metrics.mape(df["loco_error"]),
+        loco_median_abs_error=metrics.median_abs(df["loco_error"]),
         coverage=coverage,
         loco_mape_by_distance=by_distance,
     )

@@ -1,12 +1,12 @@
-"""NVIDIA's published runs through the sweep pipeline (bridgebench.results.published_points): the memory model and
+"""NVIDIA's published runs through the sweep pipeline (bridgebench.validation.published_points): the memory model and
 the rules keep every configuration that ran; the rows they refuse are named, each with its reason."""
 
 from __future__ import annotations
 
 import pytest
 
-from bridgebench.results.published_points import published_points, release_settings, summary
 from bridgebench.results.records import load_published
+from bridgebench.validation.published_points import published_points, release_settings, summary
 
 #: published rows that cannot be counted as false prunes, each with its reason (benchmarks/validate_memory_published.py)
 KNOWN = {

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bridgebench.results.published_check import check_published
 from bridgebench.results.records import load_published
+from bridgebench.validation.published_check import check_published
 
 
 def test_every_published_row_of_the_six_models(capsys):

@@ -1,4 +1,5 @@
-"""Megatron-LM's functional-test golden values (``results/reference/golden``): measured memory and iteration time of a
+"""Megatron-LM's functional-test golden values (``configs/paths`` ``golden``: ``results/reference/golden``, shipped;
+``BRIDGEBENCH_GOLDEN`` moves it): measured memory and iteration time of a
 12-layer 8-expert MoE GPT trained with Adam (distributed optimizer), ``muon`` and layer-wise ``dist_muon`` on DGX
 H100 / GB200 / A100 (Megatron-LM@d98e8a6 ``tests/functional_tests/test_cases/moe/gpt3_moe_mcore_te_ep8_*``).
 
@@ -23,9 +24,8 @@ import yaml
 
 from bridgebench.model.memory import MemoryConfig
 from bridgebench.model.spec import ModelSpec
-from bridgebench.paths import load_paths
+from bridgebench.validation.data import require
 
-GOLDEN_DIR = load_paths().reference / "golden"
 GPT2_VOCAB = 50257  # GPT-2 BPE vocab.json (the cases' --vocab-file)
 
 
@@ -60,19 +60,24 @@ def _median(values: dict) -> float:
 
 @cache
 def golden_cases() -> tuple[GoldenCase, ...]:
-    """Every golden-values file listed in ``golden/INDEX.csv`` (one per case and hardware)."""
+    """Every golden-values file listed in ``golden/INDEX.csv`` (one per case and hardware).
+
+    Raises:
+        bridgebench.validation.data.ReferenceDataMissing: the golden folder or its ``INDEX.csv`` is absent.
+    """
+    golden = require("golden", "INDEX.csv")
     out = []
     seen = set()
-    with open(GOLDEN_DIR / "INDEX.csv") as f:
+    with open(golden / "INDEX.csv") as f:
         for row in csv.DictReader(f):
             key = (row["test_case"], row["hardware"])
             if key in seen or not row["golden_file"]:
                 continue
             seen.add(key)
-            data = json.loads((GOLDEN_DIR / row["golden_file"]).read_text())
+            data = json.loads((golden / row["golden_file"]).read_text())
             if "mem-allocated-bytes" not in data:
                 continue
-            config = yaml.safe_load((GOLDEN_DIR / row["test_case"] / "model_config.yaml").read_text())
+            config = yaml.safe_load((golden / row["test_case"] / "model_config.yaml").read_text())
             nodes, gpus = (int(x) for x in row["nodes_x_gpus"].split("x"))
             median = row["iter_time_median_s_steps10_end"]
             out.append(

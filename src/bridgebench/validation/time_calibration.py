@@ -29,7 +29,7 @@ perf recipes as the executed 26.02 - 26.06 dumps show them
 
 Rows that take neither their own recipe's knobs (at the release, or at the nearest release with the same sizes)
 take the settings the tables do not print from the same source the memory check of the same row uses
-(:mod:`bridgebench.results.published_points`: the installed Megatron-Bridge 0.6.2 perf recipe of the same model,
+(:mod:`bridgebench.validation.published_points`: the installed Megatron-Bridge 0.6.2 perf recipe of the same model,
 GPU and precision that matches the row best, corrected by ``published_settings.yaml`` where a release's own
 launcher presets differ): :data:`UNPRINTED` -- recompute, dispatcher, Megatron-FSDP, gradient precision, FP8 param
 gather, a corrected MBS -- and :data:`PERF_COMM` -- TP / EP overlap, shared-expert overlap, FP8 attention
@@ -40,7 +40,7 @@ DeepSeek V3 took the GB300 recipe's EP overlap at 26.08 only). A model / GPU / p
 keeps the sibling-or-default knobs above.
 
 25.09 rows name no precision: each takes the precision the memory check infers for it
-(:func:`bridgebench.results.published_points._precision_of`: the ``(y)`` half of an ``x (y)`` pair is block-scaled
+(:func:`bridgebench.validation.published_points.precision_of`: the ``(y)`` half of an ``x (y)`` pair is block-scaled
 -- MXFP8 on Blackwell --, the other half FP8 current scaling; the 25.11 table prints the same pairs as
 ``FP8-CS (FP8-MX)``), so each half joins its own precision's group and level.
 """
@@ -49,17 +49,31 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from bridgebench.config.catalog import load_gpu, peak_key
 from bridgebench.config.compose import RECIPES_DIR, ConfigError, compose, model_spec, recipe_releases
 from bridgebench.model.layout import balanced_layout
-from bridgebench.model.timing import Calibration, GpuFacts, Row, TimeConfig, calibrate, release_index
-from bridgebench.results.published_points import _fsdp_cells, _perf_match, _point, _precision_of
+from bridgebench.model.timing import (
+    Calibration,
+    GpuFacts,
+    Row,
+    TimeConfig,
+    calibrate,
+    calibrate_with_bands,
+    predict_time,
+    release_index,
+)
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
+from bridgebench.validation import metrics
+from bridgebench.validation.published_points import fsdp_cells, perf_match, precision_of, record_point
 
-__all__ = ["DISPATCHER_BY_GPU", "fit", "published_rows", "release_index"]
+if TYPE_CHECKING:
+    from bridgebench.validation.muon_fit import MuonFit
+
+__all__ = ["DISPATCHER_BY_GPU", "CalibrationReport", "fit", "fit_report", "published_rows", "release_index"]
 
 #: the MoE dispatcher of NVIDIA's perf recipes by GPU (``moe_token_dispatcher_type``, ``moe_flex_dispatcher_backend``):
 #: the flex dispatcher with HybridEP on Blackwell (the executed 26.02 - 26.06 dumps, ``tests/data/upstream_recipes``,
@@ -175,7 +189,7 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     gpus: dict = {}
     formulas: dict = {}
     fsdp = _fsdp_rows()
-    cells = _fsdp_cells()
+    cells = fsdp_cells()
     out: list[Row] = []
     pending: list[tuple[tuple, Row]] = []
     for r in records if records is not None else load_published():
@@ -223,7 +237,7 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
             overlap_param_gather=not muon,
             use_megatron_fsdp=r.provenance.get("reference") in fsdp,
         )
-        precision = r.precision or _precision_of(r)
+        precision = r.precision or precision_of(r)
         if not r.precision:
             cfg = dataclasses.replace(cfg, peak_key=peak_key(precision))
         key = (r.model, r.system, precision, r.release, "muon" if muon else "adamw")
@@ -283,14 +297,14 @@ _FLAGS = ("use_megatron_fsdp", "grad_reduce_in_fp32", "fp8_param_gather", *PERF_
 
 def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
     """TimeConfig fields of the settings the published row ``r`` does not print, from the point the memory check
-    builds for it (:func:`bridgebench.results.published_points._point`, its 0.6.2 perf-recipe match and the
+    builds for it (:func:`bridgebench.validation.published_points.record_point`, its 0.6.2 perf-recipe match and the
     release's own settings) -- empty when the row has no perf-recipe match (only the base recipe)."""
     cell = cells.get(str(r.provenance.get("reference")), "")
-    _, delta, _ = _point(r, cell)
+    _, delta, _ = record_point(r, cell)
     if "model.recompute_granularity" not in delta:
         return {}  # the release's own bridgebench recipe, or no 0.6.2 perf recipe of this model / GPU / precision
     out = {f: delta[k] for k, f in UNPRINTED.items() if k in delta}
-    match = _perf_match(r, _precision_of(r), None if cell == "" else int(cell) > 0)
+    match = perf_match(r, precision_of(r), None if cell == "" else int(cell) > 0)
     out.update({f: match.values[k] for k, f in PERF_COMM.items() if k in match.values})
     out.update({f: delta[k] for k, f in PERF_COMM.items() if k in delta})  # the release's own settings
     mods = tuple(out.get("recompute_modules") or ())
@@ -308,10 +322,10 @@ def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
 
 
 def muon_constants(rows: list[Row]):
-    """(``kappa``, ``ns_efficiency``, the :class:`bridgebench.results.muon_fit.MuonFit`): Muon's constants fitted on
+    """(``kappa``, ``ns_efficiency``, the :class:`bridgebench.validation.muon_fit.MuonFit`): Muon's constants fitted on
     the blog's Table 1 pairs at a calibration of ``rows`` with the first-principles constants (the GEMM rates do not
-    enter the Muon delta: :mod:`bridgebench.results.muon_fit`)."""
-    from bridgebench.results.muon_fit import fit_muon
+    enter the Muon delta: :mod:`bridgebench.validation.muon_fit`)."""
+    from bridgebench.validation.muon_fit import fit_muon
 
     m = fit_muon(calibrate(rows))
     return m.kappa, m.ns_efficiency, m
@@ -327,3 +341,56 @@ def fit(rows: list[Row] | None = None, *, releases: Iterable[str] | None = None)
         keep = set(releases)
         rows = [r for r in rows if r.release in keep]
     return calibrate(rows, kappa=kappa, ns_efficiency=ns_eff)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationReport:
+    """What ``bridgebench calibrate`` fits and prints: the calibration with its bands, and its fit statistics
+    (relative errors of model TFLOP/s/GPU; 0.05 = 5 %).
+
+    ``median_abs_error`` and ``geometric_rms`` are the in-sample fit over all ``rows``; ``held_out_mape`` is over the
+    ``held_out_rows`` predicted by a fit without their release (:func:`bridgebench.model.timing.calibrate_with_bands`).
+    """
+
+    calibration: Calibration
+    rows: int
+    releases: tuple[str, ...]
+    median_abs_error: float
+    geometric_rms: float
+    held_out_mape: float
+    held_out_rows: int
+    muon: MuonFit | None = None
+
+    @property
+    def source(self) -> str:
+        """The provenance line written into ``configs/calibration/<name>.yaml`` (``source``)."""
+        return (
+            f"bridgebench calibrate --write: {self.rows} published rows of releases {', '.join(self.releases)} "
+            f"(results/reference/published_pretrain_throughput.csv); fit error: median |error| "
+            f"{self.median_abs_error:.1%}, geometric RMS {self.geometric_rms:.1%}; held-out (leave one release out) "
+            f"MAPE {self.held_out_mape:.1%} over {self.held_out_rows} rows"
+        )
+
+
+def fit_report(rows: list[Row] | None = None, progress: Callable[[str], None] | None = None) -> CalibrationReport:
+    """Fit the time model on the published rows (default: :func:`published_rows`) with Muon's constants fitted on
+    the blog's pairs (:func:`muon_constants`) and the conformal bands by distance
+    (:func:`bridgebench.model.timing.calibrate_with_bands`: about 140 held-out fits, 3-8 minutes here), and score it
+    with :mod:`bridgebench.validation.metrics`; ``progress`` gets one line per held-out fit."""
+    rows = rows if rows is not None else published_rows()
+    if progress:
+        progress("fitting Muon's ns_efficiency and kappa on the blog's Table 1 pairs")
+    kappa, ns_eff, muon = muon_constants(rows)
+    cal, held = calibrate_with_bands(rows, progress=progress, kappa=kappa, ns_efficiency=ns_eff)
+    errors = [predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops - 1 for r in rows]
+    out_errors = [metrics.rel_error(p, r.tflops) for r, p in zip(rows, held) if p]
+    return CalibrationReport(
+        calibration=cal,
+        rows=len(rows),
+        releases=tuple(sorted({r.release for r in rows}, key=lambda x: [int(p) for p in x.split(".")])),
+        median_abs_error=metrics.median_abs(errors),
+        geometric_rms=metrics.geometric_rms(errors),
+        held_out_mape=metrics.mape(out_errors),
+        held_out_rows=len(out_errors),
+        muon=muon,
+    )
