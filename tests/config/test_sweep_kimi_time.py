@@ -1,8 +1,8 @@
 """The Kimi K2 sweep on 256 GB300 (``configs/sweep/kimi_k2_256.yaml``, release 26.02.01) through stages 1-4: the time
 model prices every parallelism, so NVIDIA's own configuration (TP1 PP4 VP4 EP64 MBS2, selective recompute of
 ``mla_up_proj``) ranks within one prediction band of the top point (the top point's band is that of a configuration
-no published run measured), the top points are told apart by their terms, CP pairs differ, every EP > 1 point pays an all-to-all,
-and expert groups beyond one NVL72 rack pay the scale-out price."""
+no published run measured), the top points are told apart by their terms, CP pairs differ, every EP > 1 point pays an
+all-to-all, and expert groups beyond one NVL72 rack pay the scale-out price."""
 
 from __future__ import annotations
 
