@@ -43,7 +43,8 @@ sys.path.insert(0, str(REPO / "src"))
 from bridgebench.config import calibration  # noqa: E402
 from bridgebench.config.catalog import load_gpu  # noqa: E402
 from bridgebench.model import refit  # noqa: E402
-from bridgebench.model.timing import GpuFacts, predict_time  # noqa: E402
+from bridgebench.model.steptime.config import GpuFacts  # noqa: E402
+from bridgebench.model.steptime.predict import predict_time  # noqa: E402
 from bridgebench.validation import ablation_time as va  # noqa: E402
 from bridgebench.validation.data import data_dir  # noqa: E402
 

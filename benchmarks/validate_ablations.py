@@ -38,7 +38,8 @@ sys.path.insert(0, str(REPO / "src"))
 
 from bridgebench.config import calibration  # noqa: E402
 from bridgebench.config.catalog import load_gpu  # noqa: E402
-from bridgebench.model.timing import GpuFacts, predict_time  # noqa: E402
+from bridgebench.model.steptime.config import GpuFacts  # noqa: E402
+from bridgebench.model.steptime.predict import predict_time  # noqa: E402
 from bridgebench.validation import metrics  # noqa: E402
 from bridgebench.validation.ablation_time import config_key, gpu_of, point_of, predicted_metric, spec_of  # noqa: E402
 from bridgebench.validation.ablations import ablations, read_set, set_files  # noqa: E402

@@ -1,4 +1,4 @@
-"""Validate bridgebench's time model (bridgebench.model.timing) against measurements nobody here made; prints figures.
+"""Validate bridgebench's time model (bridgebench.model.steptime) against measurements nobody here made; prints figures.
 
 (b) Every published row held out by release (LORO) and by configuration (LOCO: the same sizes at every release held
     out together, bridgebench.model.steptime.fit.leave_out): MAPE, median |error|, MAPE by distance from the fold's
@@ -35,17 +35,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 
+from bridgebench import sweep as engine  # noqa: E402
 from bridgebench.config import calibration  # noqa: E402
-from bridgebench.config import sweep as engine  # noqa: E402
 from bridgebench.config.catalog import load_gpu  # noqa: E402
-from bridgebench.model.timing import (  # noqa: E402
-    GpuFacts,
-    TimeConfig,
-    adam_counterpart,
-    calibrate,
-    predict_time,
-    release_index,
-)
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig  # noqa: E402
+from bridgebench.model.steptime.fit import calibrate  # noqa: E402
+from bridgebench.model.steptime.muon import adam_counterpart  # noqa: E402
+from bridgebench.model.steptime.predict import predict_time  # noqa: E402
+from bridgebench.model.steptime.release import release_index  # noqa: E402
 from bridgebench.validation import metrics  # noqa: E402
 from bridgebench.validation.golden import golden_cases, golden_spec  # noqa: E402
 from bridgebench.validation.time_calibration import published_rows  # noqa: E402

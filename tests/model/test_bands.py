@@ -23,8 +23,9 @@ from bridgebench.model.steptime.bands import (
     describe,
     novelty,
 )
-from bridgebench.model.steptime.config import config_key
-from bridgebench.model.timing import Calibration, GpuFacts, TimeConfig, TimeModelError, predict_time
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError, config_key
+from bridgebench.model.steptime.predict import predict_time
 
 GB300 = GpuFacts.from_mapping(load_gpu("gb300"))
 H100 = GpuFacts.from_mapping(load_gpu("h100"))

@@ -8,7 +8,8 @@ import statistics
 
 import pytest
 
-from bridgebench.model.timing import calibrate_with_bands, predict_time
+from bridgebench.model.steptime.fit import calibrate_with_bands
+from bridgebench.model.steptime.predict import predict_time
 from bridgebench.validation.time_calibration import fit_report, published_rows
 
 

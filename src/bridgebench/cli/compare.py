@@ -58,6 +58,9 @@ def compare(
         None, "--out", help="output folder (default <configs/paths tables>/compare/<source>_<keys>)"
     ),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="draw the PNG plots"),
+    payload: str = typer.Option(
+        "measured", "--payload", help="your runs: measured, replayed (bridgebench.payloads.replay) or all (labelled)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
     """Compare releases and runs: published values as rounding intervals with real changes, config changes and change
@@ -74,6 +77,7 @@ def compare(
     sel_b = cmp.parse_selection(" ".join(side_b)) if side_b else None
     paths = load_paths()
     records = None
+    which = ""
     with console.status("comparing ...") as status:
         if source != "published":
             from bridgebench.results.store import ResultStore
@@ -83,6 +87,12 @@ def compare(
             records = store.records()
             for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
+            from bridgebench.results import vs_predicted
+
+            if payload not in vs_predicted.SHOW:
+                raise cmp.CompareError(f"--payload must be one of {', '.join(vs_predicted.SHOW)}, got {payload!r}")
+            records, which = vs_predicted.choose(records, payload)  # replayed and measured never mixed unasked
+            console.print(f"your runs: {which}", markup=False, highlight=False)
         status.update("computing ...")
         result = cmp.run_compare(
             source,
@@ -126,7 +136,23 @@ def compare(
         typer.echo(json.dumps({**result.to_json(), "files": [str(p) for p in written]}, indent=2, default=str))
         return
     _print(result, threshold)
+    if records:
+        sides = [x for x in (sel_a, sel_b) if x is not None]
+        _print_vs_predicted(records, sides or [common], which)
     typer.echo(f"wrote {written[0].parent}/: " + ", ".join(p.name for p in written))
+
+
+def _print_vs_predicted(records, selections, which: str) -> None:
+    """Your runs of the selections, measured beside what their plans predicted (results/vs_predicted.py)."""
+    from rich.console import Console
+
+    from bridgebench.results import vs_predicted
+    from bridgebench.results.compare import _run_matches
+
+    picked = [r for r in records if any(_run_matches(r, s) for s in selections)]
+    c = Console()
+    c.width = max(c.width, 200)
+    vs_predicted.print_table(c, picked, f"your runs: measured vs predicted ({which})")
 
 
 def _command(

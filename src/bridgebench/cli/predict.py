@@ -23,8 +23,8 @@ def prediction(overrides: list[str], calibration: str = "default") -> dict[str, 
     Raises:
         bridgebench.config.compose.ConfigError: bad overrides (an unknown model, a value breaking the schema...).
     """
+    from bridgebench import sweep as engine
     from bridgebench.config import calibration as calib_mod
-    from bridgebench.config import sweep as engine
 
     calib = calib_mod.load(calibration)
     row = engine.predict(overrides, calib)
@@ -64,6 +64,10 @@ def prediction(overrides: list[str], calibration: str = "default") -> dict[str, 
         "ep_span": row.get("ep_span"),
         "ep_leaves_nvlink": row.get("ep_leaves_nvlink"),
         "calibration": calib.name,
+        # with a cluster's own calibration (calibrate --from-runs): the published model's figures before the refit
+        "step_time_model_s": row.get("step_time_model_s"),
+        "band_model_pct": row.get("band_model_pct"),
+        "cluster_calibration": row.get("cluster_calibration"),
         "point_id": row.get("point_id"),
     }
 
@@ -130,4 +134,10 @@ def predict(
         con.print(
             f"band: +-{_fmt(bands['50'], '.1f')} / {_fmt(bands['68'], '.1f')} / {_fmt(bands['90'], '.1f')} % at "
             f"50 / 68 / 90 % ({out['band_source']})"
+        )
+    if out.get("step_time_model_s"):
+        con.print(
+            f"refitted on this cluster's runs ({out['cluster_calibration']!r}, bridgebench.model.refit): the published "
+            f"model says {out['step_time_model_s']:.4f} s +-{out['band_model_pct']:.1f} %; the terms above are the "
+            "published model's"
         )

@@ -58,7 +58,7 @@ class JobSpec:
 def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
     """(nodes, tasks per node) of a run: whole nodes of ``gpu.gpus_per_node`` GPUs, or one partial node; the
     optimizer-step payload is one process on one node."""
-    if cfg.job.type == "optstep":
+    if cfg.job.type in ("optstep", "replay"):  # one process: the replay payload only prints the table's log
         return 1, 1
     per_node = int(cfg.gpu.gpus_per_node)
     if cfg.num_gpus < per_node:

@@ -37,8 +37,10 @@ from functools import lru_cache
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import registry
-from bridgebench.model.steptime.predict import _flops
-from bridgebench.model.timing import Calibration, TimeConfig, adam_counterpart, predict_time
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import TimeConfig
+from bridgebench.model.steptime.muon import adam_counterpart
+from bridgebench.model.steptime.predict import _flops, predict_time
 
 #: bounds of the fit (ns_efficiency, kappa in s).
 NS_BOUNDS = (0.05, 1.0)
@@ -74,7 +76,7 @@ class MuonFit:
 
 
 def _blog_points() -> list[MuonPoint]:
-    from bridgebench.config import sweep as engine
+    from bridgebench import sweep as engine
     from bridgebench.validation.data import require
 
     rows = {}
@@ -96,7 +98,7 @@ def _blog_points() -> list[MuonPoint]:
 
 def _golden_points() -> list[MuonPoint]:
     from bridgebench.config.catalog import load_gpu
-    from bridgebench.model.timing import GpuFacts
+    from bridgebench.model.steptime.config import GpuFacts
     from bridgebench.validation.golden import golden_cases, golden_spec
 
     cases = {(c.test_case, c.hardware): c for c in golden_cases()}

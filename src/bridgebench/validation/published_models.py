@@ -30,8 +30,8 @@ import pandas as pd
 from bridgebench.config import calibration as calib_mod
 from bridgebench.model.steptime.bands import LEVELS
 from bridgebench.model.steptime.config import config_key
-from bridgebench.model.steptime.fit import leave_out
-from bridgebench.model.timing import Row, calibrate, predict_time
+from bridgebench.model.steptime.fit import Row, calibrate, leave_out
+from bridgebench.model.steptime.predict import predict_time
 from bridgebench.validation import metrics
 from bridgebench.validation.time_calibration import published_rows
 

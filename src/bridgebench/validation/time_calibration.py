@@ -2,9 +2,9 @@
 ``configs/calibration/<name>.yaml`` (``bridgebench calibrate``).
 
 Each row of ``results/reference/published_pretrain_throughput.csv`` whose model has a ``configs/model`` entry becomes
-a :class:`bridgebench.model.timing.Row`: the model at the row's sequence length (DeepSeek V3 "w/o MTP" rows without
-MTP), the row's GPU facts (``configs/gpu``), parallel sizes and batch, the precision's peak key (25.09 rows name no
-precision: their footnote pairs differ in FP8 quantization granularity, so they are FP8), the release's FLOPs formula
+a :class:`bridgebench.model.steptime.fit.Row`: the model at the row's sequence length (DeepSeek V3 "w/o MTP" rows
+without MTP), the row's GPU facts (``configs/gpu``), parallel sizes and batch, the precision's peak key (25.09 rows name
+no precision: their footnote pairs differ in FP8 quantization granularity, so they are FP8), the release's FLOPs formula
 (``configs/release``) and the release itself, Kimi K2 rows as layer-wise Muon (``dist_muon``, their footnote says
 Muon; the Muon recipes' ``overlap_param_gather: false``), the others AdamW with the distributed optimizer. A pipeline
 split that Megatron-Core cannot do evenly gets :func:`bridgebench.model.layout.balanced_layout` (Kimi K2's 61 layers:
@@ -14,7 +14,7 @@ a row whose sizes cannot fit its GPU count at all (DeepSeekV3 25.09 GB200: PP8 x
 
 The tables do not state the recipe's communication knobs. Where bridgebench ships the row's recipe at the row's release
 (``recipes/<model>_<gpu>_<precision>/<release>.yaml``), the row takes that recipe's knobs exactly as the sweep and
-``muon-cost`` compose them (:func:`bridgebench.config.sweep.time_config`: dispatcher, EP / TP overlap, FP8 attention,
+``muon-cost`` compose them (:func:`bridgebench.sweep.time_config`: dispatcher, EP / TP overlap, FP8 attention,
 recompute, DDP overlap flags), so a calibration row and a sweep point of the same recipe and release are priced
 alike. A row whose own recipe lacks its release takes its recipe's knobs at the nearest release where that recipe
 has the row's sizes and batch (the same tuned configuration: DeepSeek V3 and Qwen3 235B-A22B publish the 26.08
@@ -56,16 +56,11 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from bridgebench.config.catalog import load_gpu, peak_key
 from bridgebench.config.compose import RECIPES_DIR, ConfigError, compose, model_spec, recipe_releases
 from bridgebench.model.layout import balanced_layout
-from bridgebench.model.timing import (
-    Calibration,
-    GpuFacts,
-    Row,
-    TimeConfig,
-    calibrate,
-    calibrate_with_bands,
-    predict_time,
-    release_index,
-)
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig
+from bridgebench.model.steptime.fit import Row, calibrate, calibrate_with_bands
+from bridgebench.model.steptime.predict import predict_time
+from bridgebench.model.steptime.release import release_index
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 from bridgebench.validation import metrics
 from bridgebench.validation.published_points import fsdp_cells, perf_match, precision_of, record_point
@@ -171,7 +166,7 @@ def recipe_knobs(recipe: str, release: str, optimizer: str) -> tuple[tuple[str, 
             return None
     except (ConfigError, OSError):
         return None
-    from bridgebench.config import sweep as engine
+    from bridgebench import sweep as engine
 
     base = engine.base_of([f"recipe={recipe}", f"release='{release}'", f"optimizer={optimizer}"])
     cfg = engine.time_config(engine.effective(base, {}), base.gpu)
@@ -334,7 +329,7 @@ def muon_constants(rows: list[Row]):
 def fit(rows: list[Row] | None = None, *, releases: Iterable[str] | None = None) -> Calibration:
     """Fit the time calibration on the published rows (of ``releases`` only, when given), with Muon's constants
     fitted on the blog's pairs (:func:`muon_constants`); no bands (see
-    :func:`bridgebench.model.timing.calibrate_with_bands`)."""
+    :func:`bridgebench.model.steptime.fit.calibrate_with_bands`)."""
     rows = rows if rows is not None else published_rows()
     kappa, ns_eff, _ = muon_constants(rows)
     if releases is not None:
@@ -349,7 +344,8 @@ class CalibrationReport:
     (relative errors of model TFLOP/s/GPU; 0.05 = 5 %).
 
     ``median_abs_error`` and ``geometric_rms`` are the in-sample fit over all ``rows``; ``held_out_mape`` is over the
-    ``held_out_rows`` predicted by a fit without their release (:func:`bridgebench.model.timing.calibrate_with_bands`).
+    ``held_out_rows`` predicted by a fit without their release
+    (:func:`bridgebench.model.steptime.fit.calibrate_with_bands`).
     """
 
     calibration: Calibration
@@ -375,8 +371,8 @@ class CalibrationReport:
 def fit_report(rows: list[Row] | None = None, progress: Callable[[str], None] | None = None) -> CalibrationReport:
     """Fit the time model on the published rows (default: :func:`published_rows`) with Muon's constants fitted on
     the blog's pairs (:func:`muon_constants`) and the conformal bands by distance
-    (:func:`bridgebench.model.timing.calibrate_with_bands`: about 140 held-out fits, 3-8 minutes here), and score it
-    with :mod:`bridgebench.validation.metrics`; ``progress`` gets one line per held-out fit."""
+    (:func:`bridgebench.model.steptime.fit.calibrate_with_bands`: about 140 held-out fits, 3-8 minutes here), and
+    score it with :mod:`bridgebench.validation.metrics`; ``progress`` gets one line per held-out fit."""
     rows = rows if rows is not None else published_rows()
     if progress:
         progress("fitting Muon's ns_efficiency and kappa on the blog's Table 1 pairs")

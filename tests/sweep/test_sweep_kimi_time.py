@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from bridgebench import sweep as engine
 from bridgebench.config import calibration
-from bridgebench.config import sweep as engine
 
 TERM_COLUMNS = ("t_compute_s", "t_elementwise_s", "t_tp_comm_s", "t_cp_comm_s", "t_ep_a2a_s", "t_recompute_s",
                 "t_overhead_s", "t_bubble_s", "t_pp_p2p_s", "t_dp_comm_s", "t_optimizer_s")  # fmt: skip
@@ -30,7 +30,8 @@ def ranked():
 def test_muon_cost_adamw_step_is_the_release_s_number(release, published_tflops):
     """The issue's case: Qwen3 30B-A3B on 8 GB300 at 26.02 and 26.08 (published 8.63 s and 5.89 s AdamW steps)
     gives each release's number, within its band, through the recipe as the sweep composes it."""
-    from bridgebench.model.timing import adam_counterpart, predict_time
+    from bridgebench.model.steptime.muon import adam_counterpart
+    from bridgebench.model.steptime.predict import predict_time
 
     base = engine.base_of(["recipe=qwen3_30b_a3b_gb300_mxfp8", f"release={release}", "optimizer=muon"])
     cfg = engine.time_config(engine.effective(base, {}), base.gpu)

@@ -1,4 +1,4 @@
-"""bridgebench.model.timing (the step-time model, bridgebench.model.steptime): every parallelism has a price, the
+"""bridgebench.model.steptime (the step-time model): every parallelism has a price, the
 structural facts that follow exactly from the formulas (Kimi K2 on 256 GB300: CP, EP all-to-all, scale-out), the
 Muon per-GPU loads against the Newton-Schulz counter, the Muon what-ifs, the release level, and the calibration
 (synthetic recovery; the shipped file reproduced from the shipped published table)."""
@@ -15,22 +15,15 @@ from bridgebench.config.catalog import load_gpu
 from bridgebench.model.flops import model_flops
 from bridgebench.model.newton_schulz import NSPolicy, Parallelism, ns_load
 from bridgebench.model.steptime import collectives, ep_comm, registry
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError
+from bridgebench.model.steptime.fit import Row, calibrate
 from bridgebench.model.steptime.gemm import shape_factor
-from bridgebench.model.steptime.predict import layer_shape
-from bridgebench.model.timing import (
-    TERMS,
-    Calibration,
-    GpuFacts,
-    Row,
-    TimeConfig,
-    TimeModelError,
-    calibrate,
-    muon_cost,
-    muon_rank_loads,
-    predict_time,
-    recompute_flops,
-    release_index,
-)
+from bridgebench.model.steptime.muon import muon_cost
+from bridgebench.model.steptime.optimizer import muon_rank_loads
+from bridgebench.model.steptime.predict import TERMS, layer_shape, predict_time
+from bridgebench.model.steptime.recompute import recompute_flops
+from bridgebench.model.steptime.release import release_index
 
 GB300 = GpuFacts.from_mapping(load_gpu("gb300"))
 H100 = GpuFacts.from_mapping(load_gpu("h100"))

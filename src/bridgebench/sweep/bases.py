@@ -17,10 +17,10 @@ from bridgebench.config import rules
 from bridgebench.config.compose import ConfigError, compose, model_spec, normalize_overrides
 from bridgebench.config.hashing import config_hash
 from bridgebench.config.schema import MB_SECTIONS, START_FIELDS, SectionError, check_sections, start_values
-from bridgebench.config.sweep.keys import AUTO, INTERPOLATION, KEYS, POSITIVE, RULE_ENV
-from bridgebench.config.sweep.space import Axis, Space, SweepError, _is_group, _values_of, space_names
-from bridgebench.model import timing
 from bridgebench.model.spec import ModelSpec, ModelSpecError
+from bridgebench.model.steptime.config import GpuFacts
+from bridgebench.sweep.keys import AUTO, INTERPOLATION, KEYS, POSITIVE, RULE_ENV
+from bridgebench.sweep.space import Axis, Space, SweepError, _is_group, _values_of, space_names
 
 _ARCH = {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"}
 
@@ -63,7 +63,7 @@ class Base:
     cfg: DictConfig
     flat: dict[str, Any]
     spec: ModelSpec
-    gpu: timing.GpuFacts
+    gpu: GpuFacts
     config_hash: str
     choices: dict[str, str] = field(default_factory=dict)
     _env_cache: dict = field(default_factory=dict, repr=False)
@@ -86,7 +86,7 @@ class Base:
                 for k in refs:
                     if k in delta:
                         OmegaConf.update(cfg, k, delta[k], merge=False)
-            self._env_cache[key] = {f: rules._env(cfg, name) for f, name in RULE_ENV.items()}
+            self._env_cache[key] = {f: rules.env_value(cfg, name) for f, name in RULE_ENV.items()}
         return self._env_cache[key]
 
 
@@ -137,7 +137,7 @@ def compose_bases(space: Space, progress: Callable[[int, int], None] | None = No
                 cfg,
                 _flat_config(plain),
                 spec,
-                timing.GpuFacts.from_mapping(plain["gpu"]),
+                GpuFacts.from_mapping(plain["gpu"]),
                 config_hash(cfg),
                 choice,
             )
@@ -161,9 +161,7 @@ def base_of(overrides: Sequence[str]) -> Base:
         raise ConfigError("an override sweeps values (a=x,y): this command models one configuration")
     cfg = compose(ov)
     plain = OmegaConf.to_container(cfg, resolve=True)
-    return Base(
-        0, ov, cfg, _flat_config(plain), model_spec(cfg), timing.GpuFacts.from_mapping(plain["gpu"]), config_hash(cfg)
-    )
+    return Base(0, ov, cfg, _flat_config(plain), model_spec(cfg), GpuFacts.from_mapping(plain["gpu"]), config_hash(cfg))
 
 
 def _check_field_axes(space: Space, base: Base) -> None:

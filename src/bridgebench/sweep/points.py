@@ -11,11 +11,11 @@ import json
 from typing import Any, Callable, Iterable, Sequence
 
 from bridgebench.config import rules
-from bridgebench.config.sweep.bases import Base, _arch_spec, effective
-from bridgebench.config.sweep.keys import AUTO, KEYS
-from bridgebench.config.sweep.space import Space
 from bridgebench.model.layout import LayoutError, auto_split
 from bridgebench.model.spec import ModelSpec
+from bridgebench.sweep.bases import Base, _arch_spec, effective
+from bridgebench.sweep.keys import AUTO, KEYS
+from bridgebench.sweep.space import Space
 
 
 def _rule_point(v: dict[str, Any], spec: ModelSpec, env: dict[str, Any] | None = None) -> rules.Point:

@@ -5,11 +5,11 @@ runs it over NVIDIA's published configurations (``bridgebench.validation.publish
 
 Stages (each a function over point rows, plain dicts that become ``points.parquet``):
 
-1. ``enumerate`` (:func:`bridgebench.config.sweep.points.enumerate_points`): every candidate, ``auto`` keys derived;
-2. ``rules`` (:func:`bridgebench.config.sweep.points.check_rules`): the fast validity rules, duplicates;
-3. ``memory`` (:func:`bridgebench.config.sweep.scoring.score_memory`): peak memory per GPU, pruned above the HBM;
-4. ``time`` (:func:`bridgebench.config.sweep.scoring.score_time` then
-   :func:`bridgebench.config.sweep.trust.rank_and_annotate`): predicted step time, the ranking, ties within the
+1. ``enumerate`` (:func:`bridgebench.sweep.points.enumerate_points`): every candidate, ``auto`` keys derived;
+2. ``rules`` (:func:`bridgebench.sweep.points.check_rules`): the fast validity rules, duplicates;
+3. ``memory`` (:func:`bridgebench.sweep.scoring.score_memory`): peak memory per GPU, pruned above the HBM;
+4. ``time`` (:func:`bridgebench.sweep.scoring.score_time` then
+   :func:`bridgebench.sweep.trust.rank_and_annotate`): predicted step time, the ranking, ties within the
    prediction band, indistinct points collapsed, the recipe's own configuration and expert groups beyond NVLink marked.
 
 A :class:`StageStore` (the launch layer's sweep folder) may hand back a finished stage's rows and keeps each stage's
@@ -27,11 +27,11 @@ import time
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from bridgebench.config.calibration import ModelCalibration
-from bridgebench.config.sweep.bases import Base, base_of, compose_bases
-from bridgebench.config.sweep.points import check_rules, enumerate_points
-from bridgebench.config.sweep.scoring import score_memory, score_time
-from bridgebench.config.sweep.space import Space, parse_space
-from bridgebench.config.sweep.trust import published_place, rank_and_annotate
+from bridgebench.sweep.bases import Base, base_of, compose_bases
+from bridgebench.sweep.points import check_rules, enumerate_points
+from bridgebench.sweep.scoring import score_memory, score_time
+from bridgebench.sweep.space import Space, parse_space
+from bridgebench.sweep.trust import published_place, rank_and_annotate
 
 STAGES = ("enumerate", "rules", "memory", "time")
 #: statuses a row has on entering each stage (what the stage counts as its input)
@@ -80,7 +80,7 @@ def prepare(
     """Parse a search space and compose its bases (one Hydra compose per combination of its group axes).
 
     Raises:
-        bridgebench.config.sweep.space.SweepError: an empty space, an unknown field, a value of the wrong type or a
+        bridgebench.sweep.space.SweepError: an empty space, an unknown field, a value of the wrong type or a
             non-positive size.
         bridgebench.config.compose.ConfigError: bad fixed overrides.
     """

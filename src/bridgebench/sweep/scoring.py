@@ -1,6 +1,6 @@
 """Stages 3 and 4 of a sweep: memory per GPU on the busiest rank (:func:`score_memory`,
 :func:`bridgebench.model.memory.estimate_memory`; pruned above the GPU's HBM less the measured fragmentation
-margin) and the predicted step time (:func:`score_time`, :func:`bridgebench.model.timing.predict_time`)."""
+margin) and the predicted step time (:func:`score_time`, :func:`bridgebench.model.steptime.predict.predict_time`)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import json
 from typing import Any, Callable, Sequence
 
 from bridgebench.config.calibration import ModelCalibration
-from bridgebench.config.sweep.bases import Base, _arch_spec, effective
 from bridgebench.config.time_knobs import time_knobs
 from bridgebench.model import memory as mem
-from bridgebench.model import timing
 from bridgebench.model.layout import LayoutError
 from bridgebench.model.newton_schulz import NSError, NSPolicy, muon_matrices, ns_flops
 from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.spec import ModelSpec
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError
+from bridgebench.model.steptime.predict import predict_time
+from bridgebench.sweep.bases import Base, _arch_spec, effective
 
 
 # ---------------------------------------------------------------------------------------------------- stage 2, 3
@@ -103,11 +104,11 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
     )
 
 
-def time_config(v: dict[str, Any], gpu: timing.GpuFacts) -> timing.TimeConfig:
+def time_config(v: dict[str, Any], gpu: GpuFacts) -> TimeConfig:
     """The time model's view of a point's effective values (knobs: :func:`bridgebench.config.time_knobs.time_knobs`)."""
     granularity = v["recompute_granularity"]
     mods = recompute_modules(v)
-    return timing.TimeConfig(
+    return TimeConfig(
         gpu=gpu,
         peak_key=v["peak_key"],
         num_gpus=v["num_gpus"],
@@ -244,10 +245,11 @@ def score_time(
     (``TimeBreakdown.terms``), ``band_pct`` (the prediction's ~68 % +- band, percent; ``band_50_pct`` and
     ``band_90_pct`` the 50 and 90 % ones, ``band_source`` the distance from the calibration it is for:
     :mod:`bridgebench.model.steptime.bands`) and ``time_release`` (the software
-    level it is for). ``score`` is what the ranking sorts by (``bridgebench.config.sweep.trust``): predicted model
+    level it is for). ``score`` is what the ranking sorts by (``bridgebench.sweep.trust``): predicted model
     TFLOP/s/GPU, or for optimizer-step benchmark points (which train nothing) minus the Muon step time."""
     todo = [r for r in rows if r["status"] in ("fits", "over_memory")]
     cache: dict = {}
+    overlay = cluster_refit(calib)
     for i, row in enumerate(todo, 1):
         base = bases[row["base"]]
         spec, v = _point_state(base, row, cache)
@@ -263,7 +265,7 @@ def score_time(
                 row["score"] = -t
                 row["band_pct"] = None
             else:
-                b = timing.predict_time(spec, time_config(v, base.gpu), calib.time)
+                b = predict_time(spec, time_config(v, base.gpu), calib.time)
                 row.update({f"t_{name}_s": float(value) for name, value in b.terms.items()})
                 seq = v["seq_length"] or spec.seq_length
                 row.update(
@@ -280,7 +282,9 @@ def score_time(
                     ep_scale_out=getattr(b, "ep_scale_out", None),
                 )
                 row["score"] = b.tflops_per_gpu
-        except (timing.TimeModelError, NSError, LayoutError) as err:
+                if overlay is not None:
+                    _apply_cluster_refit(row, b, overlay, calib.name)
+        except (TimeModelError, NSError, LayoutError) as err:
             if row["status"] == "fits":
                 row.update(status="invalid", rule="time_model", reason=str(err))
             continue
@@ -289,3 +293,39 @@ def score_time(
         if progress and (i % 256 == 0 or i == len(todo)):
             progress(i, len(todo))
     return rows
+
+
+def cluster_refit(calib: ModelCalibration):
+    """The refit of a cluster's own calibration (``cluster_refit`` node, written by ``bridgebench calibrate
+    --from-runs``) as a :class:`bridgebench.model.refit.Posterior`, or None for a published calibration."""
+    node = (calib.raw or {}).get("cluster_refit")
+    if not node:
+        return None
+    from bridgebench.model.refit import Posterior
+
+    return Posterior.from_mapping(node["posterior"])
+
+
+def _apply_cluster_refit(row: dict[str, Any], b, post, name: str) -> None:
+    """Correct a point's prediction by a cluster's refit: the published model's figures kept as
+    ``step_time_model_s`` / ``band_model_pct``; ``step_time_s``, ``tflops_per_gpu``, ``tokens_per_s_per_gpu`` and
+    ``band_pct`` become the refit's (posterior mean, posterior predictive sd: bridgebench.model.refit)."""
+    from bridgebench.model.refit import Candidate
+
+    c = Candidate(
+        point_id=str(row.get("point_id")), step_s=b.total, flops=b.flops, num_gpus=int(b.num_gpus),
+        band_pct=float(b.band_pct), group=f"{row['gpu']}/{row['precision']}", terms=dict(b.terms),
+        ep_scale_out=bool(getattr(b, "ep_scale_out", False)),
+    )  # fmt: skip
+    step, sd = post.step(c)
+    scale = b.total / step
+    row.update(
+        step_time_model_s=b.total,
+        band_model_pct=float(b.band_pct),
+        step_time_s=step,
+        tflops_per_gpu=b.tflops_per_gpu * scale,
+        tokens_per_s_per_gpu=row["tokens_per_s_per_gpu"] * scale,
+        band_pct=100 * sd,
+        cluster_calibration=name,
+    )
+    row["score"] = row["tflops_per_gpu"]

@@ -3,7 +3,7 @@
 axes (:func:`parse_space`) -- a product of axes -- or into a list of points (``points:``, each a mapping of keys to
 values: exactly those configurations, e.g. the rows of a published ablation). Axes over config groups
 (``optimizer=adamw,muon``, ``recipe=...``) are composed once per combination; axes over fields vary plain values on
-top (``bridgebench.config.sweep.bases``)."""
+top (``bridgebench.sweep.bases``)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Any, Sequence
 import yaml
 
 from bridgebench.config.compose import ConfigError, is_group, normalize_overrides
-from bridgebench.config.sweep.keys import AUTO, KEYS
 from bridgebench.paths import CONFIG_DIR, config_files
+from bridgebench.sweep.keys import AUTO, KEYS
 
 SWEEP_DIR = CONFIG_DIR / "sweep"
 

@@ -1,6 +1,6 @@
 """Which composed-config key each sweep stage reads, by the short name of its column in ``points.parquet``.
 
-Declared once here; every stage (``bridgebench.config.sweep``) and the rows read values through these names.
+Declared once here; every stage (``bridgebench.sweep``) and the rows read values through these names.
 """
 
 from __future__ import annotations

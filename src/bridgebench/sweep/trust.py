@@ -20,8 +20,8 @@ import json
 from typing import Any, Sequence
 
 from bridgebench.config.compose import variant_provenance
-from bridgebench.config.sweep.bases import Base
-from bridgebench.config.sweep.keys import KEYS
+from bridgebench.sweep.bases import Base
+from bridgebench.sweep.keys import KEYS
 
 
 def _signature(row: dict[str, Any]) -> tuple:

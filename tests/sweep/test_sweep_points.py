@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridgebench.config import sweep as engine
+from bridgebench import sweep as engine
 
 
 def _write(tmp_path, monkeypatch, text: str) -> None:

@@ -1,4 +1,4 @@
-"""bridgebench.config.sweep: spaces from overrides and configs/sweep, bad spaces refused before anything is made, every
+"""bridgebench.sweep: spaces from overrides and configs/sweep, bad spaces refused before anything is made, every
 invalid point reported with its rule, duplicates by effective values, derived values, and the memory / time stages."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from bridgebench import sweep as engine
 from bridgebench.config import calibration, rules
-from bridgebench.config import sweep as engine
 from bridgebench.config.compose import compose
 
 QWEN = ["recipe=qwen3_30b_a3b_gb300_mxfp8"]
