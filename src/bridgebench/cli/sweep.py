@@ -194,11 +194,18 @@ def _adaptive(overrides, space, name, budget, calibration, per_round, resume, ti
 
     from bridgebench.launch.adaptive import run_adaptive
 
-    with _RichProgress(err) as progress:
-        res = run_adaptive(
-            overrides, space=space, name=name, budget=budget, calibration=calibration, per_round=per_round,
-            resume=resume, wait_timeout_s=timeout, progress=progress,
-        )  # fmt: skip
+    try:
+        with _RichProgress(err) as progress:
+            res = run_adaptive(
+                overrides, space=space, name=name, budget=budget, calibration=calibration, per_round=per_round,
+                resume=resume, wait_timeout_s=timeout, progress=progress,
+            )  # fmt: skip
+    except KeyboardInterrupt:  # the state is on disk after every plan and submission: say how to go on
+        err.print(
+            "interrupted: the submitted runs keep running; `bridgebench sweep ... --adaptive --resume` (the same "
+            "overrides, space and --name) goes on and submits nothing twice"
+        )
+        raise typer.Exit(130) from None
     summary = {
         "name": res.sweep.name,
         "dir": str(res.sweep.dir),
@@ -355,6 +362,7 @@ def muon_cost(
         "software_level": cost.muon.level,
         "software_level_source": cost.muon.level_source,
     }
+    summary["cluster_refit"] = _muon_cost_refit(calib, cost, f"{base.gpu.name}/{v['precision']}")
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -397,6 +405,34 @@ def muon_cost(
         f"({cost.muon.efficiency_source}, software level x{cost.muon.level:.3f} from the {cost.muon.level_source}). "
         "* = this configuration."
     )
+    ref = summary["cluster_refit"]
+    if ref:
+        out.print(
+            f"Refitted on this cluster's runs ({calib.name!r}, bridgebench.model.refit): Muon step "
+            f"{ref['muon_step_s']:.3f} s, AdamW step {ref['adamw_step_s']:.3f} s (+-{ref['band_pct']:.1f} %), Muon / "
+            f"AdamW {ref['muon_over_adamw']:.4f}; the figures above are the published model's."
+        )
+
+
+def _muon_cost_refit(calib, cost, group: str) -> dict | None:
+    """Muon and AdamW steps through a cluster's refit (``calibrate --from-runs``), or None for a published
+    calibration: each step's terms weighted by the refit's level and term factors (bridgebench.model.refit)."""
+    from bridgebench.model.refit import Candidate
+    from bridgebench.sweep.scoring import cluster_refit
+
+    post = cluster_refit(calib)
+    if post is None:
+        return None
+    out = {}
+    for key, b in (("muon", cost.muon), ("adamw", cost.adam)):
+        c = Candidate(
+            point_id=key, step_s=b.total, flops=b.flops, num_gpus=int(b.num_gpus), band_pct=float(b.band_pct),
+            group=group, terms=dict(b.terms), ep_scale_out=bool(getattr(b, "ep_scale_out", False)),
+        )  # fmt: skip
+        out[f"{key}_step_s"], sd = post.step(c)
+        out["band_pct"] = 100 * sd
+    out["muon_over_adamw"] = out["muon_step_s"] / out["adamw_step_s"]
+    return out
 
 
 @app.command()
@@ -472,10 +508,10 @@ def calibrate(
 def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_json: bool) -> None:
     """``calibrate --from-runs``: select, refit, print the leave-one-run-out error and the new bands, write."""
     import math
-    import statistics
 
     from bridgebench.launch.collect import default_store
     from bridgebench.results import cluster_calibration as cc
+    from bridgebench.validation import metrics
 
     if not name:
         raise cc.ClusterCalibrationError("calibrate_from_runs: --name NAME is needed (the new calibration's name)")
@@ -490,7 +526,7 @@ def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_j
     loo = res["loo"]
     by = {c.point_id: c for c in res["candidates"]}
     bands = {p: 100 * post.log_ratio(c)[1] for p, c in by.items()}
-    mape = statistics.mean(abs(r["error_pct"]) for r in loo) if len(loo) > 1 else None
+    mape = 100 * metrics.mape(r["error_pct"] / 100 for r in loo) if len(loo) > 1 else None
     summary = {
         "name": name,
         "path": str(path),

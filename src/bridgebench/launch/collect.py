@@ -164,10 +164,10 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
             "flops_formula": str(cfg.accounting.flops_formula),
             "peak_table_version": str(cfg.gpu.peak_table_version),
         }
-    # step figures, window, quality and per-iteration series (launch/figures.py: TensorBoard events, else logs), from
+    # step figures, window, quality and per-iteration series (launch/run_metrics.py: TensorBoard, else logs), from
     # the submit side's mirror of the job folder (launch/nodepaths.py; fetched back through the tunnel over SSH)
-    from bridgebench.launch.figures import record_figures
     from bridgebench.launch.nodepaths import attempt_folder
+    from bridgebench.launch.run_metrics import record_figures
 
     folder = attempt_folder(a.job_dir, a.job_name)
     base |= record_figures(str(folder) if folder else None, logs, cfg)

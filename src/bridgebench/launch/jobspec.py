@@ -156,7 +156,7 @@ def build_job(
         gpus_per_node=spec.gpus_per_node,
         container_image=spec.container_image,
         # BRIDGEBENCH_OUT_DIR (node side: launch/nodepaths.py): mbridge/build.py puts logger.tensorboard_dir =
-        # <it>/<job.tensorboard_subdir> (collect reads the events back from the job folder: launch/figures.py)
+        # <it>/<job.tensorboard_subdir> (collect reads the events back from the job folder: launch/run_metrics.py)
         env=env,
         job_dir_path=Path(paths.tunnel_dir),
         segment=spec.segment,

@@ -53,7 +53,7 @@ def candidate_of_record(r: Mapping[str, Any]) -> refit.Candidate | None:
 def select(records: Iterable[Mapping[str, Any]], tokens: list[str]) -> tuple[list[Mapping[str, Any]], list[str]]:
     """The completed records matching the selection (``key=value`` as ``compare`` reads them), replayed ones only
     when it says ``payload=replay``; returns them and what was left out and why."""
-    from bridgebench.results.compare import _run_matches, parse_selection
+    from bridgebench.results.compare import parse_selection, run_matches
 
     replayed = any(t.replace(" ", "") == "payload=replay" for t in tokens)
     rest = [t for t in tokens if t.replace(" ", "") != "payload=replay"]
@@ -62,7 +62,7 @@ def select(records: Iterable[Mapping[str, Any]], tokens: list[str]) -> tuple[lis
     counts = {"replayed (add payload=replay)": 0, "measured (payload=replay given)": 0, "not completed": 0,
               "no prediction kept by its plan": 0}  # fmt: skip
     for r in records:
-        if r.get("kind") not in ("pretrain", "replay") or not _run_matches(r, sel):
+        if r.get("kind") not in ("pretrain", "replay") or not run_matches(r, sel):
             continue
         is_replay = r.get("payload") == "replay" or r.get("kind") == "replay"
         if is_replay != replayed:
