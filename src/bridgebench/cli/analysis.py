@@ -120,6 +120,12 @@ def table(
         records = store.records(kind="pretrain")
         for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+        replayed = len(store.records(kind="replay"))
+        if replayed:  # never mixed into a table of measurements (bridgebench.payloads.replay)
+            console.print(
+                f"your runs: measured only; {replayed} replayed record(s) (payload: replay, step times from a "
+                "published table) are not used (`bridgebench report --payload replayed` shows them)"
+            )
         measured = measured_step_times(records, wanted)
         other = len(measured_step_times(records, QUALITIES + (None,))) - len(measured)
         if not records:
