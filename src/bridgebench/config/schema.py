@@ -278,7 +278,8 @@ class ReplaySchema:
     table: Optional[str] = None  # an ablation set id (paths.ablations/<table>.csv)
     noise_pct: float = 1.0  # sd of the multiplicative log-normal noise on each step time, % (seeded)
     seed: int = 0  # noise seed (mixed with the config hash and the attempt's SLURM job id)
-    steps: int = 10  # iterations logged
+    steps: int = 20  # iterations logged (the log parser skips the first 10 as warm-up)
+    sleep_s: float = 0.0  # seconds the job sleeps per logged iteration (tests interrupt running sweeps)
     row: Optional[Any] = None  # the table row (set by plan; a mapping) or null
 
 

@@ -86,6 +86,8 @@ def payload_command(
         shellsafe.check_word(value, what, "the payload command", host_mode=repo != CONTAINER_REPO)
     if job_type == "optstep":
         return f"{head} bridgebench.payloads.optstep --config {shlex.quote(config_path)} --out {shlex.quote(out_dir)}"
+    if job_type == "replay":
+        return f"{head} bridgebench.payloads.replay --config {shlex.quote(config_path)} --out {shlex.quote(out_dir)}"
     return f"{head} bridgebench.payloads.pretrain --config {shlex.quote(config_path)}"
 
 
