@@ -32,7 +32,7 @@ VENV_PY="${BRIDGEBENCH_REMOTE_PYTHON:-${REPO_ROOT}/.venv/bin/python}"
 # What this run starts is stopped again if it fails later (trap): its sshd, and the SLURM cluster if it was not up.
 cluster_was_up=1
 for d in munged mariadbd slurmdbd slurmctld slurmd; do [[ -n "$(daemon_pid "${d}")" ]] || cluster_was_up=0; done
-started_sshd=""
+started_sshd="" started_cluster=""
 stop_started_on_failure() {
   local rc=$?
   trap - EXIT
@@ -43,7 +43,7 @@ stop_started_on_failure() {
       [[ "${#left[@]}" -eq 0 ]] || stop_pids sshd 10 "${left[@]}" >&2
       rm -f "${SSHD_PID}"
     fi
-    if [[ "${cluster_was_up}" == 0 ]]; then
+    if [[ -n "${started_cluster}" ]]; then
       log "failed (exit ${rc}): stopping the SLURM cluster this run started (launch/cluster/down.sh)" >&2
       "${REPO_ROOT}/launch/cluster/down.sh" >&2 || true
     fi
@@ -53,6 +53,7 @@ stop_started_on_failure() {
 trap stop_started_on_failure EXIT
 # The folder sshd reads the client's public key from, checked as StrictModes will check it.
 make_run_dir "${REMOTE_RUN_DIR}" BRIDGEBENCH_REMOTE_RUN_DIR sshd_dir_problem
+[[ "${cluster_was_up}" == 1 ]] || started_cluster=1
 cluster_out="$("${REPO_ROOT}/launch/cluster/up.sh" 2>&1)" \
   || die "the local SLURM cluster did not start (launch/cluster/up.sh): $(grep -F ERROR <<<"${cluster_out}" | tail -n 1)"
 log "local SLURM cluster is up (${SLURM_CONF_FILE})"
