@@ -107,7 +107,8 @@ def check_user_config_dir() -> Path | None:
     user = dirs[1]
     if not user.is_dir():
         raise ConfigError(f"user_config_dir: {USER_CONFIG_ENV}={user} is not a folder")
-    extra = sorted(p.name for p in user.iterdir() if p.is_dir() and p.name not in USER_GROUPS)
+    # calibration/: a cluster's own calibrations (bridgebench calibrate --from-runs), not a Hydra group
+    extra = sorted(p.name for p in user.iterdir() if p.is_dir() and p.name not in (*USER_GROUPS, "calibration"))
     if extra:
         raise ConfigError(
             f"user_config_dir: {user} has folder(s) {extra} that are not config groups a user may add to; "

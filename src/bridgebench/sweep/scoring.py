@@ -279,11 +279,14 @@ def score_time(
 ) -> list[dict[str, Any]]:
     """Stage 4 (in place): predicted step time of every ``fits`` and ``over_memory`` row: ``step_time_s``,
     ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, one ``t_<term>_s`` column per term of the time model
-    (``TimeBreakdown.terms``), ``band_pct`` (the prediction's +- band, percent) and ``time_release`` (the software
+    (``TimeBreakdown.terms``), ``band_pct`` (the prediction's ~68 % +- band, percent; ``band_50_pct`` and
+    ``band_90_pct`` the 50 and 90 % ones, ``band_source`` the distance from the calibration it is for:
+    :mod:`bridgebench.model.steptime.bands`) and ``time_release`` (the software
     level it is for). ``score`` is what the ranking sorts by (``bridgebench.sweep.trust``): predicted model
     TFLOP/s/GPU, or for optimizer-step benchmark points (which train nothing) minus the Muon step time."""
     todo = [r for r in rows if r["status"] in ("fits", "over_memory")]
     cache: dict = {}
+    overlay = cluster_refit(calib)
     for i, row in enumerate(todo, 1):
         base = bases[row["base"]]
         spec, v = _point_state(base, row, cache)
@@ -310,12 +313,17 @@ def score_time(
                     tflops_per_gpu=b.tflops_per_gpu,
                     tokens_per_s_per_gpu=v["gbs"] * seq / (b.total * v["num_gpus"]),
                     band_pct=float(b.band_pct),
+                    band_50_pct=b.band_levels.get(50),
+                    band_90_pct=b.band_levels.get(90),
+                    band_source=b.band_source or None,
                     time_release=b.release or None,
                     efficiency=getattr(b, "efficiency", None),
                     efficiency_source=getattr(b, "efficiency_source", None),
                     ep_scale_out=getattr(b, "ep_scale_out", None),
                 )
                 row["score"] = b.tflops_per_gpu
+                if overlay is not None:
+                    _apply_cluster_refit(row, b, overlay, calib.name)
         except (TimeModelError, NSError, LayoutError) as err:
             if row["status"] == "fits":
                 row.update(status="invalid", rule="time_model", reason=str(err))
@@ -325,3 +333,39 @@ def score_time(
         if progress and (i % 256 == 0 or i == len(todo)):
             progress(i, len(todo))
     return rows
+
+
+def cluster_refit(calib: ModelCalibration):
+    """The refit of a cluster's own calibration (``cluster_refit`` node, written by ``bridgebench calibrate
+    --from-runs``) as a :class:`bridgebench.model.refit.Posterior`, or None for a published calibration."""
+    node = (calib.raw or {}).get("cluster_refit")
+    if not node:
+        return None
+    from bridgebench.model.refit import Posterior
+
+    return Posterior.from_mapping(node["posterior"])
+
+
+def _apply_cluster_refit(row: dict[str, Any], b, post, name: str) -> None:
+    """Correct a point's prediction by a cluster's refit: the published model's figures kept as
+    ``step_time_model_s`` / ``band_model_pct``; ``step_time_s``, ``tflops_per_gpu``, ``tokens_per_s_per_gpu`` and
+    ``band_pct`` become the refit's (posterior mean, posterior predictive sd: bridgebench.model.refit)."""
+    from bridgebench.model.refit import Candidate
+
+    c = Candidate(
+        point_id=str(row.get("point_id")), step_s=b.total, flops=b.flops, num_gpus=int(b.num_gpus),
+        band_pct=float(b.band_pct), group=f"{row['gpu']}/{row['precision']}", terms=dict(b.terms),
+        ep_scale_out=bool(getattr(b, "ep_scale_out", False)),
+    )  # fmt: skip
+    step, sd = post.step(c)
+    scale = b.total / step
+    row.update(
+        step_time_model_s=b.total,
+        band_model_pct=float(b.band_pct),
+        step_time_s=step,
+        tflops_per_gpu=b.tflops_per_gpu * scale,
+        tokens_per_s_per_gpu=row["tokens_per_s_per_gpu"] * scale,
+        band_pct=100 * sd,
+        cluster_calibration=name,
+    )
+    row["score"] = row["tflops_per_gpu"]

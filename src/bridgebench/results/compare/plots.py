@@ -12,14 +12,15 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from bridgebench.results.compare import CompareResult, History
+    from bridgebench.results.compare.histories import History
+    from bridgebench.results.compare.result import CompareResult
 
 UP, DOWN = "tab:green", "tab:red"
 
 
 def _plt():
     """pyplot for notebooks that draw with :func:`draw_history` / :func:`draw_heatmap` on their own axes (the files
-    bridgebench writes are built without pyplot: :func:`bridgebench.results.figure.new_figure`)."""
+    bridgebench writes are built without pyplot: :func:`bridgebench.results.plot_canvas.new_figure`)."""
     import matplotlib.pyplot as plt
 
     return plt
@@ -121,7 +122,7 @@ def draw_history(ax, bx, h: History, legend: bool = True) -> None:
 def history_figure(histories: list[History], max_keys: int = 12) -> Any:
     """Per config key, TFLOP/s/GPU (top) and tokens/s/GPU (bottom) across releases; ``max_keys`` keys at most (the
     longest histories first); one legend for the figure below the title."""
-    from bridgebench.results.figure import new_figure
+    from bridgebench.results.plot_canvas import new_figure
 
     hs = sorted(histories, key=lambda h: -len(h.points))[:max_keys]
     n = len(hs)
@@ -159,7 +160,7 @@ def history_figure(histories: list[History], max_keys: int = 12) -> Any:
 
 def history_plot(histories: list[History], path: Path, max_keys: int = 12) -> Path:
     """:func:`history_figure` written as a PNG to ``path``."""
-    from bridgebench.results.figure import save_png
+    from bridgebench.results.plot_canvas import save_png
 
     return save_png(history_figure(histories, max_keys), path)
 
@@ -230,7 +231,7 @@ def heatmap_colorbar(fig, im, ax):
 
 def speedup_figure(ratio: pd.DataFrame, real: pd.DataFrame, like: pd.DataFrame) -> Any:
     """Release x config heatmap of speedups (:func:`bridgebench.results.compare.speedup_matrix`)."""
-    from bridgebench.results.figure import new_figure
+    from bridgebench.results.plot_canvas import new_figure
 
     cols = max(1, int(ratio.notna().any().sum()))
     rows = max(1, int(ratio.notna().any(axis=1).sum()))
@@ -244,14 +245,14 @@ def speedup_figure(ratio: pd.DataFrame, real: pd.DataFrame, like: pd.DataFrame) 
 
 def speedup_heatmap(ratio: pd.DataFrame, real: pd.DataFrame, like: pd.DataFrame, path: Path) -> Path:
     """:func:`speedup_figure` written as a PNG to ``path``."""
-    from bridgebench.results.figure import save_png
+    from bridgebench.results.plot_canvas import save_png
 
     return save_png(speedup_figure(ratio, real, like), path)
 
 
 def runs_plot(result: CompareResult, path: Path) -> Path:
     """:func:`runs_figure` written as a PNG to ``path``."""
-    from bridgebench.results.figure import save_png
+    from bridgebench.results.plot_canvas import save_png
 
     return save_png(runs_figure(result), path)
 
@@ -259,7 +260,7 @@ def runs_plot(result: CompareResult, path: Path) -> Path:
 def runs_figure(result: CompareResult) -> Any:
     """Own runs: left, each run's median per side (dots) with the side's mean; right, each comparison's ratio with
     its confidence interval against 1 ± threshold."""
-    from bridgebench.results.figure import new_figure
+    from bridgebench.results.plot_canvas import new_figure
 
     groups: list[tuple[str, list[float]]] = []
     comps = []

@@ -93,7 +93,7 @@ def record_figures(job_dir: str | None, logs: list[Path], cfg=None) -> dict[str,
         "figures_source": source,
         "figures_derived": [],
     }
-    if cfg is not None and out["step_time_s"] and str(cfg.job.type) == "pretrain":
+    if cfg is not None and out["step_time_s"] and str(cfg.job.type) in ("pretrain", "replay"):
         from bridgebench.config.compose import run_facts
         from bridgebench.config.run_flops import step_flops
 
