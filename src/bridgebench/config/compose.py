@@ -83,8 +83,15 @@ def check_user_config_dir() -> Path | None:
             f"user_config_dir: {user} has folder(s) {extra} that are not config groups a user may add to; "
             f"allowed: {list(USER_GROUPS)}"
         )
+    from bridgebench.config.bounds import BoundsError, check_confined, check_yaml_file
+
     for group in USER_GROUPS:
         for path in sorted((user / group).glob("*.yaml")) if (user / group).is_dir() else []:
+            try:  # a link out of the folder, a huge file or nested aliases: refused before Hydra reads any of it
+                check_confined(path, user)
+                check_yaml_file(path)
+            except BoundsError as err:
+                raise ConfigError(str(err)) from None
             shipped = CONFIG_DIR / group / path.name
             if shipped.exists():
                 raise ConfigError(
@@ -118,15 +125,34 @@ def normalize_overrides(overrides: Sequence[str]) -> list[str]:
         except HydraException as err:
             raise ConfigError(f"cannot parse override {line!r}: {str(err).splitlines()[0]}") from err
         key = ov.key_or_group.lstrip("/")
-        if ov.package or ov.is_delete() or not is_group(key):
+        if ov.is_delete() or not is_group(key):
             out.append(line)
             continue
         head, raw = line.split("=", 1)
+        if ov.package:  # +model@pkg=<option>: still an option of the group, by name (rule config_name_confined)
+            from bridgebench.config.bounds import BoundsError, check_option_name
+
+            for value in (v.strip().strip("'\"") for v in raw.split(",")):
+                try:
+                    check_option_name(key, value)
+                except BoundsError as err:
+                    raise ConfigError(str(err)) from None
+                if value not in ("null", "None") and value not in group_options(key):
+                    raise ConfigError(f"unknown {key} {value!r}; known {key} options: {group_options(key)}")
+            out.append(line)
+            continue
         items = [v.strip() for v in raw.split(",")]
         if all(_NUMERIC.match(v) for v in items):
             line = head + "=" + ",".join(f"'{v}'" for v in items)
             ov = parser.parse_override(line)
         for value in (v.strip("'\"") for v in items):
+            if value not in ("null", "None") and value not in group_options(key) and ("/" in value or ".." in value):
+                from bridgebench.config.bounds import BoundsError, check_option_name
+
+                try:
+                    check_option_name(key, value)
+                except BoundsError as err:
+                    raise ConfigError(str(err)) from None
             if value not in ("null", "None") and value not in group_options(key):
                 raise ConfigError(f"unknown {key} {value!r}; known {key} options: {group_options(key)}")
         out.append(line)
@@ -202,11 +228,53 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
         if missing:
             raise ConfigError(unknown_key_message(overrides, missing.group(1))) from err
         raise ConfigError(f"bad override or config: {_explain(err)}") from err
+    shell_references(checked)
     check_recipe_release(checked)
+    from bridgebench.config.bounds import BoundsError, check_config
+
+    try:
+        check_config(checked)  # sizes, peaks, bandwidths in range before anything is built (rule config_range)
+    except BoundsError as err:
+        raise ConfigError(str(err)) from None
     from bridgebench.config.secrets import pass_by_name
 
     pass_by_name(checked)  # env_vars.NAME=${oc.env:VAR}: never read here, the job reads $VAR (config/secrets.py)
     return checked
+
+
+#: ``${NAME}`` with an upper-case name in an env value: a variable of the job's shell (``SLURM_JOB_ID``), not an
+#: OmegaConf interpolation (config keys are lower-case); not when escaped (``\${NAME}``: already literal)
+_SHELL_REF = re.compile(r"(?<!\\)\$\{([A-Z_][A-Z0-9_]*)\}")
+
+
+def shell_references(cfg: DictConfig) -> None:
+    """Keep ``${NAME}`` (upper-case ``NAME``) in ``env_vars`` values for the job's shell: stored escaped, so no
+    OmegaConf resolve looks it up as a config key (it used to end in InterpolationKeyError), and exported by the sbatch
+    script so the job's shell expands it (``launch/shellsafe.py`` ``shell_word``): ``+env_vars.TAG=run-${SLURM_JOB_ID}``
+    sets ``TAG=run-12345`` in job 12345. A reference to a credential-named variable is refused (rule
+    ``secret_in_config``): the script runs with ``set -x`` and would print its value into the job log.
+
+    Raises:
+        ConfigError: a ``${NAME}`` whose name looks like a credential's.
+    """
+    env = cfg.get("env_vars") if isinstance(cfg, DictConfig) else None
+    if env is None:
+        return
+    from bridgebench.config.secrets import secret_name
+
+    raw = OmegaConf.to_container(env, resolve=False)
+    for key, value in raw.items():
+        if not isinstance(value, str) or not _SHELL_REF.search(value):
+            continue
+        secret = sorted({m.group(1) for m in _SHELL_REF.finditer(value) if secret_name(m.group(1))})
+        if secret:
+            raise ConfigError(
+                f"secret_in_config: env_vars.{key} refers to the shell variable(s) {', '.join(secret)}, named like "
+                "a credential; the job script runs with `set -x` and would print the value into the job log. Pass "
+                f"it by name as the whole value (env_vars.{key}='${{oc.env:{secret[0]}}}': the payload reads it on "
+                "the node, unprinted)"
+            )
+        cfg.env_vars[key] = _SHELL_REF.sub(lambda m: "\\${" + m.group(1) + "}", value)
 
 
 #: Hydra's message for an override of a key the composed config does not have (Hydra 1.3 ``config_loader_impl``).
