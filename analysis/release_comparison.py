@@ -35,8 +35,8 @@ from IPython.display import display
 
 from bridgebench.paths import load_paths
 from bridgebench.results import compare as cmp
-from bridgebench.results import compare_plots as cp
 from bridgebench.results import compare_stats as cs
+from bridgebench.results.compare import plots as cp
 from bridgebench.results.records import load_published
 from bridgebench.results.store import ResultStore
 

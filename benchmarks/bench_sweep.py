@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from bridgebench import sweep as engine  # noqa: E402
 from bridgebench.config import calibration  # noqa: E402
-from bridgebench.config import sweep as engine  # noqa: E402
 
 
 class _Timings:

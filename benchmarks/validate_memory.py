@@ -23,8 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from bridgebench import sweep as engine  # noqa: E402
 from bridgebench.config import calibration  # noqa: E402
-from bridgebench.config import sweep as engine  # noqa: E402
 from bridgebench.logs.parser import parse_log  # noqa: E402
 from bridgebench.model.memory import MemoryConfig, dist_muon_state_by_rank, estimate_memory  # noqa: E402
 from bridgebench.model.spec import ModelSpec  # noqa: E402

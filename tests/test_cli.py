@@ -17,7 +17,7 @@ BB = [sys.executable, "-m", "bridgebench.cli"]
         (["logs", "parse", "/nonexistent/train.log"], "no such log file"),
         (["report"], "no optimizer-step results in the store"),
         (["table", "--source", "nope"], "--source must be runs, published or auto"),
-        (["plan", "job.type=train"], "job.type must be 'pretrain' or 'optstep'"),
+        (["plan", "job.type=train"], "job.type must be 'pretrain', 'optstep' or 'replay'"),
         (["diff-config", "recipe=qwen3_30b_a3b_gb300_mxfp8", "nonsense"], "each side is space-separated Hydra"),
         (
             ["diff-config", "recipe=kimi_k2_gb300_mxfp8 release=26.02", "recipe=kimi_k2_gb300_mxfp8"],

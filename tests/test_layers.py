@@ -51,6 +51,20 @@ def test_an_upward_import_breaks_the_contract(tmp_path):
     assert "BROKEN" in res.stdout and "bridgebench.model.flops -> bridgebench.launch.plan" in res.stdout
 
 
+def test_the_sweep_engine_sits_between_config_and_results(tmp_path):
+    """``sweep`` imports the config and the models, never the results store or launch; config never imports it."""
+    pkg = _copy(tmp_path)
+    _plant(pkg / "sweep" / "keys.py", "bridgebench.results.store")
+    _plant(pkg / "config" / "compose.py", "bridgebench.sweep.space")
+    res = _lint(tmp_path)
+    assert res.returncode != 0 and "BROKEN" in res.stdout
+    for chain in (
+        "bridgebench.sweep.keys -> bridgebench.results.store",
+        "bridgebench.config.compose -> bridgebench.sweep.space",
+    ):
+        assert chain in res.stdout, chain
+
+
 def test_validation_sits_above_model_and_config_and_below_cli(tmp_path):
     """``validation`` may import the models, the config and the results store, never the CLI; nothing below it (the
     model, the config, the store) may import it; ``launch`` and ``validation`` are independent."""
@@ -76,7 +90,8 @@ def test_validation_sits_above_model_and_config_and_below_cli(tmp_path):
 def test_model_math_imports_no_heavy_packages():
     code = (
         "import sys, bridgebench.model.flops, bridgebench.model.newton_schulz, bridgebench.model.mfu, "
-        "bridgebench.model.spec, bridgebench.model.layout, bridgebench.model.optimizer\n"
+        "bridgebench.model.spec, bridgebench.model.layout, bridgebench.model.optimizer, bridgebench.model.memory, "
+        "bridgebench.model.steptime.predict\n"
         "heavy = [m for m in ('hydra', 'omegaconf', 'pandas', 'torch', 'megatron', 'yaml') if m in sys.modules]\n"
         "print(heavy); sys.exit(1 if heavy else 0)"
     )

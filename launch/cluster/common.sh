@@ -2,7 +2,8 @@
 # Shared settings and helpers for launch/cluster/{up,down,env}.sh (sourced, not run).
 #
 # Environment overrides:
-#   BRIDGEBENCH_SLURM_STATE      state directory (default: <repo>/.state/slurm)
+#   BRIDGEBENCH_SLURM_STATE      state directory (default: <repo>/.state/slurm; any folder, private or under /tmp)
+#   BRIDGEBENCH_SLURM_RUN_DIR    the daemons' sockets (default: /run/bridgebench-<uid>/slurm-<hash of the state>)
 #   BRIDGEBENCH_SLURM_PORT_BASE  first of 4 TCP ports on 127.0.0.1 (default 16817):
 #                                slurmctld=base, slurmd=base+1, slurmdbd=base+2, mariadb=base+3
 #   BRIDGEBENCH_SLURM_CLUSTER    cluster name (default: bridgebench)
@@ -15,6 +16,21 @@ STATE="${BRIDGEBENCH_SLURM_STATE:-${REPO_ROOT}/.state/slurm}"
 # Absolute path without requiring it to exist.
 case "${STATE}" in /*) ;; *) STATE="$(pwd)/${STATE}" ;; esac
 STATE="${STATE%/}"
+# The daemons' sockets (munged's, MariaDB's) live in a runtime folder of their own, not in the state: munged refuses
+# a socket unless every folder above it is executable by all (a clone in a 0700 home folder, a state made by
+# `mktemp -d`), and a UNIX socket path may not exceed 107 bytes (a deep checkout). Default:
+# /run/bridgebench-<uid>/slurm-<12 hex of sha256(the state's real path)> -- /run is root-owned 0755, so munged accepts
+# it whatever folder the checkout is in; /tmp/bridgebench-<uid>/... where /run is not writable (munged accepts sticky
+# /tmp). BRIDGEBENCH_SLURM_RUN_DIR overrides it; up.sh checks it as munged would (munge_dir_problem).
+runtime_base() {
+  if [[ -w /run ]]; then printf '/run/bridgebench-%s' "$(id -u)"; else printf '/tmp/bridgebench-%s' "$(id -u)"; fi
+}
+path_hash() { printf '%s' "$(realpath -m -- "$1")" | sha256sum | cut -c1-12; }
+RUN_DIR="${BRIDGEBENCH_SLURM_RUN_DIR:-$(runtime_base)/slurm-$(path_hash "${STATE}")}"
+case "${RUN_DIR}" in /*) ;; *) RUN_DIR="$(pwd)/${RUN_DIR}" ;; esac
+RUN_DIR="${RUN_DIR%/}"
+MUNGE_SOCKET="${RUN_DIR}/munge.socket"
+MYSQL_SOCKET="${RUN_DIR}/mysqld.sock"
 PORT_BASE="${BRIDGEBENCH_SLURM_PORT_BASE:-16817}"
 CLUSTER="${BRIDGEBENCH_SLURM_CLUSTER:-bridgebench}"
 ACCOUNT="${BRIDGEBENCH_SLURM_ACCOUNT:-bridgebench}"
@@ -159,4 +175,75 @@ stop_daemon() {
     stop_pids "${name}" "${timeout}" ${pids}
   fi
   rm -f "${STATE}/run/${name}.pid"
+}
+
+# mode_of PATH / owner_of PATH: octal mode (e.g. 1777) and numeric owner, empty when PATH cannot be stat'ed.
+mode_of() { stat -c '%a' -- "$1" 2>/dev/null || true; }
+owner_of() { stat -c '%u' -- "$1" 2>/dev/null || true; }
+
+# munge_dir_problem DIR: why munged (0.5.15) would refuse a socket in DIR, or nothing. Its rules, in its own words:
+# "Socket is inaccessible: execute permissions for all required on <dir>" -- every folder from / down to DIR must be
+# executable by all, so that any user's client can reach the socket; "Socket is insecure: invalid ownership" / "...
+# writable by group/other without sticky bit" -- DIR owned by root or the user running munged, not writable by
+# others unless sticky.
+munge_dir_problem() {
+  local dir="$1" d="$1" mode owner
+  while :; do
+    mode="$(mode_of "${d}")"
+    [[ -n "${mode}" ]] || { printf 'cannot read %s' "${d}"; return 0; }
+    if (( (8#${mode} & 8#001) == 0 )); then
+      printf '%s is mode %s: munged needs every folder above its socket executable by all (o+x)' "${d}" "${mode}"
+      return 0
+    fi
+    [[ "${d}" == / ]] && break
+    d="$(dirname -- "${d}")"
+  done
+  mode="$(mode_of "${dir}")"; owner="$(owner_of "${dir}")"
+  local up_owner; up_owner="$(owner_of "$(dirname -- "${dir}")")"
+  if [[ "${owner}" != 0 && "${owner}" != "$(id -u)" ]]; then
+    printf '%s belongs to uid %s: munged accepts a socket folder owned by root or by the user running it' "${dir}" "${owner}"
+  elif [[ "${up_owner}" != 0 && "${up_owner}" != "$(id -u)" ]]; then
+    # not munged's rule but ours: whoever owns the folder above could swap the socket folder for their own
+    printf '%s belongs to uid %s: the socket folder must sit in a folder owned by root or by you' "$(dirname -- "${dir}")" "${up_owner}"
+  elif (( (8#${mode} & 8#022) != 0 && (8#${mode} & 8#1000) == 0 )); then
+    printf '%s is mode %s: munged refuses a socket folder others can write without the sticky bit' "${dir}" "${mode}"
+  fi
+  return 0
+}
+
+# sshd_path_problem FILE [USER_HOME]: why sshd's StrictModes would refuse FILE (an AuthorizedKeysFile), or nothing.
+# OpenSSH (misc.c safe_path, 9.2) walks from FILE's folder up to / (or to the user's home folder) and refuses any
+# folder that is not owned by root or the user, or that group or others can write -- the sticky bit of /tmp does
+# not help ("Authentication refused: bad ownership or modes for directory /tmp").
+sshd_path_problem() {
+  local d home="${2:-}" mode owner
+  d="$(dirname -- "$1")"
+  while :; do
+    mode="$(mode_of "${d}")"; owner="$(owner_of "${d}")"
+    [[ -n "${mode}" ]] || { printf 'cannot read %s' "${d}"; return 0; }
+    if [[ "${owner}" != 0 && "${owner}" != "$(id -u)" ]]; then
+      printf '%s belongs to uid %s: sshd (StrictModes) refuses keys under a folder not owned by root or the user' "${d}" "${owner}"
+      return 0
+    fi
+    if (( (8#${mode} & 8#022) != 0 )); then
+      printf '%s is mode %s: sshd (StrictModes) refuses keys under a folder group or others can write, sticky or not' "${d}" "${mode}"
+      return 0
+    fi
+    [[ "${d}" == / || "${d}" == "${home}" ]] && break
+    d="$(dirname -- "${d}")"
+  done
+  return 0
+}
+
+# sshd_dir_problem DIR: sshd_path_problem for an authorized_keys file in DIR (the user's home folder ends the walk).
+sshd_dir_problem() { sshd_path_problem "$1/authorized_keys" "$(getent passwd "$(id -un)" | cut -d: -f6)"; }
+
+# make_run_dir DIR VAR PROBLEM_FN: create DIR (0755, its parents too) and check it with PROBLEM_FN (munge_dir_problem
+# or sshd_dir_problem); die naming the reason and the fix (VAR: the variable that moves it) when it is unusable.
+make_run_dir() {
+  local dir="$1" var="$2" check="$3" why
+  mkdir -p -- "${dir}" 2>/dev/null && chmod 755 -- "${dir}" 2>/dev/null \
+    || die "cannot make the runtime folder ${dir} for the daemons' sockets and keys: set ${var} to a folder you own under a root-owned 0755 path (e.g. /run/bridgebench-$(id -u)/<name> as root)"
+  why="$("${check}" "${dir}")"
+  [[ -z "${why}" ]] || die "the runtime folder ${dir} cannot be used: ${why}. Fix: set ${var} to a folder whose parents are all root- or self-owned, mode 0755 (the default /run/bridgebench-$(id -u)/... is, as root), or fix the folder's mode"
 }

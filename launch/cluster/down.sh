@@ -49,7 +49,10 @@ stop_daemon slurmctld 20
 stop_daemon slurmdbd 20
 stop_daemon mariadbd 60
 stop_daemon munged 10
+rm -f "${MUNGE_SOCKET}" "${MUNGE_SOCKET}.lock" "${MYSQL_SOCKET}" "${MYSQL_SOCKET}.lock"
+# (and the sockets of a state started before they moved to RUN_DIR)
 rm -f "${STATE}/run/munge.socket" "${STATE}/run/munge.socket.lock" "${STATE}/run/mysqld.sock" "${STATE}/run/mysqld.sock.lock"
+rmdir "${RUN_DIR}" 2>/dev/null || true
 
 if [[ "${purge}" == 1 ]]; then
   case "${STATE}" in

@@ -10,3 +10,4 @@ fi
 printf 'export SLURM_CONF=%q\n' "${SLURM_CONF_FILE}"
 printf 'export BRIDGEBENCH_SLURM_STATE=%q\n' "${STATE}"
 printf 'export BRIDGEBENCH_SLURM_ACCOUNT=%q\n' "${ACCOUNT}"
+[[ -z "${BRIDGEBENCH_SLURM_RUN_DIR:-}" ]] || printf 'export BRIDGEBENCH_SLURM_RUN_DIR=%q\n' "${RUN_DIR}"

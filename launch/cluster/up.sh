@@ -2,9 +2,12 @@
 # Start (or resume, or repair) the local single-node SLURM cluster:
 #   munged -> private MariaDB -> slurmdbd -> sacctmgr cluster/account/user -> slurmctld -> slurmd
 # Everything (configs, keys, database, spool, logs, pid files) lives in the state directory,
-# default <repo>/.state/slurm (env BRIDGEBENCH_SLURM_STATE); see common.sh for other overrides.
+# default <repo>/.state/slurm (env BRIDGEBENCH_SLURM_STATE), any folder (private 0700 or under /tmp);
+# the daemons' sockets in a runtime folder munged accepts (common.sh RUN_DIR: /run/bridgebench-<uid>/...).
 # Idempotent: running daemons are kept, missing/dead ones are (re)started, stale pid files
-# and sockets are cleaned up. Stop with down.sh (state is kept; down.sh --purge deletes it).
+# and sockets are cleaned up. On a failure, every daemon this run started is stopped again (no
+# half-started cluster is left running) and the error says why. Stop with down.sh (state is kept;
+# down.sh --purge deletes it).
 set -euo pipefail
 LOG_TAG=up
 # shellcheck source=launch/cluster/common.sh
@@ -70,6 +73,20 @@ FIRST_JOB_ID="$(( PORT_BASE * 1000 ))"
 
 log "state dir ${STATE} (node ${HOST}: ${CPUS} CPUs, RealMemory=${MEM_MB} MB of ${MEM_TOTAL_MB}, ${NGPUS} GPUs; ports ${CTLD_PORT}-${MYSQL_PORT}; ${TASK_PLUGIN})"
 take_lock
+# The daemons started by this run: stopped again, newest first, if the run fails after starting them.
+STARTED=()
+stop_started_on_failure() {
+  local rc=$? i
+  trap - EXIT
+  if [[ "${rc}" -ne 0 && "${#STARTED[@]}" -gt 0 ]]; then
+    log "failed (exit ${rc}): stopping what this run started (${STARTED[*]}), so no daemon is left running" >&2
+    for (( i = ${#STARTED[@]} - 1; i >= 0; i-- )); do stop_daemon "${STARTED[i]}" 20 >&2 || true; done
+    rm -f "${MUNGE_SOCKET}" "${MUNGE_SOCKET}.lock" "${MYSQL_SOCKET}" "${MYSQL_SOCKET}.lock"
+  fi
+  exit "${rc}"
+}
+trap stop_started_on_failure EXIT
+make_run_dir "${RUN_DIR}" BRIDGEBENCH_SLURM_RUN_DIR munge_dir_problem
 mkdir -p "${STATE}"/{etc,run,log,lib,mysql,dev,spool/slurmctld,spool/slurmd}
 chmod 700 "${STATE}/etc" "${STATE}/lib"
 [[ -e "${MARKER_FILE}" ]] || printf 'bridgebench local SLURM state (launch/cluster/up.sh); safe to delete with down.sh --purge\n' >"${MARKER_FILE}"
@@ -122,6 +139,7 @@ render() {
       -e "s|@GPU_DESC@|$(sed_escape "${GPU_DESC}")|g" \
       -e "s|@TASK_PLUGIN@|${TASK_PLUGIN}|g" -e "s|@CGROUP_NOTE@|$(sed_escape "${CGROUP_NOTE}")|g" \
       -e "s|@MEM_PER_CPU@|${MEM_PER_CPU}|g" -e "s|@FIRST_JOB_ID@|${FIRST_JOB_ID}|g" \
+      -e "s|@MUNGE_SOCKET@|$(sed_escape "${MUNGE_SOCKET}")|g" -e "s|@MYSQL_SOCKET@|$(sed_escape "${MYSQL_SOCKET}")|g" \
       "${src}" >"${tmp}"
   printf '%s' "${extra}" >>"${tmp}"
   chmod "${mode}" "${tmp}"
@@ -146,7 +164,6 @@ fi
 
 export SLURM_CONF="${SLURM_CONF_FILE}"
 MYCNF="${STATE}/etc/my.cnf"
-MUNGE_SOCKET="${STATE}/run/munge.socket"
 
 # spawn CMD...: run a daemon with a clean environment carrying SLURM_CONF and the MARK.
 spawn() {
@@ -183,11 +200,14 @@ else
   [[ -z "${pid}" ]] || stop_daemon munged 10
   rm -f "${MUNGE_SOCKET}" "${MUNGE_SOCKET}.lock" "${STATE}/run/munged.pid"
   t="$(now)"
-  spawn munged --socket="${MUNGE_SOCKET}" --key-file="${STATE}/etc/munge.key" \
+  STARTED+=(munged)
+  # munged says why it refuses to start on stderr (and in its log): that line goes into the error.
+  munged_err="$(spawn munged --socket="${MUNGE_SOCKET}" --key-file="${STATE}/etc/munge.key" \
     --pid-file="${STATE}/run/munged.pid" --log-file="${STATE}/log/munged.log" \
-    --seed-file="${STATE}/lib/munged.seed" </dev/null >/dev/null 2>&1 \
-    || die "munged failed to start; see ${STATE}/log/munged.log"
-  wait_until 10 "munged" munge_ok || die "munged not answering; see ${STATE}/log/munged.log"
+    --seed-file="${STATE}/lib/munged.seed" </dev/null 2>&1 >/dev/null)" \
+    || die "munged failed to start: $(printf '%s' "${munged_err}" | tr '\n' ' ')(log: ${STATE}/log/munged.log)"
+  wait_until 10 "munged" munge_ok \
+    || die "munged not answering on ${MUNGE_SOCKET}: $(grep -E 'Error|Fatal' "${STATE}/log/munged.log" 2>/dev/null | tail -n 1)"
   log "started munged (pid $(daemon_pid munged)) in $(elapsed "${t}")s"
 fi
 
@@ -202,7 +222,7 @@ else
     log "mariadbd (pid ${pid}) not answering: restarting it"
     stop_daemon mariadbd 30
   fi
-  rm -f "${STATE}/run/mysqld.sock" "${STATE}/run/mysqld.sock.lock" "${STATE}/run/mariadbd.pid"
+  rm -f "${MYSQL_SOCKET}" "${MYSQL_SOCKET}.lock" "${STATE}/run/mariadbd.pid"
   if [[ ! -e "${STATE}/mysql/.bridgebench-initialized" ]]; then
     # Fresh (or half-initialized) data directory: (re)create it.
     t="$(now)"
@@ -216,6 +236,7 @@ else
   fi
   check_port mariadbd "${MYSQL_PORT}"
   t="$(now)"
+  STARTED+=(mariadbd)
   spawn setsid -f mariadbd --defaults-file="${MYCNF}" </dev/null >>"${STATE}/log/mariadbd.log" 2>&1
   wait_until 60 "mariadbd" mysql_ok || { tail -n 20 "${STATE}/log/mariadbd.log" >&2 || true; die "mariadbd did not start; see ${STATE}/log/mariadbd.log"; }
   log "started mariadbd (pid $(daemon_pid mariadbd)) in $(elapsed "${t}")s"
@@ -239,6 +260,7 @@ else
   [[ -z "${pid}" ]] || { log "slurmdbd (pid ${pid}) not answering: restarting it"; stop_daemon slurmdbd 20; }
   check_port slurmdbd "${DBD_PORT}"
   t="$(now)"
+  STARTED+=(slurmdbd)
   spawn slurmdbd </dev/null >>"${STATE}/log/slurmdbd.log" 2>&1 \
     || die "slurmdbd failed to start; see ${STATE}/log/slurmdbd.log"
   wait_until 60 "slurmdbd" dbd_ok || { tail -n 20 "${STATE}/log/slurmdbd.log" >&2 || true; die "slurmdbd not answering; see ${STATE}/log/slurmdbd.log"; }
@@ -275,6 +297,7 @@ else
   [[ -z "${pid}" ]] || { log "slurmctld (pid ${pid}) not answering: restarting it"; stop_daemon slurmctld 20; }
   check_port slurmctld "${CTLD_PORT}"
   t="$(now)"
+  STARTED+=(slurmctld)
   spawn slurmctld </dev/null >>"${STATE}/log/slurmctld.log" 2>&1 \
     || die "slurmctld failed to start; see ${STATE}/log/slurmctld.log"
   wait_until 30 "slurmctld" ctld_ok || { tail -n 20 "${STATE}/log/slurmctld.log" >&2 || true; die "slurmctld not answering; see ${STATE}/log/slurmctld.log"; }
@@ -289,6 +312,7 @@ else
   check_port slurmd "${SLURMD_PORT}"
   t="$(now)"
   SLURMD_STARTED_AT="$(date +%s)"
+  STARTED+=(slurmd)
   spawn slurmd -N "${HOST}" </dev/null >>"${STATE}/log/slurmd.log" 2>&1 \
     || die "slurmd failed to start; see ${STATE}/log/slurmd.log"
   log "started slurmd (pid $(daemon_pid slurmd)) in $(elapsed "${t}")s"

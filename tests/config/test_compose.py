@@ -190,3 +190,38 @@ def test_provenance_names_the_fields_you_changed():
     whose, note = variant_provenance(mine)
     assert whose == "modified" and "not what NVIDIA ran" in note and "train.global_batch_size 512->256" in note
     assert variant_provenance(compose(["recipe=qwen3_30b_a3b_gb300_mxfp8", "optimizer=muon"]))[0] == "bridgebench"
+
+
+def test_provenance_cites_the_source_of_the_optimizer_it_names():
+    """Issue 24: the Kimi K2 Muon plan was NVIDIA's Muon recipe while citing the launcher run with
+    ``--optimizer_type adam`` (the run the recipe's values were generated from). Each upstream optimizer's recipe now
+    cites its own source (``recipe_meta.sources``, from the release's dump or the installed perf recipe)."""
+    import yaml
+
+    from bridgebench.config.compose import variant_provenance
+    from bridgebench.paths import RECIPES_DIR
+
+    launcher = {"adamw": "adam", "muon": "muon"}
+    seen = 0
+    for path in sorted(RECIPES_DIR.glob("*/*.yaml")):
+        meta = (yaml.safe_load(path.read_text()) or {}).get("recipe_meta") or {}
+        if "upstream_optimizers" not in meta:
+            continue
+        assert set(meta["sources"]) == set(meta["upstream_optimizers"]), path
+        for family, source in meta["sources"].items():
+            others = [f"--optimizer_type {v}" for k, v in launcher.items() if k != family]
+            assert not any(o + " " in source for o in others), (path, family, source)
+            if "--optimizer_type" in source:  # a dump of an executed launcher run
+                assert f"--optimizer_type {launcher[family]} " in source, (path, family)
+            if family != "adamw":  # the installed perf recipes switch to AdamW explicitly, never the other way
+                assert "(cfg, 'adam')" not in source, (path, family)
+            seen += 1
+    assert seen >= 30
+    for release in ("26.02.01", "26.08"):
+        whose, note = variant_provenance(
+            compose(["recipe=kimi_k2_gb300_mxfp8", f"release={release}", "optimizer=muon"])
+        )
+        assert whose == "nvidia" and "with muon" in note, note
+        assert "--optimizer_type adam" not in note and "(cfg, 'adam')" not in note, note
+    _, note = variant_provenance(compose(["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "optimizer=muon"]))
+    assert "--optimizer_type muon" in note

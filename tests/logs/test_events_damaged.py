@@ -54,7 +54,7 @@ def test_a_damaged_file_is_marked_damaged(events, harm, says):
 
 
 def test_collect_marks_damaged_events_and_takes_the_log_figures(tmp_path):
-    from bridgebench.launch.figures import TENSORBOARD_SUBDIR, record_figures
+    from bridgebench.launch.run_metrics import TENSORBOARD_SUBDIR, record_figures
 
     log = LOGS / "constructed_mbridge_time_limit_steptime.log"
     _write_events(tmp_path / TENSORBOARD_SUBDIR, parse_log(log).steps)

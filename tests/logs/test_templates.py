@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 
 import bridgebench.logs.parser as P
+from bridgebench.logs import reader, routing
 from bridgebench.logs import templates as T
+from bridgebench.logs.state import ParseState
+from bridgebench.logs.step import fast_step
 
 
 def _record(it: int, total: int, ms: float, loss: float) -> str:
@@ -91,12 +94,12 @@ def _fingerprint(data: bytes) -> str:
 def test_templates_and_batches_equal_line_by_line(monkeypatch, dense, mutate):
     data = _log(dense, mutate)
     with monkeypatch.context() as m:  # reference: no templates, so no batches either
-        m.setattr(P._State, "_learn", staticmethod(lambda *a: None))
+        m.setattr(ParseState, "_learn", staticmethod(lambda *a: None))
         want = _fingerprint(data)
     assert _fingerprint(data) == want
-    monkeypatch.setattr(P, "_BATCH_MIN_HITS", 1)  # every chunk read in batches, at several chunk sizes
+    monkeypatch.setattr(routing, "BATCH_MIN_HITS", 1)  # every chunk read in batches, at several chunk sizes
     for chunk in (4096, 65536):
-        monkeypatch.setattr(P, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(reader, "CHUNK_BYTES", chunk)
         assert _fingerprint(data) == want, chunk
 
 
@@ -104,17 +107,17 @@ def test_batch_reads_the_chunk_with_templates():
     """The batch path is the one taken on a long clean log: records come from (Step Time, record) pair runs."""
     data = _log(dense=False, mutate=False, n=3000)
     calls = []
-    orig = P._State._pairs
+    orig = ParseState._pairs
 
     def spy(self, *a):
         calls.append(a[-1] - a[-2])
         return orig(self, *a)
 
-    P._State._pairs = spy
+    ParseState._pairs = spy
     try:
         parsed = P.parse_log(data.decode())
     finally:
-        P._State._pairs = orig
+        del ParseState._pairs  # back to the inherited method
     assert parsed.step_count == 3000
     assert sum(calls) // 2 > 2500  # most steps made by pair runs
 
@@ -145,8 +148,8 @@ def test_number_reading_matches_python_conversions():
 
 def test_fast_step_sets_every_field_as_the_constructor():
     """``_fast_step`` bypasses the dataclass ``__init__``: it must set every field, to the constructor's defaults."""
-    fast = P._fast_step(5, 1.5, 600.0, 2.25, 10, "7", 99, b" tail |")
+    fast = fast_step(5, 1.5, 600.0, 2.25, 10, "7", 99, b" tail |")
     ref = P.Step(5, 1.5, 600.0, 2.25, total_iters=10, rank="7", offset=99, _tail=b" tail |")
     for f in dataclasses.fields(P.Step):
         assert getattr(fast, f.name) == getattr(ref, f.name), f.name
-    assert fast.extra is not P._fast_step(1, 1.0, None, None, 2, None, 0, None).extra  # a dict per step
+    assert fast.extra is not fast_step(1, 1.0, None, None, 2, None, 0, None).extra  # a dict per step

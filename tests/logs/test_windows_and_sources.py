@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bridgebench.logs import parser as parser_mod
+from bridgebench.logs import reader as reader_mod
 from bridgebench.logs.parser import LogReadError, parse_log, to_json
 
 LOGS = Path(__file__).parents[1] / "data" / "logs"
@@ -83,7 +83,7 @@ def test_terminal_wrapped_records_are_rejoined():
 )
 def test_chunk_boundaries_change_nothing(monkeypatch, name):
     whole = to_json(parse_log(LOGS / name))
-    monkeypatch.setattr(parser_mod, "CHUNK_BYTES", 97)  # every few lines cut mid-line
+    monkeypatch.setattr(reader_mod, "CHUNK_BYTES", 97)  # every few lines cut mid-line
     chunked = to_json(parse_log(LOGS / name))
     assert chunked == whole
 
@@ -196,7 +196,7 @@ def test_events_directory_without_events_is_an_error(tmp_path):
 
 
 def test_collect_prefers_tensorboard_events_and_keeps_log_outcome(tmp_path):
-    from bridgebench.launch.figures import TENSORBOARD_SUBDIR, record_figures
+    from bridgebench.launch.run_metrics import TENSORBOARD_SUBDIR, record_figures
 
     log = LOGS / "constructed_mbridge_time_limit_steptime.log"
     parsed = parse_log(log)
@@ -213,7 +213,7 @@ def test_collect_reads_events_where_the_run_config_put_them(tmp_path):
     logger.tensorboard_dir = $BRIDGEBENCH_OUT_DIR/<subdir>); null means the run wrote none."""
     from omegaconf import OmegaConf
 
-    from bridgebench.launch.figures import record_figures, tensorboard_dir
+    from bridgebench.launch.run_metrics import record_figures, tensorboard_dir
 
     log = LOGS / "constructed_mbridge_time_limit_steptime.log"
     _write_events(tmp_path / "out" / "tb_events", parse_log(log).steps)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from bridgebench.config import sweep as engine
+from bridgebench import sweep as engine
 from bridgebench.config.schema import START_FIELDS, STARTS_FILE
 
 pytestmark = pytest.mark.megatron

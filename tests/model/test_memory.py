@@ -11,12 +11,12 @@ from bridgebench.config import calibration
 from bridgebench.model.memory import (
     MemoryConfig,
     MemoryModelError,
-    _ping_pong_runs,
     dist_muon_state_by_rank,
     estimate_memory,
     inflight_microbatches,
     parameter_counts,
     ping_pong_loads,
+    ping_pong_runs,
     stage_chunks,
 )
 from bridgebench.model.spec import ModelSpec
@@ -115,7 +115,7 @@ def test_ping_pong_runs_equal_dealing_one_by_one():
         ]
         group = rng.randint(1, 9)
         expanded = [(n, b) for n, b, c in runs for _ in range(c)]
-        assert _ping_pong_runs(runs, group) == pytest.approx(ping_pong_loads(expanded, group))
+        assert ping_pong_runs(runs, group) == pytest.approx(ping_pong_loads(expanded, group))
 
 
 def test_inflight_microbatches():

@@ -25,8 +25,8 @@ import warnings
 
 import pytest
 
+from bridgebench import sweep as engine
 from bridgebench.config import calibration
-from bridgebench.config import sweep as engine
 from bridgebench.model.memory import estimate_memory, parameter_counts
 
 pytestmark = pytest.mark.megatron

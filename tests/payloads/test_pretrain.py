@@ -58,7 +58,7 @@ def test_dry_run_command_prints_versions_and_hash(tmp_path):
     info = json.loads(line.split(" ", 1)[1])
     # Kimi K2's first recipe is 26.02.01's (Megatron-Bridge v0.3.1), so its container image too
     assert info["megatron_core"] and info["planned_container_image"] == "nvcr.io/nvidia/nemo:26.02.01"
-    # TensorBoard events in the attempt's out folder, where collect reads them (launch/figures.py)
+    # TensorBoard events in the attempt's out folder, where collect reads them (launch/run_metrics.py)
     assert any(p.startswith(f"logger.tensorboard_dir = {out_dir}/tensorboard ") for p in info["policies"])
 
 

@@ -16,6 +16,7 @@ import pytest
 from bridgebench.cli import main
 from bridgebench.paths import REPO_ROOT
 from bridgebench.results import compare as cmp
+from bridgebench.results.compare import outputs as cmp_outputs
 from bridgebench.results.store import ResultStore
 
 
@@ -295,13 +296,13 @@ def test_outputs_never_overwrite_tracked_files(tmp_path, monkeypatch):
     """A real git repository whose tracked file sits where an output would go: nothing is written."""
     import subprocess
 
-    assert cmp._tracked([REPO_ROOT / "README.md", tmp_path / "x.csv"]) in ([REPO_ROOT / "README.md"], [])
+    assert cmp_outputs._tracked([REPO_ROOT / "README.md", tmp_path / "x.csv"]) in ([REPO_ROOT / "README.md"], [])
     repo = tmp_path / "repo"
     (repo / "out").mkdir(parents=True)
     (repo / "out" / "provenance.json").write_text("tracked\n")
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run(["git", "-C", str(repo), "add", "out/provenance.json"], check=True)
-    monkeypatch.setattr(cmp, "REPO_ROOT", repo)
+    monkeypatch.setattr(cmp_outputs, "REPO_ROOT", repo)
     with pytest.raises(cmp.CompareError, match="refusing to overwrite tracked file"):
         cmp.write_outputs(cmp.CompareResult("published"), repo / "out", plots=False)
     assert (repo / "out" / "provenance.json").read_text() == "tracked\n"
@@ -522,6 +523,8 @@ def test_selection_by_config_keys_and_contention_flags(env, capsys):
         capsys, "--source", "runs", "gpu=gb300", "precision=bf16", "--a", "job.layers=1", "--b", "job.layers=2"
     )
     assert code == 0, err
-    ratio = float(re.search(r"total: slower: ratio ([0-9.]+)", out).group(1))
+    ratio = float(re.search(r"total: slower: ratio ([0-9.]+) \(of the sides' mean of run medians\)", out).group(1))
     assert 1.8 < ratio < 2.2  # two layers of each kind: twice the matrices
+    # every side value says which statistic it is (issue 24: compare's means and report's medians were unlabelled)
+    assert "A and B = mean of run medians" in out and "A (mean of run medians)" in out
     assert "flagged 10/a0/optstep: contended (other processes used 30% of the node's CPU)" in out

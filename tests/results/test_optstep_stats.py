@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bridgebench.payloads.load import LoadProbe
+from bridgebench.payloads.cpu_contention import LoadProbe
 from bridgebench.results.optstep_stats import CONTENDED_OTHER_SHARE, aggregate, summarize
 
 

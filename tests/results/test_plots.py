@@ -1,7 +1,7 @@
 """Every plot bridgebench writes reads: no text outside the figure, no text on top of another, colour bars in the
 units the cells print (issue 18). Plots: table1.png (``bridgebench table``), history.png, speedup_heatmap.png and
 runs.png (``bridgebench compare``), points.png (``bridgebench sweep``). Each is built as the command builds it and
-checked with :func:`bridgebench.results.figure.layout_problems`, which draws it and compares every text box."""
+checked with :func:`bridgebench.results.plot_canvas.layout_problems`, which draws it and compares every text box."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from bridgebench.results import compare as cmp
-from bridgebench.results import compare_plots as cp
-from bridgebench.results.figure import layout_problems, new_figure, rank_text
+from bridgebench.results.compare import plots as cp
+from bridgebench.results.plot_canvas import layout_problems, new_figure, rank_text
 
 
 def test_the_checker_sees_clipped_and_overlapping_text():

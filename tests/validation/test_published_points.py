@@ -51,7 +51,7 @@ def test_the_printed_sizes_replaced_are_still_refused(table):
     """The fix is in the data, not the model: 26.02.01's GB300 MXFP8 row as printed (PP 4 without VP at MBS 2, no
     recompute or offloading) is still over the GPU's memory -- the pruner is not blinder for it."""
     from bridgebench.config import calibration
-    from bridgebench.config.sweep.pipeline import predict
+    from bridgebench.sweep.pipeline import predict
 
     row = table[(table.release == "26.02.01") & (table.system == "gb300") & (table.precision == "mxfp8")].iloc[0]
     printed = [

@@ -59,6 +59,9 @@ def compare(
         None, "--out", help="output folder (default <configs/paths tables>/compare/<source>_<keys>)"
     ),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="draw the PNG plots"),
+    payload: str = typer.Option(
+        "measured", "--payload", help="your runs: measured, replayed (bridgebench.payloads.replay) or all (labelled)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
     """Compare releases and runs: published values as rounding intervals with real changes, config changes and change
@@ -76,6 +79,7 @@ def compare(
     sel_b = cmp.parse_selection(" ".join(side_b)) if side_b else None
     paths = load_paths()
     records = None
+    which = ""
     with console.status("comparing ...") as status:
         if source != "published":
             from bridgebench.results.store import ResultStore
@@ -85,6 +89,12 @@ def compare(
             records = store.records()
             for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
+            from bridgebench.results import vs_predicted
+
+            if payload not in vs_predicted.SHOW:
+                raise cmp.CompareError(f"--payload must be one of {', '.join(vs_predicted.SHOW)}, got {payload!r}")
+            records, which = vs_predicted.choose(records, payload)  # replayed and measured never mixed unasked
+            console.print(f"your runs: {which}", markup=False, highlight=False)
         status.update("computing ...")
         result = cmp.run_compare(
             source,
@@ -128,7 +138,23 @@ def compare(
         typer.echo(json.dumps({**result.to_json(), "files": [str(p) for p in written]}, indent=2, default=str))
         return
     _print(result, threshold)
+    if records:
+        sides = [x for x in (sel_a, sel_b) if x is not None]
+        _print_vs_predicted(records, sides or [common], which)
     typer.echo(f"wrote {written[0].parent}/: " + ", ".join(p.name for p in written))
+
+
+def _print_vs_predicted(records, selections, which: str) -> None:
+    """Your runs of the selections, measured beside what their plans predicted (results/vs_predicted.py)."""
+    from rich.console import Console
+
+    from bridgebench.results import vs_predicted
+    from bridgebench.results.compare import run_matches
+
+    picked = [r for r in records if any(run_matches(r, s) for s in selections)]
+    c = Console()
+    c.width = max(c.width, 200)
+    vs_predicted.print_table(c, picked, f"your runs: measured vs predicted ({which})")
 
 
 def _command(
@@ -176,13 +202,15 @@ def _print(result, threshold: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from bridgebench.results.compare import side_statistic
+
     c = Console(markup=False)
     c.width = max(c.width, 240 if any(h.own for h in result.histories) else 180)
     for h in result.histories:
         t = Table(title=f"{h.key.label()}: {len(h.points)} release(s)", title_justify="left")
         cols = ["release", "formula", "TFLOP/s/GPU", "tokens/s/GPU", "vs previous", "mark", "config changes", "CP"]
         if h.own:
-            cols += ["your runs", "vs published"]
+            cols += ["your runs (mean of run medians [CI])", "vs published"]
         for col in cols:
             t.add_column(col, no_wrap=col not in ("config changes", "vs published"))
         own = {o.release: o for o in h.own}
@@ -245,8 +273,18 @@ def _print(result, threshold: float) -> None:
                 c.print(f"  skipped {why}")
             for why in s.flags:
                 c.print(f"  flagged {why}")
-        t = Table(title=f"B vs A, metric {sd.metric}", title_justify="left")
-        for col in ("comparison", "A", "B", "ratio B/A", "CI", "Mann-Whitney p (runs)", "q (FDR)", "verdict"):
+        stat = side_statistic(sd.comparisons[0][1].params) if sd.comparisons else "mean of run medians"
+        t = Table(title=f"B vs A, metric {sd.metric}: A and B = {stat}", title_justify="left")
+        for col in (
+            "comparison",
+            f"A ({stat})",
+            f"B ({stat})",
+            "ratio B/A",
+            "CI",
+            "Mann-Whitney p (runs)",
+            "q (FDR)",
+            "verdict",
+        ):
             t.add_column(col, no_wrap=True)
         for label, r in sd.comparisons:
             t.add_row(
@@ -269,10 +307,13 @@ def _print(result, threshold: float) -> None:
 
 
 def _verdict_text(r) -> str:
+    from bridgebench.results.compare import side_statistic
+
     if r.verdict == "insufficient" or r.ci_low is None:  # too few runs, or no spread to test against
         return f"{r.verdict}: {r.reason}" if r.verdict != "insufficient" else r.reason
     return (
-        f"{r.verdict}: ratio {r.ratio:.4f}, {r.params['confidence']:.0%} CI [{r.ci_low:.4f}, {r.ci_high:.4f}], "
+        f"{r.verdict}: ratio {r.ratio:.4f} (of the sides' {side_statistic(r.params)}), "
+        f"{r.params['confidence']:.0%} CI [{r.ci_low:.4f}, {r.ci_high:.4f}], "
         f"threshold {r.params['threshold']:.1%}, {r.n_runs[0]} vs {r.n_runs[1]} runs"
         + (f", Mann-Whitney p (run medians) {r.mannwhitney_runs_p:.3g}" if r.mannwhitney_runs_p is not None else "")
         + (

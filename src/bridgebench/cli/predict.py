@@ -16,13 +16,15 @@ MEMORY_TERMS = ("weights", "grads", "optimizer", "activations", "logits", "other
 
 
 def prediction(overrides: list[str], calibration: str = "default") -> dict[str, Any]:
-    """The ``--json`` object of ``bridgebench predict`` (GB = 1e9 bytes; seconds; percent for ``band_pct``).
+    """The ``--json`` object of ``bridgebench predict`` (GB = 1e9 bytes; seconds; percent for ``band_pct``, the ~68 %
+    band, and ``bands_pct`` at 50 / 68 / 90 %; ``band_source``: the distance from the calibration the band is for, or
+    ``uncalibrated: nothing of this model/GPU was measured``).
 
     Raises:
         bridgebench.config.compose.ConfigError: bad overrides (an unknown model, a value breaking the schema...).
     """
+    from bridgebench import sweep as engine
     from bridgebench.config import calibration as calib_mod
-    from bridgebench.config import sweep as engine
 
     calib = calib_mod.load(calibration)
     row = engine.predict(overrides, calib)
@@ -56,10 +58,16 @@ def prediction(overrides: list[str], calibration: str = "default") -> dict[str, 
         "tflops_per_gpu": row.get("tflops_per_gpu"),
         "tokens_per_s_per_gpu": row.get("tokens_per_s_per_gpu"),
         "band_pct": row.get("band_pct"),
+        "bands_pct": {"50": row.get("band_50_pct"), "68": row.get("band_pct"), "90": row.get("band_90_pct")},
+        "band_source": row.get("band_source"),
         "terms": terms,
         "ep_span": row.get("ep_span"),
         "ep_leaves_nvlink": row.get("ep_leaves_nvlink"),
         "calibration": calib.name,
+        # with a cluster's own calibration (calibrate --from-runs): the published model's figures before the refit
+        "step_time_model_s": row.get("step_time_model_s"),
+        "band_model_pct": row.get("band_model_pct"),
+        "cluster_calibration": row.get("cluster_calibration"),
         "point_id": row.get("point_id"),
     }
 
@@ -127,3 +135,15 @@ def predict(
             f"; calibration {out['calibration']!r}",
         )
     )
+    if out.get("band_source"):
+        bands = out["bands_pct"]
+        con.print(
+            f"band: +-{_fmt(bands['50'], '.1f')} / {_fmt(bands['68'], '.1f')} / {_fmt(bands['90'], '.1f')} % at "
+            f"50 / 68 / 90 % ({out['band_source']})"
+        )
+    if out.get("step_time_model_s"):
+        con.print(
+            f"refitted on this cluster's runs ({out['cluster_calibration']!r}, bridgebench.model.refit): the published "
+            f"model says {out['step_time_model_s']:.4f} s +-{out['band_model_pct']:.1f} %; the terms above are the "
+            "published model's"
+        )

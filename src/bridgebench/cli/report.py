@@ -21,25 +21,46 @@ def _spread(s: dict, fmt: str = ".4g", scale: float = 1.0) -> str:
 
 
 @app.command()
-def report(as_json: bool = typer.Option(False, "--json", help="print JSON (groups and repeats)")) -> None:
+def report(
+    as_json: bool = typer.Option(False, "--json", help="print JSON (groups and repeats)"),
+    payload: str = typer.Option(
+        "measured", "--payload", help="pretrain runs shown: measured, replayed (bridgebench.payloads.replay) or all"
+    ),
+) -> None:
     """Optimizer-step benchmark results from the store, aggregated per configuration over repeats: median, IQR,
-    95% CI of the median (n >= 6), count; contended repeats set aside, outliers flagged (results/optstep_stats.py)."""
+    95% CI of the median (n >= 6), count; contended repeats set aside, outliers flagged (results/optstep_stats.py).
+    Pretrain (and, with --payload replayed, replayed) runs: measured step time beside what the plan predicted,
+    and whether it fell inside the band (results/vs_predicted.py)."""
     from rich.console import Console
     from rich.table import Table
 
     from bridgebench.launch.collect import default_store
+    from bridgebench.results import vs_predicted
     from bridgebench.results.optstep_stats import CONTENDED_OTHER_SHARE, aggregate
     from bridgebench.results.outcomes import skip_line, usable
 
+    if payload not in vs_predicted.SHOW:
+        raise BridgebenchError(f"--payload must be one of {', '.join(vs_predicted.SHOW)}, got {payload!r}")
     store = default_store()
-    stored = store.records(kind="optstep")
+    everything = store.records()
+    stored = [r for r in everything if r.get("kind") == "optstep"]
     for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
         typer.echo(line, err=True)
+    runs, which = vs_predicted.choose([r for r in everything if r.get("kind") in ("pretrain", "replay")], payload)
+    pred_rows = vs_predicted.rows(runs)
+    if pred_rows and not stored:  # no optimizer-step records: the runs' table alone
+        if as_json:
+            typer.echo(json.dumps({"vs_predicted": pred_rows, "shown": which}, indent=2))
+            return
+        c = Console()
+        c.width = max(c.width, 200)
+        vs_predicted.print_table(c, runs, f"pretrain runs: measured vs predicted ({which})")
+        return
     recs = [r for r in stored if usable(r) and r.get("optstep")]
     if not stored:
         raise BridgebenchError(
-            "no optimizer-step results in the store: run `bridgebench submit "
-            "experiment=optstep_local --wait` and `bridgebench collect` first"
+            "no optimizer-step results in the store and no pretrain run with a kept prediction "
+            f"({which}): run `bridgebench submit experiment=optstep_local --wait` and `bridgebench collect` first"
         )
     skipped = skip_line(stored, len(recs), "optimizer-step record")
     if not recs:  # say what is there and why none of it counts ("3 records, none completed: 1 TIMEOUT, ...")
@@ -49,7 +70,8 @@ def report(as_json: bool = typer.Option(False, "--json", help="print JSON (group
         )
     rows, reps = aggregate(recs)
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps({"optstep": rows, "vs_predicted": pred_rows, "shown": which} if pred_rows else rows,
+                              indent=2))  # fmt: skip
         typer.echo(f"report: {skipped}", err=True)
         return
     t = Table(title="optimizer-step benchmark (measured): median [IQR] over repeats")
@@ -113,3 +135,5 @@ def report(as_json: bool = typer.Option(False, "--json", help="print JSON (group
         "(left out, unless no repeat is clean: then the row is flagged CONTENDED); outliers (> 3.5 robust z) are "
         "kept but flagged; each repeat is one SLURM job (submit --repeats N)"
     )
+    if pred_rows:
+        vs_predicted.print_table(c, runs, f"pretrain runs: measured vs predicted ({which})")

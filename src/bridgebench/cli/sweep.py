@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from bridgebench.cli.app import OVERRIDES, app
+from bridgebench.errors import BridgebenchError
 
 
 class _RichProgress:
@@ -73,10 +74,21 @@ def sweep(
     resume: bool = typer.Option(False, "--resume", help="continue an interrupted sweep; no stage is done twice"),
     repeats: int = typer.Option(1, "--repeats", min=1, help="submissions per planned point (with --submit)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary and the top points as JSON"),
+    adaptive: bool = typer.Option(
+        False, "--adaptive", help="measure a few points, refit, re-rank, stop when the best is found (needs --budget)"
+    ),
+    budget: Optional[int] = typer.Option(None, "--budget", help="--adaptive: runs to spend at most"),
+    per_round: int = typer.Option(1, "--per-round", min=1, help="--adaptive: points submitted per round"),
+    wait: bool = typer.Option(False, "--wait", help="--adaptive: wait for each round (implied: the loop needs it)"),
+    timeout: float = typer.Option(3600, "--timeout", help="--adaptive: seconds to wait for one round at most"),
 ) -> None:
     """Sweep parallelism without wasting GPU hours: enumerate the space on plain values, prune by the validity rules
     and the memory model, rank by the Muon-aware time model, plan the top K with real ConfigContainers, optionally
-    submit them. Writes points.parquet, summary.md and points.png under paths.sweeps/<name>/."""
+    submit them. Writes points.parquet, summary.md and points.png under paths.sweeps/<name>/.
+
+    With --adaptive --budget N: rounds of choose -> submit -> wait -> collect -> refit -> re-rank
+    (bridgebench.model.refit: expected improvement, stop when the best measured point beats every unmeasured
+    point's optimistic band edge or the budget is spent); adds rounds.parquet and an "Adaptive rounds" summary."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -88,6 +100,13 @@ def sweep(
     if space is None and not has_sweep(overrides) and not any(o.startswith("experiment=") for o in overrides):
         space = "parallelism"
     err = Console(file=sys.stderr)
+    if adaptive or budget is not None:
+        if not adaptive:
+            from bridgebench.launch.adaptive import AdaptiveError
+
+            raise AdaptiveError("adaptive_budget: --budget is for --adaptive sweeps")
+        _adaptive(overrides, space, name, budget, calibration, per_round, resume, timeout, as_json, err)
+        return
     with _RichProgress(err) as progress:
         result = run_sweep(
             overrides, space=space, name=name, top_k=top_k, calibration=calibration, submit=submit, resume=resume,
@@ -97,8 +116,9 @@ def sweep(
         k: {**v, "points_per_s": v["points"] / v["seconds"] if v["seconds"] else None} for k, v in result.stages.items()
     }
     cols = ("rank", "status", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "recompute_granularity",
-            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "tie", "twins",
-            "published", "ep_span", "ep_leaves_nvlink", "tight", "config_hash", "plan_dir", "run_ids")  # fmt: skip
+            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "band_source", "tie",
+            "twins", "published", "ep_span", "ep_leaves_nvlink", "tight", "config_hash", "plan_dir",
+            "run_ids")  # fmt: skip
     if as_json:
         top = [{k: r.get(k) for k in cols} for r in result.top]
         out = {"name": result.name, "dir": str(result.dir), "stages": stages, "counts": result.counts, "top": top}
@@ -174,6 +194,56 @@ def sweep(
     out.print("outputs: " + ", ".join(str(p) for p in result.outputs.values()))
 
 
+def _adaptive(overrides, space, name, budget, calibration, per_round, resume, timeout, as_json, err) -> None:
+    """``sweep --adaptive``: the rounds (bridgebench.launch.adaptive), printed as a table (or JSON)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bridgebench.launch.adaptive import run_adaptive
+
+    try:
+        with _RichProgress(err) as progress:
+            res = run_adaptive(
+                overrides, space=space, name=name, budget=budget, calibration=calibration, per_round=per_round,
+                resume=resume, wait_timeout_s=timeout, progress=progress,
+            )  # fmt: skip
+    except KeyboardInterrupt:  # the state is on disk after every plan and submission: say how to go on
+        err.print(
+            "interrupted: the submitted runs keep running; `bridgebench sweep ... --adaptive --resume` (the same "
+            "overrides, space and --name) goes on and submits nothing twice"
+        )
+        raise typer.Exit(130) from None
+    summary = {
+        "name": res.sweep.name,
+        "dir": str(res.sweep.dir),
+        "stop": res.stop,
+        "best": res.best,
+        "gpu_hours": res.gpu_hours,
+        "rounds": res.rounds,
+        "outputs": {k: str(v) for k, v in res.outputs.items()},
+    }
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2, default=str))
+        return
+    out = Console()
+    out.width = max(out.width, 160)
+    t = Table(title=f"adaptive sweep {res.sweep.name}: rounds (rule: {res.rounds and 'ei'})")
+    for c in ("round", "point", "why chosen", "predicted TFLOP/s/GPU", "+-%", "measured step s", "status"):
+        t.add_column(c, justify="right" if c not in ("why chosen",) else "left")
+    for r in res.rounds:
+        meas = f"{r['measured_step_s']:.3f}" if r["measured_step_s"] else (r["failed"] or "-")
+        t.add_row(str(r["round"]), r["point_id"], str(r["why"]), f"{r['predicted_tflops']:.1f}",
+                  f"{r['band_pct'] or 0:.1f}", meas, str(r["status"]))  # fmt: skip
+    out.print(t)
+    h = res.gpu_hours
+    out.print(f"stopped: [bold]{res.stop}[/]; GPU-hours {h['spent']:.1f} of a full grid's {h['full_grid']:.1f} "
+              f"({100 * h['share']:.1f} %)")  # fmt: skip
+    if res.best:
+        out.print(f"best measured: {res.best['point_id']} at {res.best['tflops_per_gpu']:.1f} TFLOP/s/GPU "
+                  f"(predicted rank {res.best['rank_predicted']})")  # fmt: skip
+    out.print("outputs: " + ", ".join(str(p) for p in res.outputs.values()))
+
+
 def _recompute(r: dict) -> str:
     """Recompute granularity and its modules (the column that tells near-identical points apart)."""
     text = str(r.get("recompute_granularity") or "none")
@@ -194,7 +264,7 @@ def _cell(value) -> str:
 #: Point fields that are results or bookkeeping, never what tells two configurations apart.
 _NOT_CONFIG = {"rank", "status", "rule", "reason", "point_id", "config_hash", "plan_dir", "run_ids", "score", "base",
                "efficiency", "efficiency_source", "mem_stage", "recompute_granularity", "recompute_modules",
-               "delta"}  # fmt: skip
+               "delta", "band_50_pct", "band_90_pct", "band_source"}  # fmt: skip
 
 
 def _separating_fields(top: list[dict], shown: tuple[str, ...]) -> list[str]:
@@ -230,10 +300,10 @@ def muon_cost(
     from rich.console import Console
     from rich.table import Table
 
+    from bridgebench import sweep as engine
     from bridgebench.config import calibration as calib_mod
-    from bridgebench.config import sweep as engine
     from bridgebench.model.optimizer import family
-    from bridgebench.model.timing import muon_cost as model
+    from bridgebench.model.steptime.muon import muon_cost as model
 
     overrides = list(overrides or [])
     if not any(o.split("=", 1)[0] == "optimizer" for o in overrides):
@@ -299,6 +369,7 @@ def muon_cost(
         "software_level": cost.muon.level,
         "software_level_source": cost.muon.level_source,
     }
+    summary["cluster_refit"] = _muon_cost_refit(calib, cost, f"{base.gpu.name}/{v['precision']}")
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -341,24 +412,67 @@ def muon_cost(
         f"({cost.muon.efficiency_source}, software level x{cost.muon.level:.3f} from the {cost.muon.level_source}). "
         "* = this configuration."
     )
+    ref = summary["cluster_refit"]
+    if ref:
+        out.print(
+            f"Refitted on this cluster's runs ({calib.name!r}, bridgebench.model.refit): Muon step "
+            f"{ref['muon_step_s']:.3f} s, AdamW step {ref['adamw_step_s']:.3f} s (+-{ref['band_pct']:.1f} %), Muon / "
+            f"AdamW {ref['muon_over_adamw']:.4f}; the figures above are the published model's."
+        )
+
+
+def _muon_cost_refit(calib, cost, group: str) -> dict | None:
+    """Muon and AdamW steps through a cluster's refit (``calibrate --from-runs``), or None for a published
+    calibration: each step's terms weighted by the refit's level and term factors (bridgebench.model.refit)."""
+    from bridgebench.model.refit import Candidate
+    from bridgebench.sweep.scoring import cluster_refit
+
+    post = cluster_refit(calib)
+    if post is None:
+        return None
+    out = {}
+    for key, b in (("muon", cost.muon), ("adamw", cost.adam)):
+        c = Candidate(
+            point_id=key, step_s=b.total, flops=b.flops, num_gpus=int(b.num_gpus), band_pct=float(b.band_pct),
+            group=group, terms=dict(b.terms), ep_scale_out=bool(getattr(b, "ep_scale_out", False)),
+        )  # fmt: skip
+        out[f"{key}_step_s"], sd = post.step(c)
+        out["band_pct"] = 100 * sd
+    out["muon_over_adamw"] = out["muon_step_s"] / out["adamw_step_s"]
+    return out
 
 
 @app.command()
 def calibrate(
+    selection: Optional[list[str]] = typer.Argument(None, help="--from-runs: key=value selection of records"),
     write: bool = typer.Option(False, "--write", help="write the fit into configs/calibration/<NAME>.yaml"),
-    name: str = typer.Option("default", "--calibration", help="calibration file to write"),
+    name: str = typer.Option("default", "--calibration", help="calibration file to write (or, --from-runs, refine)"),
+    from_runs: bool = typer.Option(False, "--from-runs", help="calibrate this cluster from its completed records"),
+    out_name: Optional[str] = typer.Option(None, "--name", help="--from-runs: the new calibration's name"),
     as_json: bool = typer.Option(False, "--json", help="print the fitted constants as JSON"),
 ) -> None:
     """Fit the time model on every published perf-table row of a model bridgebench knows
     (results/reference/published_pretrain_throughput.csv): efficiency per GPU and precision class, per-layer
-    overhead, the release-level process, and the uncertainty bands from leave-one-release-out predictions (one fit
-    per release: about a minute here)."""
+    overhead, the release-level process, Muon's constants (fitted on the blog's Table 1), and the conformal
+    uncertainty bands by distance from the calibration (rows held out by release, configuration, group, model and
+    GPU, model, GPU: about 140 fits, 3-8 minutes here).
+
+    With --from-runs [selection] --name NAME: a calibration of this cluster from its completed records (their
+    plans' predictions refitted on the measured step times, shrunk towards --calibration in proportion to the
+    evidence; bridgebench.model.refit), with the leave-one-run-out error and the new bands; written to
+    configs/calibration/NAME.yaml or $BRIDGEBENCH_CONFIG_DIR/calibration/NAME.yaml. Replayed records only with
+    payload=replay in the selection."""
+    if from_runs:
+        _calibrate_from_runs(list(selection or []), name, out_name, as_json)
+        return
+    if selection:
+        raise BridgebenchError(f"calibrate: a selection ({' '.join(selection)}) is for --from-runs")
     import math
 
     from bridgebench.config import calibration as calib_mod
     from bridgebench.validation.time_calibration import fit_report
 
-    report = fit_report()
+    report = fit_report(progress=lambda msg: typer.echo(msg, err=True))
     cal, source = report.calibration, report.source
     if write:
         path = calib_mod.write_time(name, cal, source)
@@ -368,6 +482,12 @@ def calibrate(
         return
     typer.echo(source)
     typer.echo(f"c_layer {cal.c_layer * 1e3:.3f} ms per layer per microbatch")
+    typer.echo(
+        f"Muon: ns_efficiency {cal.ns_efficiency:.3f} of the BF16 peak, kappa {cal.kappa * 1e6:.0f} us per matrix "
+        "(fitted on the blog's Table 1); Muon / AdamW step, measured vs predicted:"
+    )
+    for name, measured, predicted in report.muon.residuals if report.muon else ():
+        typer.echo(f"  {name:45s} {measured:.3f} vs {predicted:.3f} ({100 * (predicted - measured):+.1f} points)")
     for (gpu, pclass), value in sorted(cal.efficiency.items()):
         band = cal.band_by_gpu.get((gpu, pclass))
         extra = f", band +-{band:.1%}" if band is not None else ""
@@ -377,3 +497,75 @@ def calibrate(
         + ", ".join(f"{f} mean x{math.exp(v):.3f}" for f, v in sorted(cal.family_level.items()))
         + f"); band over all rows +-{cal.band_default:.1%} (held out by release)"
     )
+    if cal.conformal is not None:
+        from bridgebench.model.steptime.bands import LEVELS, TIERS
+
+        typer.echo(f"conformal bands by distance from the calibration ({cal.conformal.method}):")
+        for tier in TIERS:
+            q = cal.conformal.quantiles[tier]
+            cov = cal.conformal.coverage.get(tier, {})
+            typer.echo(
+                f"  {tier:20s} n={cal.conformal.counts.get(tier, 0):3d}  "
+                + "  ".join(
+                    f"{lv} %: +-{math.exp(q[lv]) - 1:6.1%} (held out {cov.get(lv, float('nan')):.0%})" for lv in LEVELS
+                )  # fmt: skip
+            )
+
+
+def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_json: bool) -> None:
+    """``calibrate --from-runs``: select, refit, print the leave-one-run-out error and the new bands, write."""
+    import math
+
+    from bridgebench.launch.collect import default_store
+    from bridgebench.results import cluster_calibration as cc
+    from bridgebench.validation import metrics
+
+    if not name:
+        raise cc.ClusterCalibrationError("calibrate_from_runs: --name NAME is needed (the new calibration's name)")
+    cc.output_path(name)  # a bad or shipped name: refused before anything is read
+    store = default_store()
+    recs, notes = cc.select(store.records(), selection)
+    for line in notes:
+        typer.echo(line, err=True)
+    res = cc.fit(recs, base)
+    path = cc.write(name, res, selection)
+    post = res["posterior"]
+    loo = res["loo"]
+    by = {c.point_id: c for c in res["candidates"]}
+    bands = {p: 100 * post.log_ratio(c)[1] for p, c in by.items()}
+    mape = 100 * metrics.mape(r["error_pct"] / 100 for r in loo) if len(loo) > 1 else None
+    summary = {
+        "name": name,
+        "path": str(path),
+        "base": base,
+        "payload": "replay" if "payload=replay" in [t.replace(" ", "") for t in selection] else "measured",
+        "configurations": len(by),
+        "records": len(recs),
+        "coefficients": post.coefficients(),
+        "band_scale": post.band_scale,
+        "leave_one_run_out": loo,
+        "leave_one_run_out_mape_pct": mape,
+        "new_bands_pct": bands,
+    }
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2, default=float))
+        return
+    typer.echo(
+        f"calibration {name!r} of this cluster from {len(recs)} {summary['payload']} record(s) of {len(by)} "
+        f"configuration(s), refitted on {base!r} (bridgebench.model.refit: shrunk to it in proportion to the evidence)"
+    )
+    for k, (m, sd) in post.coefficients().items():
+        typer.echo(f"  {k:24s} x{math.exp(m):.3f} (log {m:+.3f} +- {sd:.3f})")
+    typer.echo(f"  band scale {post.band_scale:.3f} (the prediction's bands x this, from the runs' residuals)")
+    typer.echo("leave-one-run-out (each configuration predicted by a refit on the others):")
+    for r in loo:
+        typer.echo(
+            f"  {r['point_id']}: measured {r['measured_s']:.3f} s, predicted {r['predicted_s']:.3f} s, error "
+            f"{r['error_pct']:+.1f} %, band +-{r['band_pct']:.1f} % {'inside' if r['inside'] else 'OUTSIDE'}"
+        )
+    if mape is not None:
+        typer.echo(f"leave-one-run-out MAPE {mape:.1f} % over {len(loo)} configurations")
+    else:
+        typer.echo("leave-one-run-out: one configuration, nothing to hold out (its refit is the prior)")
+    typer.echo("new bands (posterior predictive, +-%): " + ", ".join(f"{p} {b:.1f}" for p, b in bands.items()))
+    typer.echo(f"wrote {path}")

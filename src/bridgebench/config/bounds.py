@@ -212,18 +212,13 @@ class GPUBounds(_Section):
     network_bandwidth_gb_s: PosFloat | None = None
 
 
-class TunnelBounds(_Section):
-    port: Annotated[int, Field(ge=1, le=65535)] | None = None
-
-
 class ClusterBounds(_Section):
     """``cluster``: node and GPU counts, retries and timeouts in range."""
 
     nodes: _pos(MAX_GPUS) | None = None
     gpus_per_node: Annotated[int, Field(ge=0, le=1024)] = 0
     max_retries: Annotated[int, Field(ge=0, le=100)] = 0
-    lost_after_s: PosFloat = 600.0
-    tunnel: TunnelBounds = TunnelBounds()
+    lost_after_s: PosFloat = 600.0  # (the tunnel's port range: launch/shellsafe.py, rule shell_safe_value)
 
 
 class TrainBounds(_Section):

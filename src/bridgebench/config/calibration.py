@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from bridgebench.errors import BridgebenchError
-from bridgebench.model.timing import Calibration, TimeModelError
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import TimeModelError
 from bridgebench.paths import CONFIG_DIR
 
 CALIBRATION_DIR = CONFIG_DIR / "calibration"
@@ -28,9 +29,9 @@ class CalibrationError(BridgebenchError):
 
 @dataclass(frozen=True)
 class ModelCalibration:
-    """One calibration file: ``time`` (:class:`bridgebench.model.timing.Calibration`), the memory model's constant
-    ``other_bytes`` (bytes per GPU), the caching allocator's fragmentation (reserved over allocated memory at the
-    peak, minus 1, measured in real logs: ``fragmentation`` the lowest, which the pruner uses, and
+    """One calibration file: ``time`` (:class:`bridgebench.model.steptime.calibration.Calibration`), the memory
+    model's constant ``other_bytes`` (bytes per GPU), the caching allocator's fragmentation (reserved over allocated
+    memory at the peak, minus 1, measured in real logs: ``fragmentation`` the lowest, which the pruner uses, and
     ``fragmentation_typical`` the median, above which a point is flagged ``tight``), the bytes a datasheet's
     "GB" of GPU memory stands for where the driver's figure is not recorded (``datasheet_gb_bytes``), the
     routed-token imbalance factor (``moe_imbalance``), and where the numbers come from (``source``)."""
@@ -61,8 +62,32 @@ class ModelCalibration:
         return 1.0 - 1.0 / (1.0 + self.fragmentation)
 
 
+def calibration_dirs() -> tuple[Path, ...]:
+    """Where calibrations are read: ``configs/calibration``, then ``$BRIDGEBENCH_CONFIG_DIR/calibration`` (a
+    cluster's own calibration, ``bridgebench calibrate --from-runs``, may live with the user's configs)."""
+    from bridgebench.paths import config_dirs
+
+    return tuple(d / "calibration" for d in config_dirs())
+
+
+def path_of(name: str) -> Path | None:
+    """The file of calibration ``name`` (the shipped one wins a clash), or None."""
+    for d in calibration_dirs():
+        if (d / f"{name}.yaml").is_file():
+            return d / f"{name}.yaml"
+    return None
+
+
+def sha256(name: str) -> str | None:
+    """sha256 of calibration ``name``'s file (None when there is no such file)."""
+    import hashlib
+
+    path = path_of(name)
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path else None
+
+
 def names() -> list[str]:
-    return sorted(p.stem for p in CALIBRATION_DIR.glob("*.yaml"))
+    return sorted({p.stem for d in calibration_dirs() for p in d.glob("*.yaml")})
 
 
 def load(name: str = "default") -> ModelCalibration:
@@ -71,8 +96,8 @@ def load(name: str = "default") -> ModelCalibration:
     Raises:
         CalibrationError: unknown name (listing the known ones), a missing node, or a value out of range.
     """
-    path = CALIBRATION_DIR / f"{name}.yaml"
-    if not path.is_file():
+    path = path_of(name) if name and "/" not in name and not name.startswith(".") else None
+    if path is None:
         raise CalibrationError(f"unknown calibration {name!r}; known: {names()}")
     data = yaml.safe_load(path.read_text()) or {}
     try:

@@ -35,6 +35,36 @@ from bridgebench.paths import (  # noqa: F401  (CONFIG_DIR, RECIPES_DIR, REPO_RO
 if not OmegaConf.has_resolver("bb.repo"):
     OmegaConf.register_new_resolver("bb.repo", lambda: str(REPO_ROOT))
 
+#: The local SLURM cluster's state folder (launch/cluster/common.sh ``STATE``): ``$BRIDGEBENCH_SLURM_STATE`` (made
+#: absolute from the current folder, as the scripts do), else ``<repo>/.state/slurm``.
+SLURM_STATE_ENV = "BRIDGEBENCH_SLURM_STATE"
+
+
+def slurm_state_dir() -> Path:
+    """The local SLURM cluster's state folder, as ``launch/cluster/common.sh`` computes it (absolute path)."""
+    import os
+
+    value = os.environ.get(SLURM_STATE_ENV, "").strip()
+    return Path(value).expanduser().absolute() if value else REPO_ROOT / ".state" / "slurm"
+
+
+def local_slurm_conf() -> str:
+    """The ``slurm.conf`` of the local cluster for SLURM's client commands (``configs/cluster/local.yaml``
+    ``client_env.SLURM_CONF``): ``<state>/etc/slurm.conf`` when ``$BRIDGEBENCH_SLURM_STATE`` names the state (so
+    every command -- ``submit``, ``status``, ``cancel``, ``collect`` -- follows it without an exported ``SLURM_CONF``;
+    launch/cluster/up.sh writes it there), else an exported ``SLURM_CONF``, else the default state's."""
+    import os
+
+    if os.environ.get(SLURM_STATE_ENV, "").strip() or not os.environ.get("SLURM_CONF", "").strip():
+        return str(slurm_state_dir() / "etc" / "slurm.conf")
+    return os.environ["SLURM_CONF"]
+
+
+if not OmegaConf.has_resolver("bb.slurm_state"):
+    OmegaConf.register_new_resolver("bb.slurm_state", lambda: str(slurm_state_dir()))
+if not OmegaConf.has_resolver("bb.slurm_conf"):
+    OmegaConf.register_new_resolver("bb.slurm_conf", local_slurm_conf)
+
 #: Keys under ``model`` that are parallel sizes (Megatron-Core ``ModelParallelConfig``), not architecture.
 PARALLEL_KEYS = (
     "tensor_model_parallel_size",
@@ -77,7 +107,8 @@ def check_user_config_dir() -> Path | None:
     user = dirs[1]
     if not user.is_dir():
         raise ConfigError(f"user_config_dir: {USER_CONFIG_ENV}={user} is not a folder")
-    extra = sorted(p.name for p in user.iterdir() if p.is_dir() and p.name not in USER_GROUPS)
+    # calibration/: a cluster's own calibrations (bridgebench calibrate --from-runs), not a Hydra group
+    extra = sorted(p.name for p in user.iterdir() if p.is_dir() and p.name not in (*USER_GROUPS, "calibration"))
     if extra:
         raise ConfigError(
             f"user_config_dir: {user} has folder(s) {extra} that are not config groups a user may add to; "
@@ -420,15 +451,23 @@ def variant_provenance(cfg: DictConfig, departures: dict[str, tuple[Any, Any]] |
         )
     where = f"{meta.name} at {meta.release}"
     if family in list(meta.upstream_optimizers):
+        # The source cited is the one of this optimizer's own upstream recipe (recipe_meta.sources: e.g. the launcher
+        # run with --optimizer_type muon for Muon), never the AdamW run the recipe's values were generated from.
+        own = (meta.get("sources") or {}).get(family)
+        source = own or (
+            f"Megatron-Bridge {meta.megatron_bridge} ships a {family} variant of {meta.name} (recipe_meta."
+            f"upstream_optimizers); its source is not recorded in this recipe file: regenerate it with "
+            f"`{meta.generated_by or 'bridgebench recipes generate'}`"
+        )
         changed = recipe_departures(cfg) if departures is None else departures
         if changed:
             shown = ", ".join(f"{k} {a!r}->{b!r}" for k, (a, b) in list(changed.items())[:8])
             more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
             return "modified", (
                 f"NVIDIA's recipe changed by you, not what NVIDIA ran: {where} with {family} is Megatron-Bridge's own "
-                f"perf recipe ({meta.source}), with {len(changed)} field(s) changed: {shown}{more}"
+                f"perf recipe ({source}), with {len(changed)} field(s) changed: {shown}{more}"
             )
-        return "nvidia", f"NVIDIA's: {where} with {family} is Megatron-Bridge's own perf recipe ({meta.source})"
+        return "nvidia", f"NVIDIA's: {where} with {family} is Megatron-Bridge's own perf recipe ({source})"
     switch = cfg.get("optimizer_variant", {}).get("source") or "configs/optimizer"
     return "bridgebench", (
         f"bridgebench's, not NVIDIA's: no Megatron-Bridge release ships {meta.name} with {family}; this is its "

@@ -213,6 +213,12 @@ class TunnelSchema:
     user: Optional[str] = None
     port: Optional[int] = None  # ssh: the login node's port (None: 22, or ~/.ssh/config)
     identity: Optional[str] = None  # ssh: private key file on the submit side (None: ssh-agent / ~/.ssh defaults)
+    # ssh: the known_hosts file the login node's host key is checked against (None: ~/.ssh/known_hosts, as OpenSSH);
+    # an unknown or different key is refused (launch/tunnel.py)
+    known_hosts: Optional[str] = None
+    # ssh: pin an unknown host key into known_hosts on first use (OpenSSH StrictHostKeyChecking=accept-new), saying so;
+    # a key different from the pinned one is still refused
+    accept_new_host_key: bool = False
 
 
 @dataclass
@@ -251,6 +257,7 @@ class RecipeMetaSchema:
     megatron_bridge: Optional[str] = None  # the upstream version the values were taken from
     source: Optional[str] = None  # upstream files / functions (and tag) the values come from
     upstream_optimizers: List[str] = field(default_factory=list)  # optimizer families upstream ships for it
+    sources: Dict[str, str] = field(default_factory=dict)  # per upstream optimizer family: its own source
     generated_by: Optional[str] = None
 
 
@@ -271,7 +278,8 @@ class ReplaySchema:
     table: Optional[str] = None  # an ablation set id (paths.ablations/<table>.csv)
     noise_pct: float = 1.0  # sd of the multiplicative log-normal noise on each step time, % (seeded)
     seed: int = 0  # noise seed (mixed with the config hash and the attempt's SLURM job id)
-    steps: int = 10  # iterations logged
+    steps: int = 20  # iterations logged (the log parser skips the first 10 as warm-up)
+    sleep_s: float = 0.0  # seconds the job sleeps per logged iteration (tests interrupt running sweeps)
     row: Optional[Any] = None  # the table row (set by plan; a mapping) or null
 
 

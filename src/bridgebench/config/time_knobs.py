@@ -1,6 +1,6 @@
 """The recipe knobs the step-time model reads, declared once: their config keys and how a point's values become
-:class:`bridgebench.model.timing.TimeConfig` fields. The sweep engine adds :data:`TIME_KEYS` to the keys it reads per
-point and passes :func:`time_knobs` into its ``TimeConfig`` (``bridgebench.config.sweep.time_config``).
+:class:`bridgebench.model.steptime.config.TimeConfig` fields. The sweep engine adds :data:`TIME_KEYS` to the keys it
+reads per point and passes :func:`time_knobs` into its ``TimeConfig`` (``bridgebench.sweep.time_config``).
 
 An unset knob takes Megatron-Core's / Megatron-Bridge's default (megatron-core 0.19.2 ``DistributedDataParallelConfig``,
 ``TransformerConfig``; megatron-bridge 0.6.2 ``CommOverlapConfig``); a flex backend without a dispatcher type is the

@@ -31,6 +31,7 @@ A record stands on its own, so deleting ``plans/`` or ``.state/`` orphans nothin
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -163,10 +164,10 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
             "flops_formula": str(cfg.accounting.flops_formula),
             "peak_table_version": str(cfg.gpu.peak_table_version),
         }
-    # step figures, window, quality and per-iteration series (launch/figures.py: TensorBoard events, else logs), from
+    # step figures, window, quality and per-iteration series (launch/run_metrics.py: TensorBoard, else logs), from
     # the submit side's mirror of the job folder (launch/nodepaths.py; fetched back through the tunnel over SSH)
-    from bridgebench.launch.figures import record_figures
     from bridgebench.launch.nodepaths import attempt_folder
+    from bridgebench.launch.run_metrics import record_figures
 
     folder = attempt_folder(a.job_dir, a.job_name)
     base |= record_figures(str(folder) if folder else None, logs, cfg)
@@ -213,7 +214,41 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
             "gpu_planned": str(cfg.gpu.name),
         }
     base["device"] = run_info.get("device")  # what the entrypoint saw (torch.cuda.get_device_name), if it ran
+    base["payload"] = a.job_type  # "replay": figures replayed from a table of measurements, not measured here
+    if a.job_type == "replay" and cfg is not None:
+        rp = cfg.job.replay
+        base["replay"] = {
+            "table": str(rp.table),
+            "row": OmegaConf.to_container(rp.row, resolve=True) if rp.row is not None else None,
+            "noise_pct": float(rp.noise_pct),
+            "seed": int(rp.seed),
+            "log": _marker(logs, "BRIDGEBENCH_REPLAY "),
+        }
+        base["device"] = "replay"
+    base |= _vs_prediction(a, base.get("step_time_s"))
     return [base | _outcome(a, logs, has_result=base.get("step_time_s") is not None) | {"provenance": prov}]
+
+
+def _vs_prediction(a: Attempt, measured_s: float | None) -> dict[str, Any]:
+    """``predicted``: what the plan predicted for the run (``run.json`` ``prediction``: step time, TFLOP/s/GPU,
+    band, release, calibration name and sha256), and ``vs_predicted``: ``error_pct`` (measured / predicted step - 1,
+    %) and ``inside_band`` (|log(measured / predicted)| <= band) when both exist."""
+    import math
+
+    run_json = Path(a.plan_dir) / "run.json" if a.plan_dir else None
+    pred = None
+    if run_json is not None and run_json.is_file():
+        try:
+            pred = json.loads(run_json.read_text()).get("prediction")
+        except (OSError, ValueError):
+            pred = None
+    out: dict[str, Any] = {"predicted": pred}
+    p = (pred or {}).get("step_time_s")
+    if measured_s and p:
+        band = float((pred or {}).get("band_pct") or 0.0) / 100
+        err = math.log(measured_s / p)
+        out["vs_predicted"] = {"error_pct": 100 * (measured_s / p - 1), "inside_band": abs(err) <= band}
+    return out
 
 
 def _outcome(a: Attempt, logs: list[Path], *, has_result: bool) -> dict[str, Any]:

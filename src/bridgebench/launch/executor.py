@@ -86,6 +86,8 @@ def payload_command(
         shellsafe.check_word(value, what, "the payload command", host_mode=repo != CONTAINER_REPO)
     if job_type == "optstep":
         return f"{head} bridgebench.payloads.optstep --config {shlex.quote(config_path)} --out {shlex.quote(out_dir)}"
+    if job_type == "replay":
+        return f"{head} bridgebench.payloads.replay --config {shlex.quote(config_path)} --out {shlex.quote(out_dir)}"
     return f"{head} bridgebench.payloads.pretrain --config {shlex.quote(config_path)}"
 
 
@@ -139,9 +141,7 @@ def make_executor(
     if cluster.tunnel.type == "local":
         tunnel = run.LocalTunnel(job_dir=str(job_dir_path))
     elif cluster.tunnel.type == "ssh":
-        check_name("cluster.tunnel.host", cluster.tunnel.host)
-        check_name("cluster.tunnel.user", cluster.tunnel.user)
-        from bridgebench.launch.tunnel import ssh_tunnel
+        from bridgebench.launch.tunnel import ssh_tunnel  # checks every tunnel field (rule shell_safe_value)
 
         tunnel = ssh_tunnel(cluster, str(job_dir_path))
     else:
@@ -156,6 +156,9 @@ def make_executor(
         env_vars=quoted_env(env, container=container_image is not None),
         exclusive=(bool(cluster.exclusive) if exclusive is None else exclusive) or None,
         segment=segment,
+        # nemo-run 0.11.1's default starts a thread per job that runs `squeue --start` through the tunnel as a shell
+        # string and prints "[SLURM] Job ... State: ..." on stdout (breaking --json); bridgebench polls SLURM itself
+        poll_estimated_start_time=False,
     )
     if cluster.mem is not None:
         kwargs["mem"] = str(cluster.mem)

@@ -58,7 +58,7 @@ class JobSpec:
 def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
     """(nodes, tasks per node) of a run: whole nodes of ``gpu.gpus_per_node`` GPUs, or one partial node; the
     optimizer-step payload is one process on one node."""
-    if cfg.job.type == "optstep":
+    if cfg.job.type in ("optstep", "replay"):  # one process: the replay payload only prints the table's log
         return 1, 1
     per_node = int(cfg.gpu.gpus_per_node)
     if cfg.num_gpus < per_node:
@@ -156,7 +156,7 @@ def build_job(
         gpus_per_node=spec.gpus_per_node,
         container_image=spec.container_image,
         # BRIDGEBENCH_OUT_DIR (node side: launch/nodepaths.py): mbridge/build.py puts logger.tensorboard_dir =
-        # <it>/<job.tensorboard_subdir> (collect reads the events back from the job folder: launch/figures.py)
+        # <it>/<job.tensorboard_subdir> (collect reads the events back from the job folder: launch/run_metrics.py)
         env=env,
         job_dir_path=Path(paths.tunnel_dir),
         segment=spec.segment,

@@ -2,7 +2,7 @@
 
 ``plan(overrides)`` expands the sweep (an experiment's ``hydra.sweeper.params`` and/or ``a=x,y`` overrides), then for
 every run, *before writing anything*: composes the config (schema-checked), refuses credentials
-(``config/secrets.py``) and runs the fast validity rules (``config/rules.py``, GPU x precision x system included) --
+(``config/secrets.py``) and runs the fast validity rules (``config/rules/``, GPU x precision x system included) --
 all before the Megatron import --, builds and validates the real Megatron-Bridge ``ConfigContainer``
 (``mbridge/build.py``) and renders the sbatch script ``submit`` will send for the run's first repeat on the chosen
 cluster (``launch/jobspec.py`` + nemo-run's dry run in ``launch/nemorun.py``). Only when every run passes are the
@@ -99,6 +99,9 @@ class PlannedRun:
     policies: list[str] = field(default_factory=list)  # bridgebench run policies applied (build.apply_policies)
     #: TensorBoard events: <the attempt's out folder, BRIDGEBENCH_OUT_DIR>/<job.tensorboard_subdir> (None: off)
     tensorboard_subdir: str | None = None
+    #: what the time model predicted for this run when it was planned (:func:`_prediction`): step_time_s,
+    #: tflops_per_gpu, band_pct, release, calibration, calibration_sha256, source; None for the optimizer-step payload
+    prediction: dict | None = None
 
 
 def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
@@ -136,6 +139,8 @@ def _run_name(cfg: DictConfig, config_hash: str) -> str:
     opt = OptimizerKind(str(cfg.optimizer.optimizer)).family
     if cfg.job.type == "optstep":
         return f"optstep-{cfg.model.name}-{opt}-{config_hash[:8]}"
+    if cfg.job.type == "replay":  # says what runs: a replayed table, not training
+        return f"replay-{cfg.model.name}-{opt}-{cfg.gpu.name}-{cfg.precision.name}-{config_hash[:8]}"
     return f"{cfg.model.name}-{opt}-{cfg.gpu.name}-{cfg.precision.name}-{config_hash[:8]}"
 
 
@@ -146,11 +151,17 @@ def plan(
     progress: Callable[[str], None] | None = None,
     on_invalid: Callable[[InvalidRun], None] | None = None,
     composed: DictConfig | None = None,
+    prediction: dict | None = None,
+    calibration: str = "default",
 ) -> tuple[Path, list[PlannedRun]]:
     """Validate and write a plan; returns its directory and the runs.
 
     ``composed``: the config ``overrides`` compose to, when the caller has it already (a sweep's stage 5 composes
     each point once to hash it): the plan is then that one run and nothing is composed again.
+
+    ``prediction``: what the time model predicted for the run (a sweep passes its row's); otherwise each pretrain
+    or replay run is predicted here with ``calibration`` (:func:`_prediction`) -- the plan keeps it, so a record can
+    say how far the measurement fell from it.
 
     ``on_invalid``: called with each run that breaks a rule, fails Megatron-Bridge's validation or a launch check,
     and planning carries on with the valid runs (``plan -m``); without it the first invalid run raises.
@@ -174,6 +185,7 @@ def plan(
         raise PlanError(str(err)) from err
     staged = []
     invalid: list[InvalidRun] = []
+    predictions: dict[str, dict | None] = {}
 
     def reject(label: str, ov: list[str], rule: str, message: str, err: BaseException | None = None) -> None:
         if on_invalid is None:
@@ -193,11 +205,17 @@ def plan(
         except rules.RuleError as err:
             reject(label, ov, err.violations[0].rule, f" is invalid:\n{err}", err)
             continue
-        if cfg.job.type not in ("pretrain", "optstep"):
-            reject(label, ov, "job_type", f": job.type must be 'pretrain' or 'optstep', got {cfg.job.type!r}")
+        if cfg.job.type not in ("pretrain", "optstep", "replay"):
+            reject(label, ov, "job_type", f": job.type must be 'pretrain', 'optstep' or 'replay', got {cfg.job.type!r}")
             continue
         result = None
         h = config_hash(cfg)
+        if cfg.job.type == "replay":  # the table's row travels in the job's config (after the hash: it follows it)
+            try:
+                cfg = _with_replay_row(cfg)
+            except BridgebenchError as err:
+                reject(label, ov, "replay_table", f": {err}", err)
+                continue
         name = _run_name(cfg, h)
         try:
             # the first attempt's paths as its node sees them (launch/nodepaths.py): out dir, config, code
@@ -221,6 +239,8 @@ def plan(
             reject(label, ov, rule, f": {err}", err)
             continue
         staged.append((ov, cfg, result, h, name, job, script, payload))
+        if prediction is not None:
+            predictions[h] = prediction
     if not staged:
         listing = "\n".join(f"  {r.label}: {r.rule}: {r.reason}" for r in invalid)
         raise PlanError(f"every run of the plan is invalid ({len(invalid)}); nothing written:\n{listing}")
@@ -283,6 +303,7 @@ def plan(
                 variant_note=provenance[1],
                 policies=result.policies if result else [],
                 tensorboard_subdir=cfg.job.tensorboard_subdir if cfg.job.type == "pretrain" else None,
+                prediction=predictions.get(h) if predictions.get(h) is not None else _prediction(ov, cfg, calibration),
             )
             (run_dir / "run.json").write_text(json.dumps(asdict(run), indent=2))
             runs.append(run)
@@ -331,3 +352,62 @@ def _remove_dirs(created: list[Path]) -> None:
             d.rmdir()
         except OSError:
             break
+
+
+def _with_replay_row(cfg: DictConfig) -> DictConfig:
+    """A copy of a replay run's config with ``job.replay.row`` set to its table's row (None: the table has none;
+    the job then ends with an error, as a real one would): :func:`bridgebench.results.replay_table.lookup`.
+
+    Raises:
+        bridgebench.results.replay_table.ReplayTableError: no table set, or the table is missing.
+    """
+    import copy
+
+    from bridgebench.results.replay_table import lookup
+
+    out = copy.deepcopy(cfg)  # composed configs are cached: never change the caller's
+    out.job.replay.row = lookup(out, load_paths().ablations)
+    return out
+
+
+def _prediction(overrides: list[str], cfg: DictConfig, calibration: str) -> dict | None:
+    """The time model's prediction for a pretrain or replay run, through the sweep pipeline's one-point path
+    (:func:`bridgebench.sweep.predict`): ``step_time_s``, ``tflops_per_gpu``, ``band_pct`` (as the
+    prediction returns it), ``release``, ``calibration`` and ``calibration_sha256`` (the file's), ``source``
+    (``plan``). None for the optimizer-step payload; ``{"error": ...}`` when the models cannot price the point."""
+    if cfg.job.type not in ("pretrain", "replay"):
+        return None
+    from bridgebench.config import calibration as calib_mod
+    from bridgebench.sweep import predict
+
+    try:
+        calib = calib_mod.load(calibration)
+        row = predict(list(overrides), calib)
+    except BridgebenchError as err:
+        return {"error": str(err), "calibration": calibration, "source": "plan"}
+    return prediction_of(row, calibration, source="plan")
+
+
+def prediction_of(row: dict, calibration: str, *, source: str) -> dict:
+    """A plan's ``prediction`` from a sweep-pipeline row (see :class:`PlannedRun`)."""
+    from bridgebench.config import calibration as calib_mod
+
+    return {
+        "step_time_s": row.get("step_time_s"),
+        "tflops_per_gpu": row.get("tflops_per_gpu"),
+        "band_pct": row.get("band_pct"),
+        "release": row.get("time_release"),
+        "calibration": calibration,
+        "calibration_sha256": calib_mod.sha256(calibration),
+        "source": source,
+        # what a refit from this run needs (bridgebench.model.refit.Candidate): the terms and FLOPs behind the figure
+        "terms_s": {k[2:-2]: float(v) for k, v in row.items() if k.startswith("t_") and k.endswith("_s") and v == v},
+        "flops_per_step": (
+            float(row["tflops_per_gpu"]) * float(row["step_time_s"]) * int(row["num_gpus"]) * 1e12
+            if row.get("tflops_per_gpu") and row.get("step_time_s")
+            else None
+        ),
+        "num_gpus": row.get("num_gpus"),
+        "group": f"{row.get('gpu')}/{row.get('precision')}",
+        "ep_scale_out": bool(row.get("ep_scale_out")),
+    }

@@ -47,6 +47,11 @@ class ClusterCannotRunError(SubmitError):
     """The target cluster can never start a planned job (nodes, GPUs, containers); nothing was submitted."""
 
 
+class ClusterUnreachableError(ClusterCannotRunError):
+    """SLURM cannot be reached at all (no ``slurm.conf``, slurmctld or the login node refusing connections), found
+    by :func:`bridgebench.launch.slurmcli.probe` in seconds before anything is submitted; nothing was submitted."""
+
+
 def _slurm(cmd: list[str], cfg: DictConfig) -> str:
     """Run a SLURM client command on the submit side and return stdout (:func:`bridgebench.launch.slurmcli.run`)."""
     return slurmcli.run(cmd, cfg)
@@ -157,20 +162,40 @@ def _live_nodes(cfg: DictConfig) -> int | None:
 
 
 def check_cluster_can_run(cfgs: list[tuple[str, DictConfig]]) -> None:
-    """Raise :class:`ClusterCannotRunError` (naming each run and rule) if the target cluster can never start a job.
+    """Raise :class:`ClusterCannotRunError` (naming each run and rule) if the target cluster can never start a job,
+    :class:`ClusterUnreachableError` (the cause and how to start or reach the cluster) if SLURM cannot be reached.
 
-    ``cfgs`` = (run name, composed config) pairs; the cluster's declared facts and ``sinfo``'s node count are used.
+    ``cfgs`` = (run name, composed config) pairs. The cluster's declared facts are checked first (no SLURM needed),
+    then :func:`bridgebench.launch.slurmcli.probe` (seconds, instead of sbatch's own retries of a minute or more),
+    then ``sinfo``'s node count.
     """
-    problems = []
+
+    def problems(live: dict[str, int | None]) -> list[str]:
+        out = []
+        for name, cfg in cfgs:
+            found = cluster_violations(
+                cfg.cluster, job_spec(cfg).needs(cfg), live_nodes=live.get(str(cfg.cluster.name))
+            )
+            out += [f"  {name}: {v}" for v in found]
+        return out
+
+    def refuse(found: list[str]) -> None:
+        if found:
+            raise ClusterCannotRunError("the cluster cannot run this plan; nothing was submitted:\n" + "\n".join(found))
+
+    refuse(problems({}))
     live: dict[str, int | None] = {}
-    for name, cfg in cfgs:
+    for _, cfg in cfgs:
         key = str(cfg.cluster.name)
-        if key not in live:
-            live[key] = _live_nodes(cfg)
-        found = cluster_violations(cfg.cluster, job_spec(cfg).needs(cfg), live_nodes=live[key])
-        problems += [f"  {name}: {v}" for v in found]
-    if problems:
-        raise ClusterCannotRunError("the cluster cannot run this plan; nothing was submitted:\n" + "\n".join(problems))
+        if key in live:
+            continue
+        reach = slurmcli.probe(cfg)
+        if reach.controller is not None:
+            raise ClusterUnreachableError(
+                f"cannot reach SLURM: {reach.controller}; {slurmcli.hint(cfg)}; nothing was submitted"
+            )
+        live[key] = _live_nodes(cfg)
+    refuse(problems(live))
 
 
 def submit(

@@ -1,7 +1,7 @@
 """``bridgebench sweep``: run the sweep engine's stages, plan the top K with real ConfigContainers, submit them, and
 resume an interrupted sweep without doing any stage twice.
 
-Stages 1-4 are the sweep pipeline (:func:`bridgebench.config.sweep.run_pipeline`, one call, one direction:
+Stages 1-4 are the sweep pipeline (:func:`bridgebench.sweep.run_pipeline`, one call, one direction:
 ``enumerate`` -> ``rules`` -> ``memory`` -> ``time``, ranked with ties, indistinct points collapsed, the recipe's own
 configuration and expert groups beyond NVLink marked); this module keeps their rows on disk (:class:`_Stages`, the
 pipeline's ``StageStore``) and adds:
@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bridgebench import sweep as engine
 from bridgebench.config import calibration as calib_mod
-from bridgebench.config import sweep as engine
 from bridgebench.config.compose import compose
 from bridgebench.config.hashing import config_hash
 from bridgebench.errors import BridgebenchError
@@ -142,7 +142,7 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 
 
 class _Stages:
-    """The pipeline's :class:`bridgebench.config.sweep.StageStore` for a sweep folder: a stage done before (per
+    """The pipeline's :class:`bridgebench.sweep.StageStore` for a sweep folder: a stage done before (per
     ``state.json``, its rows in ``stages/<n>-<stage>.parquet``) is loaded instead of run; a finished stage's rows are
     written before it is marked done."""
 
@@ -257,7 +257,7 @@ def run_sweep(
     """Run (or resume) a sweep; see the module docstring.
 
     Raises:
-        bridgebench.config.sweep.SweepError: an empty space, an unknown field, a value of the wrong type or a
+        bridgebench.sweep.SweepError: an empty space, an unknown field, a value of the wrong type or a
             non-positive size (before anything is written).
         SweepRunError: the sweep folder exists and ``resume`` is off, or ``resume`` with a different space.
         bridgebench.config.calibration.CalibrationError: an unknown calibration.

@@ -3,7 +3,7 @@
 A long log repeats two line forms hundreds of thousands of times: the standard Megatron iteration record and the
 Megatron-Bridge ``Step Time`` line (:mod:`bridgebench.logs.formats`).  Two lines that differ only in their digits --
 the same *digit skeleton* (digits 1-9 mapped to ``0``) -- are read identically by the parser's fast path
-(:meth:`bridgebench.logs.parser._State._record_fast`, ``_step_time_fast``): every string it looks for with
+(:meth:`bridgebench.logs.routing.LineRouting._record_fast`, ``_step_time_fast``): every string it looks for with
 ``bytes.find`` (``/``, ``|``, ``elapsed time per iteration (ms):``, ``s GPU utilization:`` ...) is free of digits,
 so it lands on the same offset in both, and the slices it converts have the same shape.  So once the fast path has
 accepted a line, its offsets make a :class:`LineTemplate`; any later line with the same skeleton is read at those
@@ -163,7 +163,7 @@ def _finish(kind: str, buf: bytes, ls: int, le: int, rs: int, pe: int, tup: tupl
 
 def rec_template(buf: bytes, ls: int, s: int, le: int) -> LineTemplate:
     """Template of the standard record line ``buf[ls:le]`` (newline at ``le``) whose ``iteration`` starts at ``s``,
-    a line :meth:`~bridgebench.logs.parser._State._record_fast` has just accepted; the ``find`` calls are its own.
+    a line :meth:`~bridgebench.logs.routing.LineRouting._record_fast` has just accepted; the ``find`` calls are its own.
     ``tuple``: line start-relative ``s``, prefix end, iteration, total, step time (ms), TFLOP/s and loss slices
     (None, None when absent), tail start, line end, the zero counters."""
     pe = F.PREFIX_RE_B.match(buf, ls, s).end()
@@ -193,7 +193,7 @@ def rec_template(buf: bytes, ls: int, s: int, le: int) -> LineTemplate:
 
 def st_template(buf: bytes, ls: int, s: int, le: int) -> LineTemplate:
     """Template of the Step Time line ``buf[ls:le]`` (``Step Time`` at ``s``), a line
-    :meth:`~bridgebench.logs.parser._State._step_time_fast` has just accepted.  ``tuple``: ``s``, prefix end, the
+    :meth:`~bridgebench.logs.routing.LineRouting._step_time_fast` has just accepted.  ``tuple``: ``s``, prefix end, the
     seconds and TFLOP/s slices it converts after stripping ``' :'`` / ``'MODEL_ '`` (characters that are no
     digits, so the strip is the same in every line of the skeleton)."""
     e = s + len(_STEP_TIME)

@@ -41,7 +41,7 @@ SECTIONS = MB_SECTIONS
 #: The environment variable that tells the compute node its attempt's output folder as the node sees it:
 #: ``<job folder>/out`` (``/nemo_run/out`` in a container; :mod:`bridgebench.launch.nodepaths`), exported by
 #: :func:`bridgebench.launch.jobspec.build_job` (the plan builds with the first attempt's). TensorBoard events go to
-#: ``<out dir>/<job.tensorboard_subdir>``, where ``collect`` reads them (:mod:`bridgebench.launch.figures`).
+#: ``<out dir>/<job.tensorboard_subdir>``, where ``collect`` reads them (:mod:`bridgebench.launch.run_metrics`).
 OUT_DIR_ENV = "BRIDGEBENCH_OUT_DIR"
 #: The output folder when the caller names none (diff-config, fidelity tests, recipe generation): relative to the
 #: working directory, as the payload resolves it without ``BRIDGEBENCH_OUT_DIR``.

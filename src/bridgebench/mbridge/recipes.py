@@ -203,11 +203,13 @@ def upstream_flat(recipe: str, release: str, optimizer: str) -> tuple[dict[str, 
 
         container, source = upstream.perf_container(recipe, optimizer)
         spec = upstream.PERF_RECIPES_0_6[recipe]
+        version = megatron.bridge.__version__.split("+")[0]
         meta = {
             "source": source,
-            "megatron_bridge": megatron.bridge.__version__.split("+")[0],
+            "megatron_bridge": version,
             "num_gpus": spec.num_gpus,
             "upstream_optimizers": list(spec.optimizers),
+            "sources": {o: upstream.perf_source(recipe, o, version) for o in spec.optimizers},
         }
         return normalized(flatten(container)), meta
     dump = upstream.load_dump(release, recipe, optimizer)
@@ -217,6 +219,9 @@ def upstream_flat(recipe: str, release: str, optimizer: str) -> tuple[dict[str, 
         "megatron_bridge": str(dump.meta["megatron_bridge_version"]),
         "num_gpus": int(dump.meta["source"].split(" -ng ")[1].split()[0]),
         "upstream_optimizers": ["adamw" if o == "adam" else o for o in opts],
+        "sources": {
+            ("adamw" if o == "adam" else o): str(upstream.load_dump(release, recipe, o).meta["source"]) for o in opts
+        },
         "dump": str(dump.path.relative_to(upstream.DUMPS.parents[2])),
     }
     return normalized(dump.values), meta
@@ -298,6 +303,7 @@ def generate_recipe(recipe: str, release: str) -> tuple[Path, str]:
             "megatron_bridge": meta["megatron_bridge"],
             "source": meta["source"],
             "upstream_optimizers": meta["upstream_optimizers"],
+            "sources": meta["sources"],
             "generated_by": f"bridgebench recipes generate --release {release} --recipe {recipe}",
         },
         **nest(d.values),

@@ -119,17 +119,26 @@ def perf_container(recipe: str, optimizer: str) -> tuple[Any, str]:
         raise UpstreamError(f"upstream builds no {optimizer} variant of {recipe}; it has {list(spec.optimizers)}")
     fn = getattr(importlib.import_module(spec.module), spec.function)
     cfg = fn()
-    where = f"megatron-bridge {version} {source_path(spec.module, spec.function)}"
     if optimizer != spec.optimizers[0]:
         switch = getattr(importlib.import_module(KIMI_SWITCH[0]), KIMI_SWITCH[1])
         decay, warmup = cfg.scheduler.lr_decay_iters, cfg.scheduler.lr_warmup_iters
         switch(cfg, SWITCH_NAMES[optimizer])
         cfg.scheduler.lr_decay_iters, cfg.scheduler.lr_warmup_iters = decay, warmup
+    return cfg, perf_source(recipe, optimizer, version)
+
+
+def perf_source(recipe: str, optimizer: str, version: str) -> str:
+    """The source string of the installed Megatron-Bridge ``version``'s perf recipe of ``recipe`` for optimizer family
+    ``optimizer``, as :func:`perf_container` builds it (its function, and the optimizer switch when the family is not
+    the recipe's own first one). Raises KeyError for a recipe :data:`PERF_RECIPES_0_6` does not have."""
+    spec = PERF_RECIPES_0_6[recipe]
+    where = f"megatron-bridge {version} {source_path(spec.module, spec.function)}"
+    if optimizer != spec.optimizers[0]:
         where += (
             f" + {source_path(*KIMI_SWITCH)}(cfg, {SWITCH_NAMES[optimizer]!r}) with the perf recipe's lr_decay_iters /"
             f" lr_warmup_iters kept (as v0.6.0 scripts/performance/utils/utils.py::get_perf_optimized_recipe)"
         )
-    return cfg, where
+    return where
 
 
 @dataclass(frozen=True)

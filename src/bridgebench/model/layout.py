@@ -26,7 +26,10 @@ class _TooLong(Exception):
 
 
 @lru_cache(maxsize=4096)
-def _parse_layout_cached(layout: str) -> tuple[tuple[str, ...] | None, str]:
+def parse_layout_stages(layout: str) -> tuple[tuple[str, ...] | None, str]:
+    """``(stages, "")`` of a layout string unrolled as :func:`parse_layout` does, or ``(None, error message)`` for a
+    string outside the grammar or longer than :data:`LAYOUT_MAX_CHARS` unrolled; cached, never raises (the validity
+    rules report the message)."""
     s = layout.replace(",", "")  # purely cosmetic commas, as in Megatron-Core
     budget = [len(s)]
 
@@ -64,7 +67,7 @@ def parse_layout(layout: str) -> list[str]:
     Raises:
         LayoutError: a character outside the grammar (or an absurdly long unrolled layout).
     """
-    stages, error = _parse_layout_cached(layout)
+    stages, error = parse_layout_stages(layout)
     if stages is None:
         raise LayoutError(error)
     return list(stages)

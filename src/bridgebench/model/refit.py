@@ -16,7 +16,15 @@ time ``M_i``, the log error ``y_i = log(M_i / T_i)`` is
   overhead (the ``overhead`` and HBM-bound element-wise terms), Newton-Schulz / optimizer efficiency -- weighted by
   the term group's share ``s_ik`` of the predicted step, prior ``N(0, factor_sd^2)``;
 * ``sigma_i``: the point's own band (``band_pct / 100``, the time model's cross-validated log error, as the
-  prediction returns it: this module computes no band of its own) combined with the run-to-run noise.
+  prediction returns it: this module computes no band of its own) times a scale ``c`` learnt from the runs,
+  combined with the run-to-run noise.
+
+The band scale ``c``: the prediction's bands say how far the model misses on NVIDIA's clusters; on this cluster the
+runs show how far it does once its level is learnt. ``c^2`` takes a scaled-inverse-chi-square prior with ``band_df``
+degrees of freedom centred on 1 (the bands as given) and the runs' standardised leave-one-run-out residuals ``z_j``
+as data: ``c^2 = (band_df + sum z_j^2) / (band_df + n)`` (the conjugate update of a normal variance, Gelman et al.,
+*Bayesian Data Analysis*, 3rd ed., Sec. 2.6; leave-one-out so that a run does not vouch for itself). With no run,
+``c = 1``.
 
 The posterior is the conjugate Gaussian one (Bayesian linear regression with known noise; Gelman et al., *Bayesian
 Data Analysis*, 3rd ed., Sec. 14.8 "including prior information": the prior is a set of pseudo-observations):
@@ -82,6 +90,7 @@ class Prior:
     group_sd: float = 0.10
     factor_sd: float = 0.30
     noise_sd: float = 0.01
+    band_df: float = 4.0
     kappa: float = 1.0
 
 
@@ -125,6 +134,7 @@ class Posterior:
     cov: np.ndarray
     measured: dict[str, float]
     prior: Prior
+    band_scale: float = 1.0
 
     def row(self, c: Candidate) -> np.ndarray:
         """The point's design row over :attr:`names`."""
@@ -143,7 +153,9 @@ class Posterior:
         """(posterior mean, sd) of ``log(measured / predicted step)`` for point ``c``; the sd is the posterior
         predictive one: coefficient uncertainty and the point's own band."""
         x = self.row(c)
-        var = float(x @ self.cov @ x) + _noise(c, self.prior) ** 2
+        var = float(x @ self.cov @ x) + _noise(c, self.prior, self.band_scale) ** 2
+        if f"group:{c.group}" not in self.names:  # a (GPU, precision) no run measured: its level is the prior's
+            var += self.prior.group_sd**2
         return float(x @ self.mean), math.sqrt(max(var, 0.0))
 
     def step(self, c: Candidate) -> tuple[float, float]:
@@ -151,13 +163,44 @@ class Posterior:
         m, sd = self.log_ratio(c)
         return c.step_s * math.exp(m), sd
 
+    def to_mapping(self) -> dict:
+        """Plain data (a calibration file's ``cluster_refit`` node): names, mean, covariance, band scale, prior,
+        measured step times."""
+        return {
+            "names": list(self.names),
+            "mean": [float(v) for v in self.mean],
+            "cov": [[float(v) for v in row] for row in self.cov],
+            "band_scale": float(self.band_scale),
+            "prior": {k: float(getattr(self.prior, k)) for k in Prior.__dataclass_fields__},
+            "measured_s": {str(k): float(v) for k, v in self.measured.items()},
+        }
+
+    @classmethod
+    def from_mapping(cls, data: Mapping) -> Posterior:
+        """The inverse of :meth:`to_mapping`.
+
+        Raises:
+            RefitError: missing keys or shapes that do not agree.
+        """
+        try:
+            names = tuple(str(n) for n in data["names"])
+            mean = np.asarray(data["mean"], dtype=float)
+            cov = np.asarray(data["cov"], dtype=float)
+            prior = Prior(**{k: float(v) for k, v in (data.get("prior") or {}).items()})
+            out = cls(names, mean, cov, dict(data.get("measured_s") or {}), prior, float(data.get("band_scale", 1.0)))
+        except (KeyError, TypeError, ValueError) as err:
+            raise RefitError(f"cluster_refit: malformed ({err})") from err
+        if mean.shape != (len(names),) or cov.shape != (len(names), len(names)):
+            raise RefitError(f"cluster_refit: {len(names)} names but mean {mean.shape} and cov {cov.shape}")
+        return out
+
     def coefficients(self) -> dict[str, tuple[float, float]]:
         """name -> (posterior mean, sd) in log units (a factor ``f`` multiplies its terms by ``exp(f)``)."""
         return {n: (float(self.mean[j]), math.sqrt(float(self.cov[j, j]))) for j, n in enumerate(self.names)}
 
 
-def _noise(c: Candidate, prior: Prior) -> float:
-    return math.hypot(c.band_pct / 100.0, prior.noise_sd)
+def _noise(c: Candidate, prior: Prior, scale: float = 1.0) -> float:
+    return math.hypot(scale * c.band_pct / 100.0, prior.noise_sd)
 
 
 def names_for(candidates: Sequence[Candidate]) -> tuple[str, ...]:
@@ -168,12 +211,28 @@ def names_for(candidates: Sequence[Candidate]) -> tuple[str, ...]:
 
 def refit(candidates: Sequence[Candidate], measured: Mapping[str, float], prior: Prior | None = None) -> Posterior:
     """The posterior given measured step times (``point id -> s``) of some of ``candidates`` (see the module
-    docstring). No measurement: the prior.
+    docstring: the coefficients, then the band scale from the leave-one-run-out residuals, then the coefficients
+    again with the scaled bands). No measurement: the prior.
 
     Raises:
         RefitError: a measured id that is no candidate, or a step time that is not a positive finite number.
     """
     prior = prior or Prior()
+    first = _fit(candidates, measured, prior, 1.0)
+    if len(measured) < 2 or prior.band_df <= 0:
+        return first
+    by_id = {c.point_id: c for c in candidates}
+    z2 = 0.0
+    for pid, m in measured.items():
+        rest = _fit(candidates, {p: v for p, v in measured.items() if p != pid}, prior, 1.0)
+        mu, sd = rest.log_ratio(by_id[pid])
+        z2 += ((math.log(m / by_id[pid].step_s) - mu) / sd) ** 2
+    scale = math.sqrt((prior.band_df + z2) / (prior.band_df + len(measured)))
+    return _fit(candidates, measured, prior, scale)
+
+
+def _fit(candidates: Sequence[Candidate], measured: Mapping[str, float], prior: Prior, scale: float) -> Posterior:
+    """The conjugate posterior of the coefficients with the bands scaled by ``scale``."""
     names = names_for(candidates)
     by_id = {c.point_id: c for c in candidates}
     lam = np.array(
@@ -182,7 +241,7 @@ def refit(candidates: Sequence[Candidate], measured: Mapping[str, float], prior:
             for n in names
         ]
     )
-    post0 = Posterior(names, np.zeros(len(names)), np.diag(lam**2), {}, prior)
+    post0 = Posterior(names, np.zeros(len(names)), np.diag(lam**2), {}, prior, scale)
     rows, ys, ws = [], [], []
     for pid, m in measured.items():
         if pid not in by_id:
@@ -192,14 +251,14 @@ def refit(candidates: Sequence[Candidate], measured: Mapping[str, float], prior:
         c = by_id[pid]
         rows.append(post0.row(c))
         ys.append(math.log(m / c.step_s))
-        ws.append(1.0 / _noise(c, prior) ** 2)
+        ws.append(1.0 / _noise(c, prior, scale) ** 2)
     if not rows:
         return post0
     x, y, w = np.array(rows), np.array(ys), np.array(ws)
     precision = x.T @ (w[:, None] * x) + np.diag(1.0 / lam**2)
     cov = np.linalg.inv(precision)
     mean = cov @ (x.T @ (w * y))
-    return Posterior(names, mean, cov, dict(measured), prior)
+    return Posterior(names, mean, cov, dict(measured), prior, scale)
 
 
 def _log_tput(c: Candidate, post: Posterior) -> tuple[float, float]:

@@ -55,8 +55,9 @@ CPU with its AVX512_BF16. So on a CPU the payload runs ``highest`` (the recipe's
 ``--fp32-matmul-prec recipe`` asks for the recipe's; the result records both and why they differ
 (``fp32_matmul_prec``, ``recipe_fp32_matmul_prec``, ``fp32_matmul_prec_reason``).
 
-Load: ``load`` = other processes' CPU share over the whole timing window (:mod:`bridgebench.payloads.load`), so a
-timing taken under contention says so (``bridgebench report`` flags and sets it aside).
+Load: ``load`` = other processes' CPU share over the whole timing window
+(:mod:`bridgebench.payloads.cpu_contention`), so a timing taken under contention says so (``bridgebench report``
+flags and sets it aside).
 
 Output: ``<out>/optstep.json`` (written atomically: temp file + ``os.replace``) and one stdout line
 ``BRIDGEBENCH_OPTSTEP <compact json>`` (read by ``launch/collect.py``); before it, one Megatron-LM-style iteration
@@ -81,7 +82,7 @@ from typing import Any, Callable, Optional, Sequence
 import typer
 
 from bridgebench.errors import BridgebenchError
-from bridgebench.payloads.load import LoadProbe
+from bridgebench.payloads.cpu_contention import LoadProbe
 from bridgebench.payloads.markers import OPTSTEP
 
 #: Families in report order (``bridgebench.model.newton_schulz.MuonMatrix.family``; ``mtp`` is never selected).
@@ -535,7 +536,7 @@ def run_optstep(
     impl = None
     present = [f for f in FAMILY_ORDER if any(s.family == f for s in specs)]
     lines = IterationLines(len(present) * repeats)
-    load = LoadProbe.start()  # other processes' CPU share over the timing window (payloads/load.py)
+    load = LoadProbe.start()  # other processes' CPU share over the timing window (payloads/cpu_contention.py)
     for fam in present:
         fam_specs = [s for s in specs if s.family == fam]
         progress(f"optstep: {fam}: {sum(len(s.pieces) for s in fam_specs)} matrices on {dev} ...")

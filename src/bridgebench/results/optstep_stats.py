@@ -10,7 +10,7 @@ calls). :func:`aggregate` groups the records by (config hash, model, device, mat
 Repeats set aside or flagged:
 
 * **contended**: the payload saw other processes use at least :data:`CONTENDED_OTHER_SHARE` of the node's CPU
-  capacity during its timing window (``optstep.load.other_share``, :mod:`bridgebench.payloads.load`); left out of
+  capacity during its timing window (``optstep.load.other_share``, :mod:`~.payloads.cpu_contention`); left out of
   the aggregate and listed with their share -- unless every repeat of the group is contended: then the aggregate is
   over them and the group is flagged ``CONTENDED`` (``basis`` says which). Records without a load figure (older
   payloads) are kept but flagged ``load unknown``.
@@ -176,6 +176,7 @@ def aggregate(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
                 "n_outliers": sum(any(f.startswith("outlier") for f in r.flags) for r in group),
                 "flags": flags,
                 "stats": stats_,
+                "statistic": "median over repeats (stats: q1, q3, IQR, 95% CI of the median from n >= 6)",
                 **{m: stats_[m]["median"] for m in METRICS},
                 "repeats": [
                     {"record_id": r.record_id, "other_share": r.other_share, "flags": r.flags, **r.values}

@@ -1,4 +1,4 @@
-"""Plots people would rather see than read (matplotlib figures on an Agg canvas: :mod:`bridgebench.results.figure`)."""
+"""Plots people would rather see than read (matplotlib figures on an Agg canvas: :mod:`~.results.plot_canvas`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def table1_figure(table: pd.DataFrame) -> Any:
     """Stacked bars of model + Newton-Schulz TFLOP/s/GPU, AdamW beside Muon for each model, the blog's totals as black
     lines, each bar's total and the blog's inside it, and under it what the row proves (``check``: an independent
     check, or derived from the blog). ``table`` is :func:`bridgebench.results.table1.reproduce`'s output."""
-    from bridgebench.results.figure import new_figure
+    from bridgebench.results.plot_canvas import new_figure
 
     models = list(dict.fromkeys(table["model"]))
     fig = new_figure((8.0, 5.0), dpi=120)
@@ -63,6 +63,6 @@ def table1_figure(table: pd.DataFrame) -> Any:
 
 def table1_bars(table: pd.DataFrame, path: Path) -> Path:
     """:func:`table1_figure` written as a PNG to ``path``."""
-    from bridgebench.results.figure import save_png
+    from bridgebench.results.plot_canvas import save_png
 
     return save_png(table1_figure(table), path)

@@ -186,7 +186,7 @@ def points_plot(result: Any, path: Path, calib: Any) -> Path:
     """Scatter of predicted model TFLOP/s/GPU against predicted memory per GPU (GB): ranked points, points over
     memory (grey crosses, timed for the plot only), the top K (numbered stars), each GPU's HBM (solid) and usable
     HBM (dashed); the x axis stops at twice the HBM (the title counts the points beyond). Writes a PNG."""
-    from bridgebench.results.figure import save_png
+    from bridgebench.results.plot_canvas import save_png
 
     fig = points_figure(result, calib)
     _replace(path, lambda tmp: save_png(fig, Path(tmp)))
@@ -195,7 +195,7 @@ def points_plot(result: Any, path: Path, calib: Any) -> Path:
 
 def points_figure(result: Any, calib: Any) -> Any:
     """The figure of :func:`points_plot` (top-K points numbered, near-identical ones sharing one label)."""
-    from bridgebench.results.figure import label_points, new_figure
+    from bridgebench.results.plot_canvas import label_points, new_figure
 
     rows = [r for r in result.rows if r.get("tflops_per_gpu") is not None and r.get("mem_total_gb") is not None]
     hbm = sorted({(r["gpu"], r["hbm_gb"]) for r in result.rows if r.get("hbm_gb")})

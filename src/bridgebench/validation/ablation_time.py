@@ -1,7 +1,7 @@
 """The published ablation rows (:mod:`bridgebench.validation.ablations`) as time-model points: each row's
 architecture as a :class:`~bridgebench.model.spec.ModelSpec`, its parallel configuration as a
-:class:`~bridgebench.model.timing.TimeConfig` with the assumptions made where the source is silent, and the quantity
-it measured (step time, per-layer time, tokens/s/GPU, TFLOP/s/GPU or MFU) as the model predicts it.
+:class:`~bridgebench.model.steptime.config.TimeConfig` with the assumptions made where the source is silent, and the
+quantity it measured (step time, per-layer time, tokens/s/GPU, TFLOP/s/GPU or MFU) as the model predicts it.
 ``benchmarks/validate_ablations.py`` scores them (:mod:`bridgebench.validation.metrics`).
 """
 
@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 
 from bridgebench.model.spec import ModelSpec
-from bridgebench.model.timing import Calibration, GpuFacts, TimeConfig, layer_time, predict_time
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig
+from bridgebench.model.steptime.predict import layer_time, predict_time
 
 TORCHTITAN_SEQ = 8192  # torchtitan's Llama 3.1 training default (torchtitan/models/llama3/train_configs: seq_len 8192)
 

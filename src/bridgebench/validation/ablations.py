@@ -178,7 +178,7 @@ def ablations(calib: ModelCalibration, only: tuple[str, ...] | None = None) -> l
     Raises:
         bridgebench.validation.data.ReferenceDataMissing: the ablations folder, or a set of ``only``, is absent.
     """
-    from bridgebench.config import sweep as engine
+    from bridgebench import sweep as engine
 
     rows = [(p.stem, r) for p in set_files(only) for r in read_set(p)]
     with tempfile.TemporaryDirectory(prefix="bb-ablation-configs-") as tmp:

@@ -2,7 +2,7 @@
 
 Every row of ``results/reference/published_pretrain_throughput.csv`` whose model has a ``configs/model`` entry ran,
 so the memory model and the validity rules must keep it (a "false prune" is one they remove). Each row becomes a point
-of the sweep pipeline (:func:`bridgebench.config.sweep.run_pipeline`, the same code ``sweep`` and ``predict`` run):
+of the sweep pipeline (:func:`bridgebench.sweep.run_pipeline`, the same code ``sweep`` and ``predict`` run):
 
 - base: the bridgebench recipe of (model, GPU, precision) at the row's release when one exists (Megatron-Bridge's own
   perf recipe of that release, field by field), else ``model=`` ``gpu=`` ``precision=`` at the release (25.09 rows
@@ -36,9 +36,9 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
+from bridgebench import sweep as engine
 from bridgebench.config import calibration as calib_mod
 from bridgebench.config import catalog
-from bridgebench.config import sweep as engine
 from bridgebench.config.compose import recipe_releases
 from bridgebench.config.schema import mbridge_perf
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published

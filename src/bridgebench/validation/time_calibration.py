@@ -2,9 +2,9 @@
 ``configs/calibration/<name>.yaml`` (``bridgebench calibrate``).
 
 Each row of ``results/reference/published_pretrain_throughput.csv`` whose model has a ``configs/model`` entry becomes
-a :class:`bridgebench.model.timing.Row`: the model at the row's sequence length (DeepSeek V3 "w/o MTP" rows without
-MTP), the row's GPU facts (``configs/gpu``), parallel sizes and batch, the precision's peak key (25.09 rows name no
-precision: their footnote pairs differ in FP8 quantization granularity, so they are FP8), the release's FLOPs formula
+a :class:`bridgebench.model.steptime.fit.Row`: the model at the row's sequence length (DeepSeek V3 "w/o MTP" rows
+without MTP), the row's GPU facts (``configs/gpu``), parallel sizes and batch, the precision's peak key (25.09 rows name
+no precision: their footnote pairs differ in FP8 quantization granularity, so they are FP8), the release's FLOPs formula
 (``configs/release``) and the release itself, Kimi K2 rows as layer-wise Muon (``dist_muon``, their footnote says
 Muon; the Muon recipes' ``overlap_param_gather: false``), the others AdamW with the distributed optimizer. A pipeline
 split that Megatron-Core cannot do evenly gets :func:`bridgebench.model.layout.balanced_layout` (Kimi K2's 61 layers:
@@ -14,7 +14,7 @@ a row whose sizes cannot fit its GPU count at all (DeepSeekV3 25.09 GB200: PP8 x
 
 The tables do not state the recipe's communication knobs. Where bridgebench ships the row's recipe at the row's release
 (``recipes/<model>_<gpu>_<precision>/<release>.yaml``), the row takes that recipe's knobs exactly as the sweep and
-``muon-cost`` compose them (:func:`bridgebench.config.sweep.time_config`: dispatcher, EP / TP overlap, FP8 attention,
+``muon-cost`` compose them (:func:`bridgebench.sweep.time_config`: dispatcher, EP / TP overlap, FP8 attention,
 recompute, DDP overlap flags), so a calibration row and a sweep point of the same recipe and release are priced
 alike. A row whose own recipe lacks its release takes its recipe's knobs at the nearest release where that recipe
 has the row's sizes and batch (the same tuned configuration: DeepSeek V3 and Qwen3 235B-A22B publish the 26.08
@@ -51,24 +51,22 @@ import csv
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from bridgebench.config.catalog import load_gpu, peak_key
 from bridgebench.config.compose import RECIPES_DIR, ConfigError, compose, model_spec, recipe_releases
 from bridgebench.model.layout import balanced_layout
-from bridgebench.model.timing import (
-    Calibration,
-    GpuFacts,
-    Row,
-    TimeConfig,
-    calibrate,
-    calibrate_with_bands,
-    predict_time,
-    release_index,
-)
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig
+from bridgebench.model.steptime.fit import Row, calibrate, calibrate_with_bands
+from bridgebench.model.steptime.predict import predict_time
+from bridgebench.model.steptime.release import release_index
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 from bridgebench.validation import metrics
 from bridgebench.validation.published_points import fsdp_cells, perf_match, precision_of, record_point
+
+if TYPE_CHECKING:
+    from bridgebench.validation.muon_fit import MuonFit
 
 __all__ = ["DISPATCHER_BY_GPU", "CalibrationReport", "fit", "fit_report", "published_rows", "release_index"]
 
@@ -168,7 +166,7 @@ def recipe_knobs(recipe: str, release: str, optimizer: str) -> tuple[tuple[str, 
             return None
     except (ConfigError, OSError):
         return None
-    from bridgebench.config import sweep as engine
+    from bridgebench import sweep as engine
 
     base = engine.base_of([f"recipe={recipe}", f"release='{release}'", f"optimizer={optimizer}"])
     cfg = engine.time_config(engine.effective(base, {}), base.gpu)
@@ -277,6 +275,9 @@ UNPRINTED = {
     "model.virtual_pipeline_model_parallel_size": "vp",
     "model.context_parallel_size": "cp",
     "model.expert_model_parallel_size": "ep",
+    # an empty ETP cell: the perf-recipe match's ETP where its TP and EP are the row's (as the memory check takes
+    # it), not ETP = TP -- DeepSeek V3 on 1024 H100 (TP 2, EP 64) runs ETP 1, one expert group in 64 GPUs, not 128
+    "model.expert_tensor_parallel_size": "etp",
 }
 #: communication knobs read from the same perf-recipe match (``mbridge_perf.json``; an unset ``comm_overlap`` is
 #: Megatron-Bridge's default: no overlap) -> TimeConfig field.
@@ -315,14 +316,26 @@ def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
     return out
 
 
+def muon_constants(rows: list[Row]):
+    """(``kappa``, ``ns_efficiency``, the :class:`bridgebench.validation.muon_fit.MuonFit`): Muon's constants fitted on
+    the blog's Table 1 pairs at a calibration of ``rows`` with the first-principles constants (the GEMM rates do not
+    enter the Muon delta: :mod:`bridgebench.validation.muon_fit`)."""
+    from bridgebench.validation.muon_fit import fit_muon
+
+    m = fit_muon(calibrate(rows))
+    return m.kappa, m.ns_efficiency, m
+
+
 def fit(rows: list[Row] | None = None, *, releases: Iterable[str] | None = None) -> Calibration:
-    """Fit the time calibration on the published rows (of ``releases`` only, when given); no bands (see
-    :func:`bridgebench.model.timing.calibrate_with_bands`)."""
+    """Fit the time calibration on the published rows (of ``releases`` only, when given), with Muon's constants
+    fitted on the blog's pairs (:func:`muon_constants`); no bands (see
+    :func:`bridgebench.model.steptime.fit.calibrate_with_bands`)."""
     rows = rows if rows is not None else published_rows()
+    kappa, ns_eff, _ = muon_constants(rows)
     if releases is not None:
         keep = set(releases)
         rows = [r for r in rows if r.release in keep]
-    return calibrate(rows)
+    return calibrate(rows, kappa=kappa, ns_efficiency=ns_eff)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -331,7 +344,8 @@ class CalibrationReport:
     (relative errors of model TFLOP/s/GPU; 0.05 = 5 %).
 
     ``median_abs_error`` and ``geometric_rms`` are the in-sample fit over all ``rows``; ``held_out_mape`` is over the
-    ``held_out_rows`` predicted by a fit without their release (:func:`bridgebench.model.timing.calibrate_with_bands`).
+    ``held_out_rows`` predicted by a fit without their release
+    (:func:`bridgebench.model.steptime.fit.calibrate_with_bands`).
     """
 
     calibration: Calibration
@@ -341,6 +355,7 @@ class CalibrationReport:
     geometric_rms: float
     held_out_mape: float
     held_out_rows: int
+    muon: MuonFit | None = None
 
     @property
     def source(self) -> str:
@@ -353,11 +368,16 @@ class CalibrationReport:
         )
 
 
-def fit_report(rows: list[Row] | None = None) -> CalibrationReport:
-    """Fit the time model with leave-one-release-out bands on the published rows (default: :func:`published_rows`)
-    and score it with :mod:`bridgebench.validation.metrics` (one fit per release: about a minute here)."""
+def fit_report(rows: list[Row] | None = None, progress: Callable[[str], None] | None = None) -> CalibrationReport:
+    """Fit the time model on the published rows (default: :func:`published_rows`) with Muon's constants fitted on
+    the blog's pairs (:func:`muon_constants`) and the conformal bands by distance
+    (:func:`bridgebench.model.steptime.fit.calibrate_with_bands`: about 140 held-out fits, 3-8 minutes here), and
+    score it with :mod:`bridgebench.validation.metrics`; ``progress`` gets one line per held-out fit."""
     rows = rows if rows is not None else published_rows()
-    cal, held = calibrate_with_bands(rows)
+    if progress:
+        progress("fitting Muon's ns_efficiency and kappa on the blog's Table 1 pairs")
+    kappa, ns_eff, muon = muon_constants(rows)
+    cal, held = calibrate_with_bands(rows, progress=progress, kappa=kappa, ns_efficiency=ns_eff)
     errors = [predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops - 1 for r in rows]
     out_errors = [metrics.rel_error(p, r.tflops) for r, p in zip(rows, held) if p]
     return CalibrationReport(
@@ -368,4 +388,5 @@ def fit_report(rows: list[Row] | None = None) -> CalibrationReport:
         geometric_rms=metrics.geometric_rms(errors),
         held_out_mape=metrics.mape(out_errors),
         held_out_rows=len(out_errors),
+        muon=muon,
     )

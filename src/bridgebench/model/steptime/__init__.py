@@ -21,5 +21,6 @@ module                    what it prices
 ``muon``                  :func:`muon_cost`: Muon's overhead and its what-ifs
 ========================  =========================================================================================
 
-``bridgebench.model.timing`` re-exports the public names.
+Callers import each name from its module (``bridgebench.model.steptime.predict.predict_time``, ...): the model has
+one name, ``steptime``.
 """

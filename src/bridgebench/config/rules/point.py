@@ -1,0 +1,149 @@
+"""What the rules read and what they report: :class:`Point` (the flat numbers and flags of one run), a
+:class:`Violation` (one broken rule) and :class:`RuleError` (a point that breaks rules)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from bridgebench.errors import BridgebenchError
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule: ``rule`` is a stable id from :data:`RULES`, ``message`` names the rule and its numbers."""
+
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.message}"
+
+
+class RuleError(BridgebenchError):
+    """A point breaks one or more rules; ``violations`` holds them, ``str()`` lists each as ``rule: message``."""
+
+    def __init__(self, violations: list[Violation]):
+        self.violations = list(violations)
+        super().__init__(self.violations)
+
+    def __str__(self) -> str:
+        n = len(self.violations)
+        lines = "\n".join(f"  {v}" for v in self.violations)
+        return f"configuration breaks {n} rule{'s' if n != 1 else ''}:\n{lines}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Point:
+    """The flat numbers and flags of one run that the rules need.
+
+    Names: ``tp pp vp cp ep etp`` are the Megatron-Core tensor / pipeline / virtual-pipeline / context / expert /
+    expert-tensor parallel sizes (``etp=None`` means "= TP", ``vp=None`` means no interleaving); ``mbs``/``gbs`` the
+    micro / global batch sizes; the rest are Megatron-Bridge ``ConfigContainer`` field names
+    (``use_distributed_optimizer`` is ``optimizer.use_distributed_optimizer``, ``ddp_use_distributed_optimizer`` and
+    ``overlap_param_gather`` are ``ddp.*``, ``fp8_param_gather`` / ``reuse_grad_buf_for_mxfp8_param_ag`` are
+    ``mixed_precision.*``, ``precision`` is bridgebench's precision name: bf16, fp8_cs, mxfp8, nvfp4).
+    Defaults are those of ``configs/`` (adamw, bf16).
+    """
+
+    num_gpus: int
+    num_layers: int
+    num_attention_heads: int
+    seq_length: int
+    gbs: int
+    mbs: int = 1
+    gpus_per_node: int = 8
+    tp: int = 1
+    pp: int = 1
+    vp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    sequence_parallel: bool = False
+    mtp_num_layers: int | None = None
+    num_query_groups: int | None = None
+    num_moe_experts: int | None = None
+    pipeline_model_parallel_layout: str | None = None
+    num_layers_in_first_pipeline_stage: int | None = None
+    num_layers_in_last_pipeline_stage: int | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    optimizer: str = "adam"
+    use_distributed_optimizer: bool = True
+    ddp_use_distributed_optimizer: bool = True
+    overlap_param_gather: bool = True
+    fp8_param_gather: bool = False
+    reuse_grad_buf_for_mxfp8_param_ag: bool = False
+    precision: str = "bf16"
+    # GPU x precision x system (configs/gpu, configs/precision, env_vars); None = not declared, rule skipped
+    gpu: str = ""
+    compute_capability: float | None = None
+    min_compute_capability: float | None = None
+    nvlink_domain: int | None = None
+    env_nvlink_domain_size: Any = None
+    env_use_mnnvl: Any = None
+    env_hybrid_ep_ranks_per_nvlink_domain: Any = None
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Point:
+        """Read a composed config (:func:`bridgebench.config.compose`) into a point. No Hydra compose, no import."""
+        m = cfg.model
+        t = cfg.train
+        o = cfg.optimizer
+        d = cfg.ddp
+        mp = cfg.mixed_precision
+        return cls(
+            num_gpus=cfg.num_gpus,
+            gpus_per_node=cfg.gpu.gpus_per_node,
+            tp=m.tensor_model_parallel_size,
+            pp=m.pipeline_model_parallel_size,
+            vp=m.virtual_pipeline_model_parallel_size,
+            cp=m.context_parallel_size,
+            ep=m.expert_model_parallel_size,
+            etp=m.expert_tensor_parallel_size,
+            sequence_parallel=m.sequence_parallel,
+            mbs=t.micro_batch_size,
+            gbs=t.global_batch_size,
+            seq_length=m.seq_length,
+            num_layers=m.num_layers,
+            mtp_num_layers=m.mtp_num_layers,
+            num_attention_heads=m.num_attention_heads,
+            num_query_groups=m.num_query_groups,
+            num_moe_experts=m.num_moe_experts,
+            pipeline_model_parallel_layout=m.pipeline_model_parallel_layout,
+            num_layers_in_first_pipeline_stage=m.num_layers_in_first_pipeline_stage,
+            num_layers_in_last_pipeline_stage=m.num_layers_in_last_pipeline_stage,
+            account_for_embedding_in_pipeline_split=m.account_for_embedding_in_pipeline_split,
+            account_for_loss_in_pipeline_split=m.account_for_loss_in_pipeline_split,
+            optimizer=o.optimizer,
+            use_distributed_optimizer=o.use_distributed_optimizer,
+            ddp_use_distributed_optimizer=d.use_distributed_optimizer,
+            overlap_param_gather=d.overlap_param_gather,
+            fp8_param_gather=mp.fp8_param_gather,
+            reuse_grad_buf_for_mxfp8_param_ag=mp.reuse_grad_buf_for_mxfp8_param_ag,
+            precision=cfg.precision.name,
+            gpu=str(cfg.gpu.name),
+            compute_capability=cfg.gpu.get("compute_capability"),
+            min_compute_capability=cfg.precision.get("min_compute_capability"),
+            nvlink_domain=cfg.gpu.get("nvlink_domain"),
+            env_nvlink_domain_size=env_value(cfg, "NVLINK_DOMAIN_SIZE"),
+            env_use_mnnvl=env_value(cfg, "USE_MNNVL"),
+            env_hybrid_ep_ranks_per_nvlink_domain=env_value(cfg, "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"),
+        )
+
+    def replace(self, **changes: Any) -> Point:
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
+
+
+def env_value(cfg: Any, key: str) -> Any:
+    """``env_vars[key]`` as an int when it is one (env values are strings), else as given; None when unset."""
+    env = cfg.get("env_vars") if hasattr(cfg, "get") else None
+    value = env.get(key) if env is not None else None
+    if value is None:
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return str(value)
