@@ -58,15 +58,15 @@ def ssh_tunnel(cluster, job_dir: str):
     """A new nemo-run ``SSHTunnel`` to ``cluster.tunnel`` whose job folder is ``job_dir`` (not connected yet).
 
     Raises:
-        bridgebench.launch.executor.LaunchConfigError: an unsafe host or user name.
+        bridgebench.launch.shellsafe.LaunchConfigError: an unsafe host or user name.
     """
     import nemo_run as run
 
-    from bridgebench.launch import executor as ex
+    from bridgebench.launch import shellsafe
 
     t = cluster.tunnel
-    ex.check_name("ssh host", t.host)
-    ex.check_name("ssh user", t.user)
+    shellsafe.check("name", t.host, "ssh host")
+    shellsafe.check("name", t.user, "ssh user")
     port = t.get("port")
     return run.SSHTunnel(
         host=str(t.host),

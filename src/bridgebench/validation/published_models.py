@@ -19,11 +19,12 @@ Summary: rows, held-out MAPE and median |error| (all rows and per release), rows
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
 from bridgebench.config import calibration as calib_mod
+from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.fit import Row, calibrate, cross_validate
 from bridgebench.model.steptime.predict import predict_time
 from bridgebench.validation import metrics
@@ -48,7 +49,7 @@ class ModelsSummary:
     calibration: str = "default"
 
 
-def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict[tuple, dict]:
+def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict[tuple[Any, ...], dict[str, Any]]:
     """Memory verdicts of the published rows behind ``rows`` through the sweep pipeline, by (release, model, system,
     GPUs, GBS, published TFLOP/s) -- not the sizes: a release's own settings may replace printed sizes or the MBS
     (``published_settings.yaml``), and the time row carries the replaced ones."""
@@ -91,11 +92,11 @@ def check_models(
     calib = calib_mod.load(calibration)
     releases = sorted({r.release for r in rows}, key=lambda x: [int(p) for p in x.split(".")])
 
-    def fit(train: list[Row]):
+    def fit(train: Sequence[Row]) -> Calibration:
         if progress:
             held = sorted({r.release for r in rows} - {r.release for r in train})
             progress(f"fitting without release {', '.join(held)} ({len(train)} rows)")
-        return calibrate(train)
+        return calibrate(list(train))
 
     held = cross_validate(rows, fit, releases)
     memory = _memory_verdicts(rows, calib)
