@@ -88,8 +88,8 @@ def test_adaptive_sweep_converges_resumes_and_calibrates(env, tmp_path):
             break
         time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=120)
-    assert proc.returncode != 0
+    _, said = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "--resume" in said and "Traceback" not in said, said[-2000:]
     again = json.loads(env("sweep", "--space", "replay_small", "--adaptive", "--budget", "2", "--submit", "--wait",
                            "--name", "b", "--resume", "job.replay.sleep_s=0.3", "--json").stdout)  # fmt: skip
     assert again["stop"] in ("converged", "budget")

@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
 from bridgebench.config.compose import compose
@@ -76,3 +77,15 @@ def test_env_sh_exports_the_state_it_was_given(tmp_path):
         [str(REPO_ROOT / "launch" / "cluster" / "env.sh")], env=env, capture_output=True, text=True, check=True
     ).stdout
     assert f"export SLURM_CONF={tmp_path}/st/etc/slurm.conf" in out and f"export {var}={tmp_path}/st" in out
+
+
+def test_submit_wait_of_a_sweep_follows_its_cluster():
+    """``bridgebench submit -m experiment=optstep_local optimizer=muon,adamw --wait`` (the README's walkthrough)
+    submitted its runs, then ended in Hydra's "Ambiguous value" error when --wait composed the sweep as one config."""
+    from bridgebench.cli.runs import _cluster_cfg
+    from bridgebench.config.compose import ConfigError
+
+    cfg = _cluster_cfg(["experiment=optstep_local", "optimizer=muon,adamw"])
+    assert cfg.cluster.name == "local"
+    with pytest.raises(ConfigError, match="varies it \\(cluster\\)"):
+        _cluster_cfg(["experiment=optstep_local", "cluster=local,local_remote"])

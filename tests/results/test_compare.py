@@ -523,6 +523,8 @@ def test_selection_by_config_keys_and_contention_flags(env, capsys):
         capsys, "--source", "runs", "gpu=gb300", "precision=bf16", "--a", "job.layers=1", "--b", "job.layers=2"
     )
     assert code == 0, err
-    ratio = float(re.search(r"total: slower: ratio ([0-9.]+)", out).group(1))
+    ratio = float(re.search(r"total: slower: ratio ([0-9.]+) \(of the sides' mean of run medians\)", out).group(1))
     assert 1.8 < ratio < 2.2  # two layers of each kind: twice the matrices
+    # every side value says which statistic it is (issue 24: compare's means and report's medians were unlabelled)
+    assert "A and B = mean of run medians" in out and "A (mean of run medians)" in out
     assert "flagged 10/a0/optstep: contended (other processes used 30% of the node's CPU)" in out

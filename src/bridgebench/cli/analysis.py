@@ -120,6 +120,12 @@ def table(
         records = store.records(kind="pretrain")
         for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+        replayed = len(store.records(kind="replay"))
+        if replayed:  # never mixed into a table of measurements (bridgebench.payloads.replay)
+            console.print(
+                f"your runs: measured only; {replayed} replayed record(s) (payload: replay, step times from a "
+                "published table) are not used (`bridgebench report --payload replayed` shows them)"
+            )
         measured = measured_step_times(records, wanted)
         other = len(measured_step_times(records, QUALITIES + (None,))) - len(measured)
         if not records:
@@ -202,7 +208,9 @@ def table(
 @app.command("check-published")
 def check_published_cmd(
     models: bool = typer.Option(
-        False, "--models", help="also check the time and memory models on every row (held-out release; ~2 min)"
+        False,
+        "--models",
+        help="also check the time and memory models on every row (held-out release and configuration; ~4 min)",
     ),
     calibration: str = typer.Option("default", "--calibration", help="configs/calibration/<NAME>.yaml (--models)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
@@ -275,6 +283,16 @@ def check_published_cmd(
             f"{msum.within_band} within their band"
         )
         typer.echo("  MAPE by held-out release: " + ", ".join(f"{k} {v:.1%}" for k, v in msum.mape_by_release.items()))
+        typer.echo(
+            f"  leave one configuration out (every release of a configuration held out together): MAPE "
+            f"{msum.loco_mape:.1%}, median |error| {msum.loco_median_abs_error:.1%}; by distance from the fit: "
+            + ", ".join(f"{k} {v:.1%}" for k, v in msum.loco_mape_by_distance.items())
+        )
+        for name, label in (("loro", "release held out"), ("loco", "configuration held out")):
+            cov = msum.coverage.get(name, {})
+            typer.echo(
+                f"  band coverage, {label}: " + ", ".join(f"{cov[lv]:.0%} inside the {lv} % band" for lv in sorted(cov))
+            )
         typer.echo(
             f"memory model: {msum.fits} of {msum.rows} published rows fit; {msum.false_prunes} false prunes "
             f"(every published row ran); {msum.inconsistent} printed configuration(s) cannot have run as printed"

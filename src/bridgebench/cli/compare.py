@@ -200,13 +200,15 @@ def _print(result, threshold: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from bridgebench.results.compare import side_statistic
+
     c = Console()
     c.width = max(c.width, 240 if any(h.own for h in result.histories) else 180)
     for h in result.histories:
         t = Table(title=f"{h.key.label()}: {len(h.points)} release(s)", title_justify="left")
         cols = ["release", "formula", "TFLOP/s/GPU", "tokens/s/GPU", "vs previous", "mark", "config changes", "CP"]
         if h.own:
-            cols += ["your runs", "vs published"]
+            cols += ["your runs (mean of run medians [CI])", "vs published"]
         for col in cols:
             t.add_column(col, no_wrap=col not in ("config changes", "vs published"))
         own = {o.release: o for o in h.own}
@@ -269,8 +271,18 @@ def _print(result, threshold: float) -> None:
                 c.print(f"  skipped {why}")
             for why in s.flags:
                 c.print(f"  flagged {why}")
-        t = Table(title=f"B vs A, metric {sd.metric}", title_justify="left")
-        for col in ("comparison", "A", "B", "ratio B/A", "CI", "Mann-Whitney p (runs)", "q (FDR)", "verdict"):
+        stat = side_statistic(sd.comparisons[0][1].params) if sd.comparisons else "mean of run medians"
+        t = Table(title=f"B vs A, metric {sd.metric}: A and B = {stat}", title_justify="left")
+        for col in (
+            "comparison",
+            f"A ({stat})",
+            f"B ({stat})",
+            "ratio B/A",
+            "CI",
+            "Mann-Whitney p (runs)",
+            "q (FDR)",
+            "verdict",
+        ):
             t.add_column(col, no_wrap=True)
         for label, r in sd.comparisons:
             t.add_row(
@@ -293,10 +305,13 @@ def _print(result, threshold: float) -> None:
 
 
 def _verdict_text(r) -> str:
+    from bridgebench.results.compare import side_statistic
+
     if r.verdict == "insufficient" or r.ci_low is None:  # too few runs, or no spread to test against
         return f"{r.verdict}: {r.reason}" if r.verdict != "insufficient" else r.reason
     return (
-        f"{r.verdict}: ratio {r.ratio:.4f}, {r.params['confidence']:.0%} CI [{r.ci_low:.4f}, {r.ci_high:.4f}], "
+        f"{r.verdict}: ratio {r.ratio:.4f} (of the sides' {side_statistic(r.params)}), "
+        f"{r.params['confidence']:.0%} CI [{r.ci_low:.4f}, {r.ci_high:.4f}], "
         f"threshold {r.params['threshold']:.1%}, {r.n_runs[0]} vs {r.n_runs[1]} runs"
         + (f", Mann-Whitney p (run medians) {r.mannwhitney_runs_p:.3g}" if r.mannwhitney_runs_p is not None else "")
         + (

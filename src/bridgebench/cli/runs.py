@@ -130,9 +130,26 @@ def _warn_cluster(runs, console) -> None:
 
 
 def _cluster_cfg(overrides: list[str]):
-    from bridgebench.config.compose import compose
+    """The composed config whose ``cluster`` ``--wait`` / ``status`` ask: ``overrides`` themselves, or for a sweep
+    (``-m optimizer=muon,adamw``, the README's walkthrough) its first point -- every point goes to the same cluster.
 
-    return compose(overrides)
+    Raises:
+        ConfigError: the sweep varies the cluster (``cluster=a,b``, ``cluster.partition=x,y``): one submit per cluster.
+    """
+    from bridgebench.config.compose import ConfigError, compose, expand_sweep, has_sweep, normalize_overrides
+
+    if not has_sweep(overrides):
+        return compose(overrides)
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(normalize_overrides(overrides))
+    swept = [ov.key_or_group.lstrip("+~") for ov in parsed if ov.is_sweep_override()]
+    if any(k == "cluster" or k.startswith("cluster.") for k in swept):
+        raise ConfigError(
+            "submit --wait follows one cluster, and this sweep varies it "
+            f"({', '.join(k for k in swept if k.split('.')[0] == 'cluster')}): submit each cluster's runs separately"
+        )
+    return compose(expand_sweep(overrides)[0])
 
 
 @app.command()

@@ -115,8 +115,9 @@ def sweep(
         k: {**v, "points_per_s": v["points"] / v["seconds"] if v["seconds"] else None} for k, v in result.stages.items()
     }
     cols = ("rank", "status", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "recompute_granularity",
-            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "tie", "twins",
-            "published", "ep_span", "ep_leaves_nvlink", "tight", "config_hash", "plan_dir", "run_ids")  # fmt: skip
+            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "band_source", "tie",
+            "twins", "published", "ep_span", "ep_leaves_nvlink", "tight", "config_hash", "plan_dir",
+            "run_ids")  # fmt: skip
     if as_json:
         top = [{k: r.get(k) for k in cols} for r in result.top]
         out = {"name": result.name, "dir": str(result.dir), "stages": stages, "counts": result.counts, "top": top}
@@ -193,11 +194,18 @@ def _adaptive(overrides, space, name, budget, calibration, per_round, resume, ti
 
     from bridgebench.launch.adaptive import run_adaptive
 
-    with _RichProgress(err) as progress:
-        res = run_adaptive(
-            overrides, space=space, name=name, budget=budget, calibration=calibration, per_round=per_round,
-            resume=resume, wait_timeout_s=timeout, progress=progress,
-        )  # fmt: skip
+    try:
+        with _RichProgress(err) as progress:
+            res = run_adaptive(
+                overrides, space=space, name=name, budget=budget, calibration=calibration, per_round=per_round,
+                resume=resume, wait_timeout_s=timeout, progress=progress,
+            )  # fmt: skip
+    except KeyboardInterrupt:  # the state is on disk after every plan and submission: say how to go on
+        err.print(
+            "interrupted: the submitted runs keep running; `bridgebench sweep ... --adaptive --resume` (the same "
+            "overrides, space and --name) goes on and submits nothing twice"
+        )
+        raise typer.Exit(130) from None
     summary = {
         "name": res.sweep.name,
         "dir": str(res.sweep.dir),
@@ -249,7 +257,7 @@ def _cell(value) -> str:
 #: Point fields that are results or bookkeeping, never what tells two configurations apart.
 _NOT_CONFIG = {"rank", "status", "rule", "reason", "point_id", "config_hash", "plan_dir", "run_ids", "score", "base",
                "efficiency", "efficiency_source", "mem_stage", "recompute_granularity", "recompute_modules",
-               "delta"}  # fmt: skip
+               "delta", "band_50_pct", "band_90_pct", "band_source"}  # fmt: skip
 
 
 def _separating_fields(top: list[dict], shown: tuple[str, ...]) -> list[str]:
@@ -354,6 +362,7 @@ def muon_cost(
         "software_level": cost.muon.level,
         "software_level_source": cost.muon.level_source,
     }
+    summary["cluster_refit"] = _muon_cost_refit(calib, cost, f"{base.gpu.name}/{v['precision']}")
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -396,6 +405,34 @@ def muon_cost(
         f"({cost.muon.efficiency_source}, software level x{cost.muon.level:.3f} from the {cost.muon.level_source}). "
         "* = this configuration."
     )
+    ref = summary["cluster_refit"]
+    if ref:
+        out.print(
+            f"Refitted on this cluster's runs ({calib.name!r}, bridgebench.model.refit): Muon step "
+            f"{ref['muon_step_s']:.3f} s, AdamW step {ref['adamw_step_s']:.3f} s (+-{ref['band_pct']:.1f} %), Muon / "
+            f"AdamW {ref['muon_over_adamw']:.4f}; the figures above are the published model's."
+        )
+
+
+def _muon_cost_refit(calib, cost, group: str) -> dict | None:
+    """Muon and AdamW steps through a cluster's refit (``calibrate --from-runs``), or None for a published
+    calibration: each step's terms weighted by the refit's level and term factors (bridgebench.model.refit)."""
+    from bridgebench.model.refit import Candidate
+    from bridgebench.sweep.scoring import cluster_refit
+
+    post = cluster_refit(calib)
+    if post is None:
+        return None
+    out = {}
+    for key, b in (("muon", cost.muon), ("adamw", cost.adam)):
+        c = Candidate(
+            point_id=key, step_s=b.total, flops=b.flops, num_gpus=int(b.num_gpus), band_pct=float(b.band_pct),
+            group=group, terms=dict(b.terms), ep_scale_out=bool(getattr(b, "ep_scale_out", False)),
+        )  # fmt: skip
+        out[f"{key}_step_s"], sd = post.step(c)
+        out["band_pct"] = 100 * sd
+    out["muon_over_adamw"] = out["muon_step_s"] / out["adamw_step_s"]
+    return out
 
 
 @app.command()
@@ -409,8 +446,9 @@ def calibrate(
 ) -> None:
     """Fit the time model on every published perf-table row of a model bridgebench knows
     (results/reference/published_pretrain_throughput.csv): efficiency per GPU and precision class, per-layer
-    overhead, the release-level process, and the uncertainty bands from leave-one-release-out predictions (one fit
-    per release: about a minute here).
+    overhead, the release-level process, Muon's constants (fitted on the blog's Table 1), and the conformal
+    uncertainty bands by distance from the calibration (rows held out by release, configuration, group, model and
+    GPU, model, GPU: about 140 fits, 3-8 minutes here).
 
     With --from-runs [selection] --name NAME: a calibration of this cluster from its completed records (their
     plans' predictions refitted on the measured step times, shrunk towards --calibration in proportion to the
@@ -427,7 +465,7 @@ def calibrate(
     from bridgebench.config import calibration as calib_mod
     from bridgebench.validation.time_calibration import fit_report
 
-    report = fit_report()
+    report = fit_report(progress=lambda msg: typer.echo(msg, err=True))
     cal, source = report.calibration, report.source
     if write:
         path = calib_mod.write_time(name, cal, source)
@@ -437,6 +475,12 @@ def calibrate(
         return
     typer.echo(source)
     typer.echo(f"c_layer {cal.c_layer * 1e3:.3f} ms per layer per microbatch")
+    typer.echo(
+        f"Muon: ns_efficiency {cal.ns_efficiency:.3f} of the BF16 peak, kappa {cal.kappa * 1e6:.0f} us per matrix "
+        "(fitted on the blog's Table 1); Muon / AdamW step, measured vs predicted:"
+    )
+    for name, measured, predicted in report.muon.residuals if report.muon else ():
+        typer.echo(f"  {name:45s} {measured:.3f} vs {predicted:.3f} ({100 * (predicted - measured):+.1f} points)")
     for (gpu, pclass), value in sorted(cal.efficiency.items()):
         band = cal.band_by_gpu.get((gpu, pclass))
         extra = f", band +-{band:.1%}" if band is not None else ""
@@ -446,15 +490,28 @@ def calibrate(
         + ", ".join(f"{f} mean x{math.exp(v):.3f}" for f, v in sorted(cal.family_level.items()))
         + f"); band over all rows +-{cal.band_default:.1%} (held out by release)"
     )
+    if cal.conformal is not None:
+        from bridgebench.model.steptime.bands import LEVELS, TIERS
+
+        typer.echo(f"conformal bands by distance from the calibration ({cal.conformal.method}):")
+        for tier in TIERS:
+            q = cal.conformal.quantiles[tier]
+            cov = cal.conformal.coverage.get(tier, {})
+            typer.echo(
+                f"  {tier:20s} n={cal.conformal.counts.get(tier, 0):3d}  "
+                + "  ".join(
+                    f"{lv} %: +-{math.exp(q[lv]) - 1:6.1%} (held out {cov.get(lv, float('nan')):.0%})" for lv in LEVELS
+                )  # fmt: skip
+            )
 
 
 def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_json: bool) -> None:
     """``calibrate --from-runs``: select, refit, print the leave-one-run-out error and the new bands, write."""
     import math
-    import statistics
 
     from bridgebench.launch.collect import default_store
     from bridgebench.results import cluster_calibration as cc
+    from bridgebench.validation import metrics
 
     if not name:
         raise cc.ClusterCalibrationError("calibrate_from_runs: --name NAME is needed (the new calibration's name)")
@@ -469,7 +526,7 @@ def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_j
     loo = res["loo"]
     by = {c.point_id: c for c in res["candidates"]}
     bands = {p: 100 * post.log_ratio(c)[1] for p, c in by.items()}
-    mape = statistics.mean(abs(r["error_pct"]) for r in loo) if len(loo) > 1 else None
+    mape = 100 * metrics.mape(r["error_pct"] / 100 for r in loo) if len(loo) > 1 else None
     summary = {
         "name": name,
         "path": str(path),

@@ -176,6 +176,7 @@ def aggregate(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
                 "n_outliers": sum(any(f.startswith("outlier") for f in r.flags) for r in group),
                 "flags": flags,
                 "stats": stats_,
+                "statistic": "median over repeats (stats: q1, q3, IQR, 95% CI of the median from n >= 6)",
                 **{m: stats_[m]["median"] for m in METRICS},
                 "repeats": [
                     {"record_id": r.record_id, "other_share": r.other_share, "flags": r.flags, **r.values}

@@ -54,7 +54,7 @@ from bridgebench.results.compare.own_runs import (
     run_matches,
     run_values,
 )
-from bridgebench.results.compare.result import CompareResult, run_compare
+from bridgebench.results.compare.result import CompareResult, run_compare, side_statistic
 from bridgebench.results.compare.selection import (
     METRICS,
     RUN_KEY_ALIASES,
@@ -94,6 +94,7 @@ __all__ = [
     "run_matches",
     "run_values",
     "same_flops_count",
+    "side_statistic",
     "speedup_matrix",
     "write_outputs",
 ]

@@ -122,6 +122,13 @@ class CompareResult:
         }
 
 
+def side_statistic(params: Mapping[str, Any]) -> str:
+    """What a side's value is, in words, from a comparison's ``params`` (``compare_stats.compare_runs``): the mean over
+    the side's runs of each run's median (or mean) -- printed beside every side value, so that ``compare``'s means
+    are never read as ``report``'s medians."""
+    return f"mean of run {params.get('stat', 'median')}s"
+
+
 def _comparison_row(c: RunComparison, **extra: Any) -> dict[str, Any]:
     return {
         **extra,
@@ -138,6 +145,7 @@ def _comparison_row(c: RunComparison, **extra: Any) -> dict[str, Any]:
         "runs_b": c.n_runs[1],
         "value_a": c.side_values[0],
         "value_b": c.side_values[1],
+        "value_statistic": side_statistic(c.params),
         "between_run_cv": c.between_run_cv,
         "repeats_needed": c.repeats_needed,
         "block_length": c.params.get("block_length"),
