@@ -324,11 +324,12 @@ def resolver_calls(text: str) -> list[ResolverCall]:
     while stack:
         node = stack.pop()
         if isinstance(node, P.InterpolationResolverContext):
-            rname = node.resolverName()
+            ctx: Any = node  # antlr4 contexts are untyped
+            rname = ctx.resolverName()
             plain_name = not rname.getTypedRuleContexts(P.InterpolationContext)
-            seq = node.sequence()
+            seq = ctx.sequence()
             elements = seq.element() if seq is not None else []
-            first = elements[0] if elements else None
+            first: Any = elements[0] if elements else None
             plain_first = first is not None and not _has_interpolation(first, P)
             calls.append(
                 ResolverCall(rname.getText() if plain_name else None, first.getText().strip() if plain_first else None)

@@ -318,7 +318,7 @@ def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def muon_constants(rows: list[Row]):
+def muon_constants(rows: list[Row]) -> tuple[float, float, Any]:
     """(``kappa``, ``ns_efficiency``, the :class:`bridgebench.validation.muon_fit.MuonFit`): Muon's constants fitted on
     the blog's Table 1 pairs at a calibration of ``rows`` with the first-principles constants (the GEMM rates do not
     enter the Muon delta: :mod:`bridgebench.validation.muon_fit`)."""
