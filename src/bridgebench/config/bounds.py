@@ -30,7 +30,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -84,7 +84,7 @@ def _expanded_nodes(node: yaml.Node, memo: dict[int, int], limit: int) -> int:
     return total
 
 
-def check_yaml_file(path: str | os.PathLike) -> None:
+def check_yaml_file(path: str | os.PathLike[str]) -> None:
     """Refuse a config file larger than :data:`MAX_CONFIG_BYTES` or expanding to more than :data:`MAX_YAML_NODES`
     nodes (rule ``yaml_bounds``). A file that is not YAML passes (the reader that loads it names the YAML error).
 
@@ -141,10 +141,18 @@ def check_confined(path: Path, root: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ ranges
-def _pos(hi: float) -> Any:
-    return Annotated[int, Field(gt=0, le=hi)]
-
-
+#: positive integers under each stated cap
+Layers = Annotated[int, Field(gt=0, le=MAX_LAYERS)]
+Hidden = Annotated[int, Field(gt=0, le=MAX_HIDDEN)]
+Ffn = Annotated[int, Field(gt=0, le=MAX_HIDDEN * 8)]
+Heads = Annotated[int, Field(gt=0, le=MAX_HEADS)]
+Experts = Annotated[int, Field(gt=0, le=MAX_EXPERTS)]
+Vocab = Annotated[int, Field(gt=0, le=MAX_VOCAB)]
+Seq = Annotated[int, Field(gt=0, le=MAX_SEQ)]
+Gpus = Annotated[int, Field(gt=0, le=MAX_GPUS)]
+Batch = Annotated[int, Field(gt=0, le=MAX_BATCH)]
+PerNode = Annotated[int, Field(gt=0, le=1024)]
+Mib = Annotated[int, Field(gt=0, le=1 << 30)]
 PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
@@ -158,26 +166,26 @@ class _Section(BaseModel):
 class ModelBounds(_Section):
     """``model``: architecture sizes (ModelSpec) and parallel sizes (Megatron-Core ModelParallelConfig)."""
 
-    num_layers: _pos(MAX_LAYERS) | None = None
-    hidden_size: _pos(MAX_HIDDEN) | None = None
-    ffn_hidden_size: _pos(MAX_HIDDEN * 8) | None = None
-    num_attention_heads: _pos(MAX_HEADS) | None = None
-    vocab_size: _pos(MAX_VOCAB) | None = None
-    seq_length: _pos(MAX_SEQ) | None = None
-    num_query_groups: _pos(MAX_HEADS) | None = None
-    kv_channels: _pos(MAX_HIDDEN) | None = None
-    num_moe_experts: _pos(MAX_EXPERTS) | None = None
-    moe_ffn_hidden_size: _pos(MAX_HIDDEN * 8) | None = None
-    moe_shared_expert_intermediate_size: _pos(MAX_HIDDEN * 8) | None = None
-    moe_router_topk: _pos(MAX_EXPERTS) = 2
+    num_layers: Layers | None = None
+    hidden_size: Hidden | None = None
+    ffn_hidden_size: Ffn | None = None
+    num_attention_heads: Heads | None = None
+    vocab_size: Vocab | None = None
+    seq_length: Seq | None = None
+    num_query_groups: Heads | None = None
+    kv_channels: Hidden | None = None
+    num_moe_experts: Experts | None = None
+    moe_ffn_hidden_size: Ffn | None = None
+    moe_shared_expert_intermediate_size: Ffn | None = None
+    moe_router_topk: Experts = 2
     mtp_num_layers: Annotated[int, Field(ge=0, le=MAX_LAYERS)] | None = None
-    make_vocab_size_divisible_by: _pos(MAX_VOCAB) = 128
-    tensor_model_parallel_size: _pos(MAX_GPUS) = 1
-    pipeline_model_parallel_size: _pos(MAX_LAYERS) = 1
-    virtual_pipeline_model_parallel_size: _pos(MAX_LAYERS) | None = None
-    context_parallel_size: _pos(MAX_GPUS) = 1
-    expert_model_parallel_size: _pos(MAX_EXPERTS) = 1
-    expert_tensor_parallel_size: _pos(MAX_GPUS) | None = None
+    make_vocab_size_divisible_by: Vocab = 128
+    tensor_model_parallel_size: Gpus = 1
+    pipeline_model_parallel_size: Layers = 1
+    virtual_pipeline_model_parallel_size: Layers | None = None
+    context_parallel_size: Gpus = 1
+    expert_model_parallel_size: Experts = 1
+    expert_tensor_parallel_size: Gpus | None = None
 
     @model_validator(mode="after")
     def _divisible(self) -> ModelBounds:
@@ -189,7 +197,7 @@ class ModelBounds(_Section):
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({heads}) when "
                 "kv_channels is not set (Megatron-Core sets kv_channels = hidden_size // num_attention_heads)"
             )
-        if heads % groups:
+        if groups is not None and heads % groups:
             raise ValueError(f"num_attention_heads ({heads}) must be divisible by num_query_groups ({groups})")
         if self.num_moe_experts is not None and self.moe_router_topk > self.num_moe_experts:
             raise ValueError(
@@ -201,12 +209,12 @@ class ModelBounds(_Section):
 class GPUBounds(_Section):
     """``gpu``: peaks (TFLOP/s), memory (GB, MiB) and bandwidths (TB/s, GB/s) are positive and finite."""
 
-    gpus_per_node: _pos(1024) | None = None
-    nvlink_domain: _pos(MAX_GPUS) | None = None
+    gpus_per_node: PerNode | None = None
+    nvlink_domain: Gpus | None = None
     compute_capability: PosFloat | None = None
     peak_tflops: dict[str, PosFloat | None] = {}
     hbm_gb: PosFloat | None = None
-    hbm_total_mib: _pos(1 << 30) | None = None
+    hbm_total_mib: Mib | None = None
     hbm_bandwidth_tb_s: PosFloat | None = None
     nvlink_bandwidth_gb_s: PosFloat | None = None
     network_bandwidth_gb_s: PosFloat | None = None
@@ -215,15 +223,15 @@ class GPUBounds(_Section):
 class ClusterBounds(_Section):
     """``cluster``: node and GPU counts, retries and timeouts in range."""
 
-    nodes: _pos(MAX_GPUS) | None = None
+    nodes: Gpus | None = None
     gpus_per_node: Annotated[int, Field(ge=0, le=1024)] = 0
     max_retries: Annotated[int, Field(ge=0, le=100)] = 0
     lost_after_s: PosFloat = 600.0  # (the tunnel's port range: launch/shellsafe.py, rule shell_safe_value)
 
 
 class TrainBounds(_Section):
-    global_batch_size: _pos(MAX_BATCH) | None = None
-    micro_batch_size: _pos(MAX_BATCH) | None = None
+    global_batch_size: Batch | None = None
+    micro_batch_size: Batch | None = None
 
 
 class RunBounds(BaseModel):
@@ -231,7 +239,7 @@ class RunBounds(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    num_gpus: _pos(MAX_GPUS) | None = None
+    num_gpus: Gpus | None = None
     model: ModelBounds | None = None
     gpu: GPUBounds | None = None
     cluster: ClusterBounds | None = None
@@ -244,7 +252,7 @@ def _value_text(v: Any) -> str:
     return repr(v)
 
 
-def _phrase(e: dict[str, Any]) -> str:
+def _phrase(e: Mapping[str, Any]) -> str:
     """A pydantic error as bridgebench words it: ``must be a positive integer``, ``must be at most 4096 (the
     stated cap)``, or pydantic's own message."""
     ctx, kind = e.get("ctx") or {}, e.get("type", "")
@@ -257,7 +265,7 @@ def _phrase(e: dict[str, Any]) -> str:
         return f"must be at most {ctx.get('le'):,} (the stated cap, docs/rules.md config_range)"
     if kind == "finite_number":
         return "must be a finite number"
-    return "must be " + e["msg"].removeprefix("Value error, ").removeprefix("Input should be ")
+    return "must be " + str(e["msg"]).removeprefix("Value error, ").removeprefix("Input should be ")
 
 
 def check_ranges(plain: dict[str, Any], *, where: str = "config") -> None:
@@ -321,7 +329,8 @@ def check_config(cfg: Any) -> None:
         if node is None:
             return None
         out: dict[str, Any] = {}
-        raw = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else {}
+        got = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else None
+        raw: dict[Any, Any] = got if isinstance(got, dict) else {}
         for name in names:
             if _reads_outside(raw.get(name)):
                 continue  # a resolver call (${oc.env:...}) is never resolved here: the env_resolver rule judges it
@@ -343,7 +352,8 @@ def check_config(cfg: Any) -> None:
     if (train := pick("train", set(TrainBounds.model_fields))) is not None:
         plain["train"] = train
     try:
-        if not _reads_outside(OmegaConf.to_container(cfg, resolve=False).get("num_gpus")):
+        top = OmegaConf.to_container(cfg, resolve=False)
+        if isinstance(top, dict) and not _reads_outside(top.get("num_gpus")):
             plain["num_gpus"] = OmegaConf.select(cfg, "num_gpus", throw_on_missing=False)
     except OmegaConfBaseException:
         pass
@@ -354,7 +364,12 @@ def check_config(cfg: Any) -> None:
     check_ranges(plain)
 
 
-_SECTIONS = {"model": ModelBounds, "gpu": GPUBounds, "cluster": ClusterBounds, "train": TrainBounds}
+_SECTIONS: dict[str, type[BaseModel]] = {
+    "model": ModelBounds,
+    "gpu": GPUBounds,
+    "cluster": ClusterBounds,
+    "train": TrainBounds,
+}
 
 
 def check_value(key: str, value: Any) -> None:
@@ -368,13 +383,13 @@ def check_value(key: str, value: Any) -> None:
     from pydantic import TypeAdapter
 
     section, _, name = key.partition(".")
-    model = RunBounds if not name else _SECTIONS.get(section)
+    model: type[BaseModel] | None = RunBounds if not name else _SECTIONS.get(section)
     name = name or section
     if model is None or name not in model.model_fields:
         return
     info = model.model_fields[name]
+    hint: Any = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
     try:
-        hint = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
         TypeAdapter(hint).validate_python(value)
     except ValidationError as err:
         e = err.errors(include_url=False)[0]

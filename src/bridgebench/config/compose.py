@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from bridgebench.config.containers import plain_dict
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.spec import ModelSpec, ModelSpecError
@@ -211,7 +212,10 @@ def compose(overrides: Sequence[str] = (), *, return_hydra_config: bool = False)
 
     register()
     overrides = normalize_overrides(overrides)
-    return compose_cache.cached(tuple(overrides), return_hydra_config, lambda: _compose(overrides, return_hydra_config))
+    cfg: DictConfig = compose_cache.cached(
+        tuple(overrides), return_hydra_config, lambda: _compose(overrides, return_hydra_config)
+    )
+    return cfg
 
 
 def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
@@ -246,10 +250,11 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
             return cfg
         # `+key=value` appends bypass Hydra's struct flag, and Megatron-Bridge sections are open maps in the Hydra
         # schema: check the result once more (declared fields typed, other keys against Megatron-Bridge's fields).
-        plain = OmegaConf.to_container(cfg, resolve=False)
+        plain = plain_dict(cfg, resolve=False)
         plain.pop("hydra", None)
         check_sections(plain)
         checked = OmegaConf.merge(OmegaConf.structured(RootSchema), plain)
+        assert isinstance(checked, DictConfig)  # a structured mapping merged with a mapping
     except SectionError as err:
         raise ConfigError(str(err)) from err
     except yaml.YAMLError as err:
@@ -259,7 +264,12 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
         if missing:
             raise ConfigError(unknown_key_message(overrides, missing.group(1))) from err
         raise ConfigError(f"bad override or config: {_explain(err)}") from err
-    shell_references(checked)
+    from bridgebench.config.env_refs import EnvRefError, shell_references
+
+    try:
+        shell_references(checked)  # ${SLURM_JOB_ID} in an env value: for the job's shell (config/env_refs.py)
+    except EnvRefError as err:
+        raise ConfigError(str(err)) from None
     check_recipe_release(checked)
     from bridgebench.config.bounds import BoundsError, check_config
 
@@ -271,41 +281,6 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
 
     pass_by_name(checked)  # env_vars.NAME=${oc.env:VAR}: never read here, the job reads $VAR (config/secrets.py)
     return checked
-
-
-#: ``${NAME}`` with an upper-case name in an env value: a variable of the job's shell (``SLURM_JOB_ID``), not an
-#: OmegaConf interpolation (config keys are lower-case); not when escaped (``\${NAME}``: already literal)
-_SHELL_REF = re.compile(r"(?<!\\)\$\{([A-Z_][A-Z0-9_]*)\}")
-
-
-def shell_references(cfg: DictConfig) -> None:
-    """Keep ``${NAME}`` (upper-case ``NAME``) in ``env_vars`` values for the job's shell: stored escaped, so no
-    OmegaConf resolve looks it up as a config key (it used to end in InterpolationKeyError), and exported by the sbatch
-    script so the job's shell expands it (``launch/shellsafe.py`` ``shell_word``): ``+env_vars.TAG=run-${SLURM_JOB_ID}``
-    sets ``TAG=run-12345`` in job 12345. A reference to a credential-named variable is refused (rule
-    ``secret_in_config``): the script runs with ``set -x`` and would print its value into the job log.
-
-    Raises:
-        ConfigError: a ``${NAME}`` whose name looks like a credential's.
-    """
-    env = cfg.get("env_vars") if isinstance(cfg, DictConfig) else None
-    if env is None:
-        return
-    from bridgebench.config.secrets import secret_name
-
-    raw = OmegaConf.to_container(env, resolve=False)
-    for key, value in raw.items():
-        if not isinstance(value, str) or not _SHELL_REF.search(value):
-            continue
-        secret = sorted({m.group(1) for m in _SHELL_REF.finditer(value) if secret_name(m.group(1))})
-        if secret:
-            raise ConfigError(
-                f"secret_in_config: env_vars.{key} refers to the shell variable(s) {', '.join(secret)}, named like "
-                "a credential; the job script runs with `set -x` and would print the value into the job log. Pass "
-                f"it by name as the whole value (env_vars.{key}='${{oc.env:{secret[0]}}}': the payload reads it on "
-                "the node, unprinted)"
-            )
-        cfg.env_vars[key] = _SHELL_REF.sub(lambda m: "\\${" + m.group(1) + "}", value)
 
 
 #: Hydra's message for an override of a key the composed config does not have (Hydra 1.3 ``config_loader_impl``).
@@ -477,16 +452,17 @@ def variant_provenance(cfg: DictConfig, departures: dict[str, tuple[Any, Any]] |
 
 def _explain(err: BaseException) -> str:
     """One line from an exception and its causes (Hydra wraps OmegaConf's precise message as __cause__)."""
-    parts = []
-    while err is not None:
+    parts: list[str] = []
+    cur: BaseException | None = err
+    while cur is not None:
         text = " ".join(
             line.strip()
-            for line in str(err).splitlines()
+            for line in str(cur).splitlines()
             if line.strip() and not line.strip().startswith(("full_key:", "object_type=", "reference_type="))
         )
         if text and text not in parts and "$VALUE" not in text:
             parts.append(text)
-        err = err.__cause__ or err.__context__
+        cur = cur.__cause__ or cur.__context__
     return " -- ".join(parts)
 
 
@@ -503,16 +479,16 @@ def expand_sweep(cfg_overrides: Sequence[str]) -> list[list[str]]:
     parser = OverridesParser.create()
     fixed: list[str] = []
     axes: list[list[str]] = []
-    swept_keys = set()
+    swept_keys: set[str] = set()
     for ov in parser.parse_overrides(list(cfg_overrides)):
         if ov.is_sweep_override():
             swept_keys.add(ov.key_or_group)
             axes.append([f"{ov.key_or_group}={_quote(v)}" for v in ov.sweep_string_iterator()])
-        else:
+        elif ov.input_line is not None:
             fixed.append(ov.input_line)
     cfg = compose(fixed, return_hydra_config=True)
     params = cfg.hydra.sweeper.get("params")
-    params = OmegaConf.to_container(params, resolve=False) if params else {}
+    params = plain_dict(params, resolve=False) if params else {}
     given = swept_keys | {o.split("=", 1)[0].lstrip("+~") for o in fixed}
     for key, value in params.items():
         if key in given:
@@ -570,7 +546,7 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
         ConfigError: an unknown model field or a value that breaks a rule (from :class:`ModelSpecError`).
     """
     arch = {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"}
-    data = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items() if k in arch}
+    data = {k: v for k, v in plain_dict(cfg.model, resolve=True).items() if k in arch}
     try:
         return ModelSpec.from_mapping(data)
     except (ModelSpecError, TypeError) as err:
@@ -597,16 +573,15 @@ def run_facts(cfg: DictConfig) -> RunFacts:
     ):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"{key} must be a positive integer, got {value!r}")
-    as_dict = lambda node: OmegaConf.to_container(node, resolve=True)  # noqa: E731
     return RunFacts(
         model=model,
         num_gpus=cfg.num_gpus,
         parallel=parallel,
         global_batch_size=cfg.train.global_batch_size,
         micro_batch_size=cfg.train.micro_batch_size,
-        optimizer=as_dict(cfg.optimizer),
-        precision=as_dict(cfg.precision),
-        gpu=as_dict(cfg.gpu),
-        release=as_dict(cfg.release),
-        accounting=as_dict(cfg.accounting),
+        optimizer=plain_dict(cfg.optimizer, resolve=True),
+        precision=plain_dict(cfg.precision, resolve=True),
+        gpu=plain_dict(cfg.gpu, resolve=True),
+        release=plain_dict(cfg.release, resolve=True),
+        accounting=plain_dict(cfg.accounting, resolve=True),
     )

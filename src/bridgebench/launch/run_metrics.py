@@ -67,7 +67,7 @@ def record_figures(job_dir: str | None, logs: list[Path], cfg=None) -> dict[str,
             except LogReadError:
                 ev = None
             damaged = ev is not None and ev.quality == DAMAGED
-            if damaged:
+            if ev is not None and damaged:
                 events_damage = ev.outcome_detail
             if ev is not None and ev.steady["step_time_s"].count:
                 # damaged events: the log's figures when it has timed steps, else the events' marked damaged

@@ -87,7 +87,12 @@ def _disk_error(path: Path, err: OSError) -> SweepDiskError:
     )
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed over it (whole or not at all).
+
+    Raises:
+        SweepDiskError: naming ``path`` when the disk is full (nothing half-written).
+    """
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -208,7 +213,7 @@ class _State:
         self.save()
 
     def save(self) -> None:
-        _atomic_write(self.path, json.dumps(self.data, indent=2, default=str).encode())
+        atomic_write(self.path, json.dumps(self.data, indent=2, default=str).encode())
 
     def done(self, stage: str) -> bool:
         return bool(self.data["stages"].get(stage, {}).get("done"))
