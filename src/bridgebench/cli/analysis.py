@@ -208,7 +208,9 @@ def table(
 @app.command("check-published")
 def check_published_cmd(
     models: bool = typer.Option(
-        False, "--models", help="also check the time and memory models on every row (held-out release; ~2 min)"
+        False,
+        "--models",
+        help="also check the time and memory models on every row (held-out release and configuration; ~4 min)",
     ),
     calibration: str = typer.Option("default", "--calibration", help="configs/calibration/<NAME>.yaml (--models)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
@@ -281,6 +283,16 @@ def check_published_cmd(
             f"{msum.within_band} within their band"
         )
         typer.echo("  MAPE by held-out release: " + ", ".join(f"{k} {v:.1%}" for k, v in msum.mape_by_release.items()))
+        typer.echo(
+            f"  leave one configuration out (every release of a configuration held out together): MAPE "
+            f"{msum.loco_mape:.1%}, median |error| {msum.loco_median_abs_error:.1%}; by distance from the fit: "
+            + ", ".join(f"{k} {v:.1%}" for k, v in msum.loco_mape_by_distance.items())
+        )
+        for name, label in (("loro", "release held out"), ("loco", "configuration held out")):
+            cov = msum.coverage.get(name, {})
+            typer.echo(
+                f"  band coverage, {label}: " + ", ".join(f"{cov[lv]:.0%} inside the {lv} % band" for lv in sorted(cov))
+            )
         typer.echo(
             f"memory model: {msum.fits} of {msum.rows} published rows fit; {msum.false_prunes} false prunes "
             f"(every published row ran); {msum.inconsistent} printed configuration(s) cannot have run as printed"

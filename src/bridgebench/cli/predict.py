@@ -16,7 +16,9 @@ MEMORY_TERMS = ("weights", "grads", "optimizer", "activations", "logits", "other
 
 
 def prediction(overrides: list[str], calibration: str = "default") -> dict[str, Any]:
-    """The ``--json`` object of ``bridgebench predict`` (GB = 1e9 bytes; seconds; percent for ``band_pct``).
+    """The ``--json`` object of ``bridgebench predict`` (GB = 1e9 bytes; seconds; percent for ``band_pct``, the ~68 %
+    band, and ``bands_pct`` at 50 / 68 / 90 %; ``band_source``: the distance from the calibration the band is for, or
+    ``uncalibrated: nothing of this model/GPU was measured``).
 
     Raises:
         bridgebench.config.compose.ConfigError: bad overrides (an unknown model, a value breaking the schema...).
@@ -56,6 +58,8 @@ def prediction(overrides: list[str], calibration: str = "default") -> dict[str, 
         "tflops_per_gpu": row.get("tflops_per_gpu"),
         "tokens_per_s_per_gpu": row.get("tokens_per_s_per_gpu"),
         "band_pct": row.get("band_pct"),
+        "bands_pct": {"50": row.get("band_50_pct"), "68": row.get("band_pct"), "90": row.get("band_90_pct")},
+        "band_source": row.get("band_source"),
         "terms": terms,
         "ep_span": row.get("ep_span"),
         "ep_leaves_nvlink": row.get("ep_leaves_nvlink"),
@@ -125,6 +129,12 @@ def predict(
         + (" [yellow]leaves the NVLink domain[/]" if out["ep_leaves_nvlink"] else "")
         + f"; calibration {out['calibration']!r}"
     )
+    if out.get("band_source"):
+        bands = out["bands_pct"]
+        con.print(
+            f"band: +-{_fmt(bands['50'], '.1f')} / {_fmt(bands['68'], '.1f')} / {_fmt(bands['90'], '.1f')} % at "
+            f"50 / 68 / 90 % ({out['band_source']})"
+        )
     if out.get("step_time_model_s"):
         con.print(
             f"refitted on this cluster's runs ({out['cluster_calibration']!r}, bridgebench.model.refit): the published "

@@ -115,8 +115,9 @@ def sweep(
         k: {**v, "points_per_s": v["points"] / v["seconds"] if v["seconds"] else None} for k, v in result.stages.items()
     }
     cols = ("rank", "status", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "recompute_granularity",
-            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "tie", "twins",
-            "published", "ep_span", "ep_leaves_nvlink", "tight", "config_hash", "plan_dir", "run_ids")  # fmt: skip
+            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "band_source", "tie",
+            "twins", "published", "ep_span", "ep_leaves_nvlink", "tight", "config_hash", "plan_dir",
+            "run_ids")  # fmt: skip
     if as_json:
         top = [{k: r.get(k) for k in cols} for r in result.top]
         out = {"name": result.name, "dir": str(result.dir), "stages": stages, "counts": result.counts, "top": top}
@@ -256,7 +257,7 @@ def _cell(value) -> str:
 #: Point fields that are results or bookkeeping, never what tells two configurations apart.
 _NOT_CONFIG = {"rank", "status", "rule", "reason", "point_id", "config_hash", "plan_dir", "run_ids", "score", "base",
                "efficiency", "efficiency_source", "mem_stage", "recompute_granularity", "recompute_modules",
-               "delta"}  # fmt: skip
+               "delta", "band_50_pct", "band_90_pct", "band_source"}  # fmt: skip
 
 
 def _separating_fields(top: list[dict], shown: tuple[str, ...]) -> list[str]:
@@ -445,8 +446,9 @@ def calibrate(
 ) -> None:
     """Fit the time model on every published perf-table row of a model bridgebench knows
     (results/reference/published_pretrain_throughput.csv): efficiency per GPU and precision class, per-layer
-    overhead, the release-level process, and the uncertainty bands from leave-one-release-out predictions (one fit
-    per release: about a minute here).
+    overhead, the release-level process, Muon's constants (fitted on the blog's Table 1), and the conformal
+    uncertainty bands by distance from the calibration (rows held out by release, configuration, group, model and
+    GPU, model, GPU: about 140 fits, 3-8 minutes here).
 
     With --from-runs [selection] --name NAME: a calibration of this cluster from its completed records (their
     plans' predictions refitted on the measured step times, shrunk towards --calibration in proportion to the
@@ -463,7 +465,7 @@ def calibrate(
     from bridgebench.config import calibration as calib_mod
     from bridgebench.validation.time_calibration import fit_report
 
-    report = fit_report()
+    report = fit_report(progress=lambda msg: typer.echo(msg, err=True))
     cal, source = report.calibration, report.source
     if write:
         path = calib_mod.write_time(name, cal, source)
@@ -473,6 +475,12 @@ def calibrate(
         return
     typer.echo(source)
     typer.echo(f"c_layer {cal.c_layer * 1e3:.3f} ms per layer per microbatch")
+    typer.echo(
+        f"Muon: ns_efficiency {cal.ns_efficiency:.3f} of the BF16 peak, kappa {cal.kappa * 1e6:.0f} us per matrix "
+        "(fitted on the blog's Table 1); Muon / AdamW step, measured vs predicted:"
+    )
+    for name, measured, predicted in report.muon.residuals if report.muon else ():
+        typer.echo(f"  {name:45s} {measured:.3f} vs {predicted:.3f} ({100 * (predicted - measured):+.1f} points)")
     for (gpu, pclass), value in sorted(cal.efficiency.items()):
         band = cal.band_by_gpu.get((gpu, pclass))
         extra = f", band +-{band:.1%}" if band is not None else ""
@@ -482,6 +490,19 @@ def calibrate(
         + ", ".join(f"{f} mean x{math.exp(v):.3f}" for f, v in sorted(cal.family_level.items()))
         + f"); band over all rows +-{cal.band_default:.1%} (held out by release)"
     )
+    if cal.conformal is not None:
+        from bridgebench.model.steptime.bands import LEVELS, TIERS
+
+        typer.echo(f"conformal bands by distance from the calibration ({cal.conformal.method}):")
+        for tier in TIERS:
+            q = cal.conformal.quantiles[tier]
+            cov = cal.conformal.coverage.get(tier, {})
+            typer.echo(
+                f"  {tier:20s} n={cal.conformal.counts.get(tier, 0):3d}  "
+                + "  ".join(
+                    f"{lv} %: +-{math.exp(q[lv]) - 1:6.1%} (held out {cov.get(lv, float('nan')):.0%})" for lv in LEVELS
+                )  # fmt: skip
+            )
 
 
 def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_json: bool) -> None:

@@ -213,6 +213,12 @@ class TunnelSchema:
     user: Optional[str] = None
     port: Optional[int] = None  # ssh: the login node's port (None: 22, or ~/.ssh/config)
     identity: Optional[str] = None  # ssh: private key file on the submit side (None: ssh-agent / ~/.ssh defaults)
+    # ssh: the known_hosts file the login node's host key is checked against (None: ~/.ssh/known_hosts, as OpenSSH);
+    # an unknown or different key is refused (launch/tunnel.py)
+    known_hosts: Optional[str] = None
+    # ssh: pin an unknown host key into known_hosts on first use (OpenSSH StrictHostKeyChecking=accept-new), saying so;
+    # a key different from the pinned one is still refused
+    accept_new_host_key: bool = False
 
 
 @dataclass

@@ -242,7 +242,9 @@ def score_time(
 ) -> list[dict[str, Any]]:
     """Stage 4 (in place): predicted step time of every ``fits`` and ``over_memory`` row: ``step_time_s``,
     ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, one ``t_<term>_s`` column per term of the time model
-    (``TimeBreakdown.terms``), ``band_pct`` (the prediction's +- band, percent) and ``time_release`` (the software
+    (``TimeBreakdown.terms``), ``band_pct`` (the prediction's ~68 % +- band, percent; ``band_50_pct`` and
+    ``band_90_pct`` the 50 and 90 % ones, ``band_source`` the distance from the calibration it is for:
+    :mod:`bridgebench.model.steptime.bands`) and ``time_release`` (the software
     level it is for). ``score`` is what the ranking sorts by (``bridgebench.sweep.trust``): predicted model
     TFLOP/s/GPU, or for optimizer-step benchmark points (which train nothing) minus the Muon step time."""
     todo = [r for r in rows if r["status"] in ("fits", "over_memory")]
@@ -271,6 +273,9 @@ def score_time(
                     tflops_per_gpu=b.tflops_per_gpu,
                     tokens_per_s_per_gpu=v["gbs"] * seq / (b.total * v["num_gpus"]),
                     band_pct=float(b.band_pct),
+                    band_50_pct=b.band_levels.get(50),
+                    band_90_pct=b.band_levels.get(90),
+                    band_source=b.band_source or None,
                     time_release=b.release or None,
                     efficiency=getattr(b, "efficiency", None),
                     efficiency_source=getattr(b, "efficiency_source", None),

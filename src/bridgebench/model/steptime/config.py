@@ -196,6 +196,14 @@ def group_key(spec: ModelSpec, cfg: TimeConfig) -> tuple[str, str, str]:
     return (spec.name, cfg.gpu.name, cfg.peak_key)
 
 
+def config_key(spec: ModelSpec, cfg: TimeConfig) -> str:
+    """One configuration, whatever the release: ``model|gpu|peak key|seq|mtp|optimizer|GPUs|TP|PP|VP|CP|EP|ETP|MBS|GBS``
+    (the same sizes at two releases are one configuration: leave-one-configuration-out holds out both)."""
+    sizes = (cfg.num_gpus, cfg.tp, cfg.pp, cfg.vp or 1, cfg.cp, cfg.ep, cfg.etp_, cfg.mbs, cfg.gbs)
+    parts = (spec.name, cfg.gpu.name, cfg.peak_key, spec.seq_length, spec.mtp_layers, cfg.optimizer, *sizes)
+    return "|".join(str(p) for p in parts)
+
+
 def family(spec: ModelSpec) -> str:
     """Calibration family of a model: ``moe`` or ``dense`` (MLA and GQA MoE share one)."""
     return "moe" if spec.is_moe else "dense"

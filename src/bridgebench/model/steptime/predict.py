@@ -21,8 +21,10 @@ The GEMM and attention rates are scaled by ``e x level``: the calibrated efficie
 and the software level of the point's (model, GPU, precision) group at its release
 (:mod:`~bridgebench.model.steptime.release`); the element-wise rate by ``level`` alone (HBM-bound work does not run
 at a tensor-core efficiency, but fusions change with releases); communication runs at datasheet bandwidths.
-``band_pct`` is the +- relative uncertainty of the prediction (percent) from cross-validated residuals
-(:class:`~bridgebench.model.steptime.calibration.Calibration`).
+``band_pct`` is the +- relative uncertainty of the prediction (percent): the ~68 % conformal band of its distance
+from what was calibrated (:mod:`~bridgebench.model.steptime.bands`; ``band_levels`` at 50 / 68 / 90 %, ``novelty``
+the distance, ``band_source`` in words -- ``uncalibrated: nothing of this model/GPU was measured`` where nothing
+was), or, with a calibration without conformal bands, its group's held-out root mean square.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from bridgebench.model import memory
 from bridgebench.model.flops import model_flops
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import cp_comm, dp_comm, ep_comm, pp, recompute, registry, tp_comm
+from bridgebench.model.steptime.bands import LEVELS
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import TimeConfig, family, group_key
 from bridgebench.model.steptime.elementwise import HBM_EFFICIENCY, layer_bytes
@@ -80,6 +83,8 @@ class TimeBreakdown:
     opt: OptimizerStep = field(default_factory=lambda: OptimizerStep(0.0))
     busiest_stage: int = 0
     ep_scale_out: bool = False
+    band_levels: dict[int, float] = field(default_factory=dict)
+    novelty: tuple[str, ...] = ()
 
     @property
     def total(self) -> float:
@@ -324,11 +329,17 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
     key = group_key(spec, cfg)
     rate, level, eff_src, level_src = rates(spec, cfg, calib)
     terms, opt, rank, scale_out = evaluate(spec, cfg, rate, calib.c_layer, calib.kappa, calib.ns_efficiency, level)
-    band, band_src = calib.band(key, cfg.gpu.name, pclass)
+    levels: dict[int, float] = {}
+    novelty: tuple[str, ...] = ()
+    if calib.conformal is not None:
+        band, band_src, novelty = calib.conformal.band(spec, cfg)
+        levels = {lv: round(100.0 * calib.conformal.half_width(novelty, lv), 6) for lv in LEVELS}
+    else:
+        band, band_src = calib.band(key, cfg.gpu.name, pclass)
     band = round(band * 100.0, 6)  # percent
     flops = _flops(registry.handle(spec), cfg.gbs, cfg.tp, cfg.flops_formula)
     release = cfg.release or ("unspecified: group mean level" if level_src == "group" else "unspecified")
     return TimeBreakdown(
         terms, flops, cfg.num_gpus, band, release, rate, eff_src, level, level_src, band_src, opt, rank,
-        scale_out,
+        scale_out, levels, novelty,
     )  # fmt: skip
