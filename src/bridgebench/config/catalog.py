@@ -6,6 +6,7 @@ precision and peak key, and a published system or model name to bridgebench's.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -30,7 +31,7 @@ def _load(group: str, name: str) -> dict[str, Any]:
 
 
 @functools.cache
-def _load_from(group: str, name: str, dirs: tuple) -> dict[str, Any]:
+def _load_from(group: str, name: str, dirs: tuple[Path, ...]) -> dict[str, Any]:
     """One option's YAML (cached per config search path).
 
     Raises:
@@ -86,7 +87,7 @@ def precision(spelling: str) -> dict[str, Any]:
 
 def peak_key(spelling: str) -> str:
     """The ``gpu.peak_tflops`` key of a precision spelling (``FP8-CS`` -> ``fp8``). Raises :class:`CatalogError`."""
-    return precision(spelling)["peak"]
+    return str(precision(spelling)["peak"])
 
 
 #: Values of ``release.published_rounding.*`` (``bridgebench.config.schema.PublishedRoundingSchema``).

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from bridgebench.config.containers import plain_dict
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.spec import ModelSpec, ModelSpecError
@@ -185,7 +186,10 @@ def compose(overrides: Sequence[str] = (), *, return_hydra_config: bool = False)
 
     register()
     overrides = normalize_overrides(overrides)
-    return compose_cache.cached(tuple(overrides), return_hydra_config, lambda: _compose(overrides, return_hydra_config))
+    cfg: DictConfig = compose_cache.cached(
+        tuple(overrides), return_hydra_config, lambda: _compose(overrides, return_hydra_config)
+    )
+    return cfg
 
 
 def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
@@ -220,10 +224,11 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
             return cfg
         # `+key=value` appends bypass Hydra's struct flag, and Megatron-Bridge sections are open maps in the Hydra
         # schema: check the result once more (declared fields typed, other keys against Megatron-Bridge's fields).
-        plain = OmegaConf.to_container(cfg, resolve=False)
+        plain = plain_dict(cfg, resolve=False)
         plain.pop("hydra", None)
         check_sections(plain)
         checked = OmegaConf.merge(OmegaConf.structured(RootSchema), plain)
+        assert isinstance(checked, DictConfig)  # a structured mapping merged with a mapping
     except SectionError as err:
         raise ConfigError(str(err)) from err
     except yaml.YAMLError as err:
@@ -409,16 +414,17 @@ def variant_provenance(cfg: DictConfig, departures: dict[str, tuple[Any, Any]] |
 
 def _explain(err: BaseException) -> str:
     """One line from an exception and its causes (Hydra wraps OmegaConf's precise message as __cause__)."""
-    parts = []
-    while err is not None:
+    parts: list[str] = []
+    cur: BaseException | None = err
+    while cur is not None:
         text = " ".join(
             line.strip()
-            for line in str(err).splitlines()
+            for line in str(cur).splitlines()
             if line.strip() and not line.strip().startswith(("full_key:", "object_type=", "reference_type="))
         )
         if text and text not in parts and "$VALUE" not in text:
             parts.append(text)
-        err = err.__cause__ or err.__context__
+        cur = cur.__cause__ or cur.__context__
     return " -- ".join(parts)
 
 
@@ -435,16 +441,16 @@ def expand_sweep(cfg_overrides: Sequence[str]) -> list[list[str]]:
     parser = OverridesParser.create()
     fixed: list[str] = []
     axes: list[list[str]] = []
-    swept_keys = set()
+    swept_keys: set[str] = set()
     for ov in parser.parse_overrides(list(cfg_overrides)):
         if ov.is_sweep_override():
             swept_keys.add(ov.key_or_group)
             axes.append([f"{ov.key_or_group}={_quote(v)}" for v in ov.sweep_string_iterator()])
-        else:
+        elif ov.input_line is not None:
             fixed.append(ov.input_line)
     cfg = compose(fixed, return_hydra_config=True)
     params = cfg.hydra.sweeper.get("params")
-    params = OmegaConf.to_container(params, resolve=False) if params else {}
+    params = plain_dict(params, resolve=False) if params else {}
     given = swept_keys | {o.split("=", 1)[0].lstrip("+~") for o in fixed}
     for key, value in params.items():
         if key in given:
@@ -502,7 +508,7 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
         ConfigError: an unknown model field or a value that breaks a rule (from :class:`ModelSpecError`).
     """
     arch = {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"}
-    data = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items() if k in arch}
+    data = {k: v for k, v in plain_dict(cfg.model, resolve=True).items() if k in arch}
     try:
         return ModelSpec.from_mapping(data)
     except (ModelSpecError, TypeError) as err:
@@ -529,16 +535,15 @@ def run_facts(cfg: DictConfig) -> RunFacts:
     ):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"{key} must be a positive integer, got {value!r}")
-    as_dict = lambda node: OmegaConf.to_container(node, resolve=True)  # noqa: E731
     return RunFacts(
         model=model,
         num_gpus=cfg.num_gpus,
         parallel=parallel,
         global_batch_size=cfg.train.global_batch_size,
         micro_batch_size=cfg.train.micro_batch_size,
-        optimizer=as_dict(cfg.optimizer),
-        precision=as_dict(cfg.precision),
-        gpu=as_dict(cfg.gpu),
-        release=as_dict(cfg.release),
-        accounting=as_dict(cfg.accounting),
+        optimizer=plain_dict(cfg.optimizer, resolve=True),
+        precision=plain_dict(cfg.precision, resolve=True),
+        gpu=plain_dict(cfg.gpu, resolve=True),
+        release=plain_dict(cfg.release, resolve=True),
+        accounting=plain_dict(cfg.accounting, resolve=True),
     )

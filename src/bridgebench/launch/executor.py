@@ -141,9 +141,7 @@ def make_executor(
     if cluster.tunnel.type == "local":
         tunnel = run.LocalTunnel(job_dir=str(job_dir_path))
     elif cluster.tunnel.type == "ssh":
-        check_name("cluster.tunnel.host", cluster.tunnel.host)
-        check_name("cluster.tunnel.user", cluster.tunnel.user)
-        from bridgebench.launch.tunnel import ssh_tunnel
+        from bridgebench.launch.tunnel import ssh_tunnel  # checks every tunnel field (rule shell_safe_value)
 
         tunnel = ssh_tunnel(cluster, str(job_dir_path))
     else:
@@ -158,6 +156,9 @@ def make_executor(
         env_vars=quoted_env(env, container=container_image is not None),
         exclusive=(bool(cluster.exclusive) if exclusive is None else exclusive) or None,
         segment=segment,
+        # nemo-run 0.11.1's default starts a thread per job that runs `squeue --start` through the tunnel as a shell
+        # string and prints "[SLURM] Job ... State: ..." on stdout (breaking --json); bridgebench polls SLURM itself
+        poll_estimated_start_time=False,
     )
     if cluster.mem is not None:
         kwargs["mem"] = str(cluster.mem)

@@ -66,7 +66,7 @@ class SweepResult:
 
 
 # ---------------------------------------------------------------------------------------------------- files
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
     try:
@@ -151,7 +151,7 @@ class _State:
         return cls(path, json.loads(path.read_text()))
 
     def save(self) -> None:
-        _atomic_write(self.path, json.dumps(self.data, indent=2, default=str).encode())
+        atomic_write(self.path, json.dumps(self.data, indent=2, default=str).encode())
 
     def done(self, stage: str) -> bool:
         return bool(self.data["stages"].get(stage, {}).get("done"))

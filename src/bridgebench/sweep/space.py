@@ -79,7 +79,7 @@ def _is_group(key: str) -> bool:
     return is_group(key)
 
 
-def _values_of(key: str, raw: Any) -> tuple:
+def values_of(key: str, raw: Any) -> tuple:
     """Typed values of one axis: a YAML list as is, a string in Hydra's sweep grammar parsed by Hydra."""
     if isinstance(raw, list):
         return tuple(raw)
@@ -134,7 +134,7 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
     for line in normalize_overrides([str(o) for o in file_data.get("overrides") or []]):
         fixed[line.split("=", 1)[0].lstrip("+~")] = line
     for key, raw in (file_data.get("space") or {}).items():
-        values = _values_of(key, raw)
+        values = values_of(key, raw)
         axes[key] = Axis(key, values, _is_group(key))
     points = _points_of(file_data.get("points"), str(path)) if space and "points" in file_data else None
     parser = OverridesParser.create()

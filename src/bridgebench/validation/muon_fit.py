@@ -34,13 +34,14 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Sequence
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import registry
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import TimeConfig
 from bridgebench.model.steptime.muon import adam_counterpart
-from bridgebench.model.steptime.predict import _flops, predict_time
+from bridgebench.model.steptime.predict import predict_time, step_flops_of
 
 #: bounds of the fit (ns_efficiency, kappa in s).
 NS_BOUNDS = (0.05, 1.0)
@@ -89,7 +90,7 @@ def _blog_points() -> list[MuonPoint]:
         muon_tf = float(rows[(label, "Muon")]["model_tflops_per_gpu"])
         base = engine.base_of([f"+table1_run={run}", "optimizer=muon"])
         cfg = engine.time_config(engine.effective(base, {}), base.gpu)
-        flops = _flops(registry.handle(base.spec), cfg.gbs, cfg.tp, cfg.flops_formula)
+        flops = step_flops_of(registry.handle(base.spec), cfg.gbs, cfg.tp, cfg.flops_formula)
         adam_s = flops / cfg.num_gpus / (adam_tf * 1e12)
         out.append(MuonPoint(f"blog {label}", base.spec, cfg, adam_s * (adam_tf / muon_tf - 1), adam_s,
                              "blog_table1.csv"))  # fmt: skip
@@ -175,12 +176,12 @@ def fit_muon(cal: Calibration, points: tuple[MuonPoint, ...] | None = None, *, g
         raise ValueError("no measured Muon / AdamW pair to fit ns_efficiency and kappa on")
     measured = [1 + p.delta_s / p.adam_s for p in pts]
 
-    def at(x) -> Calibration:
+    def at(x: Sequence[float]) -> Calibration:
         return dataclasses.replace(cal, ns_efficiency=float(x[0]), kappa=float(x[1]) * 1e-4)
 
     sigma = [noise_of(p, pts) for p in pts]
 
-    def resid(x) -> list[float]:
+    def resid(x: Sequence[float]) -> list[float]:
         c = at(x)
         return [(predicted_ratio(p, c) - m) / s for p, m, s in zip(pts, measured, sigma)]
 

@@ -197,6 +197,21 @@ RULES: dict[str, Rule] = {
             "(names, paths, mounts, image, time, memory, env names, job ids) or is quoted (env values, wrapper words)",
         ),
         Rule(
+            "ssh_host_key",
+            "OpenSSH ssh_config(5) StrictHostKeyChecking / UserKnownHostsFile; bridgebench launch/tunnel.py (fabric "
+            "3.2 Connection sets paramiko's AutoAddPolicy, which accepts any host key)",
+            "the login node's host key is in the known_hosts file the cluster names (cluster.tunnel.known_hosts, "
+            "default ~/.ssh/known_hosts) and equals it; an unknown key is pinned only with "
+            "cluster.tunnel.accept_new_host_key=true (said when it happens), a different key is always refused",
+        ),
+        Rule(
+            "ssh_identity_private",
+            "OpenSSH sshconnect2.c / authfile.c sshkey_perm_ok ('UNPROTECTED PRIVATE KEY FILE!': a private key "
+            "readable by group or others is ignored)",
+            "the ssh identity file (cluster.tunnel.identity) is a regular file that neither group nor others can "
+            "read or write (chmod 600)",
+        ),
+        Rule(
             "cluster_nodes",
             "bridgebench (configs/cluster/<name>.yaml nodes, and sinfo's node count of the partition); SLURM keeps "
             "such a job PENDING forever (reason PartitionNodeLimit / PartitionConfig)",
@@ -228,6 +243,8 @@ NON_POINT_RULES = frozenset(
         "secret_in_config",
         "env_resolver",
         "shell_safe_value",
+        "ssh_host_key",
+        "ssh_identity_private",
         "cluster_nodes",
         "cluster_gpus",
         "cluster_container",

@@ -25,6 +25,7 @@ this piecewise-linear reading beat a Gaussian-process smoother with a per-family
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from bridgebench.model.steptime.config import PRECISION_CLASS
 
@@ -72,11 +73,11 @@ class GroupLevel:
                 return ys[i - 1] * (1 - w) + ys[i] * w
         return ys[-1]
 
-    def to_mapping(self) -> dict:
+    def to_mapping(self) -> dict[str, Any]:
         return {"family": self.family, "x": list(self.x), "y": [round(v, 6) for v in self.y], "rows": self.rows}
 
     @classmethod
-    def from_mapping(cls, data: dict) -> GroupLevel:
+    def from_mapping(cls, data: dict[str, Any]) -> GroupLevel:
         x = tuple(float(v) for v in data["x"])
         y = tuple(float(v) for v in data["y"])
         if not x or len(x) != len(y) or list(x) != sorted(set(x)):
