@@ -74,9 +74,9 @@ def candidate_of(row: dict[str, Any]) -> refit.Candidate:
 
 
 def _save(path: Path, data: dict[str, Any]) -> None:
-    from bridgebench.launch.sweep import _atomic_write
+    from bridgebench.launch.sweep import atomic_write
 
-    _atomic_write(path, json.dumps(data, indent=2, default=str).encode())
+    atomic_write(path, json.dumps(data, indent=2, default=str).encode())
 
 
 def _measured(store, hashes: dict[str, str]) -> tuple[dict[str, float], dict[str, str]]:
@@ -368,7 +368,7 @@ def _write(result, state, out: AdaptiveResult, cands) -> dict[str, Path]:
     """``rounds.parquet`` and the summary section (appended to ``summary.md``, replacing an older one)."""
     import pandas as pd
 
-    from bridgebench.launch.sweep import _atomic_write
+    from bridgebench.launch.sweep import atomic_write
 
     rounds_path = result.dir / "rounds.parquet"
     frame = pd.DataFrame(out.rounds)
@@ -415,5 +415,5 @@ def _write(result, state, out: AdaptiveResult, cands) -> dict[str, Path]:
     summary = result.dir / "summary.md"
     text = summary.read_text() if summary.exists() else ""
     text = text.split("\n## Adaptive rounds\n")[0].rstrip("\n") + "\n"
-    _atomic_write(summary, (text + "\n".join(lines) + "\n").encode())
+    atomic_write(summary, (text + "\n".join(lines) + "\n").encode())
     return {**result.outputs, "rounds": rounds_path, "summary": summary}

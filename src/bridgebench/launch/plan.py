@@ -146,11 +146,6 @@ def render_job(cfg: DictConfig, run_dir: Path, name: str, config_hash: str) -> t
     return job, script, payload
 
 
-def run_name(cfg: DictConfig, config_hash: str) -> str:
-    """A planned run's name: ``<model>-<optimizer family>-<gpu>-<precision>-<hash[:8]>``."""
-    return _run_name(cfg, config_hash)
-
-
 def _run_name(cfg: DictConfig, config_hash: str) -> str:
     """The run's name (plan folder, SLURM job name, ledger, records): what runs. A pretrain run trains the model on
     the recipe's GPU and precision (``<model>-<optimizer>-<gpu>-<precision>-<hash>``); the optimizer-step payload

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -121,7 +122,7 @@ class GroupPlacement:
         """Some group of this kind spans more than one domain."""
         return self.domains > 1
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "size": self.size,
             "stride": self.stride,

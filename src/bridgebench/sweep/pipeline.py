@@ -32,8 +32,8 @@ from bridgebench.config.calibration import ModelCalibration
 from bridgebench.config.time_knobs import shown_knobs
 from bridgebench.model.placement import PlacementError
 from bridgebench.model.steptime.config import TimeModelError
-from bridgebench.sweep.bases import Base, _arch_spec, base_of, compose_bases, effective
-from bridgebench.sweep.points import _rule_point, check_rules, enumerate_points
+from bridgebench.sweep.bases import Base, arch_spec, base_of, compose_bases, effective
+from bridgebench.sweep.points import check_rules, enumerate_points, rule_point
 from bridgebench.sweep.scoring import placement_json, score_memory, score_time, time_config
 from bridgebench.sweep.space import Space, parse_space
 from bridgebench.sweep.trust import published_place, rank_and_annotate
@@ -167,7 +167,7 @@ def predict(overrides: Sequence[str], calib: ModelCalibration) -> dict[str, Any]
     row["pruned_by"] = None if row["fits"] else {"rule": row.get("rule"), "reason": row.get("reason")}
     delta = json.loads(row["delta"])
     v = effective(base, delta)
-    spec = _arch_spec(base, delta, {})
+    spec = arch_spec(base, delta, {})
     spec = base.spec if isinstance(spec, Exception) else spec
     row["knobs"] = shown_knobs(v, spec.is_moe)
     try:
@@ -189,10 +189,10 @@ def _refuse_with_fix(base: Base, row: dict[str, Any]) -> None:
     if row["status"] != "invalid" or row.get("rule") in ("model_spec", "memory_model", "time_model", None):
         return
     delta = json.loads(row["delta"])
-    spec = _arch_spec(base, delta, {})
+    spec = arch_spec(base, delta, {})
     if isinstance(spec, Exception):
         return
-    found = rules.check(_rule_point(effective(base, delta), spec, base.rule_env(delta)))
+    found = rules.check(rule_point(effective(base, delta), spec, base.rule_env(delta)))
     if found and all(f.fix for f in found):
         raise rules.RuleError(found)
 

@@ -106,7 +106,7 @@ def layer_exchange(
     eff = collectives.BUS_EFFICIENCY
 
     def seconds(c: tuple[float, float]) -> float:
-        return max(c[0] / (gpu.nvlink_bandwidth * eff), c[1] / (gpu.network_bandwidth * eff))
+        return float(max(c[0] / (gpu.nvlink_bandwidth * eff), c[1] / (gpu.network_bandwidth * eff)))
 
     nvl, net = max(cases, key=seconds)
     one = seconds((nvl, net)) + lat
