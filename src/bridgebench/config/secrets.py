@@ -151,10 +151,13 @@ TOKEN_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):([^/\s@]+)@")
 #: ``NAME=value``, ``"NAME": "value"`` (JSON, Python reprs) and ``NAME: value`` (YAML; upper-case names only, so
 #: that ``secret_in_config: env_vars...`` in a message is not taken for one) where NAME may be a credential's
-_FRAGMENT = r"(?i:[A-Za-z0-9_.-]*(?:token|secret|pass|key|cred|auth|pat|private|cookie|session)[A-Za-z0-9_.-]*)"
+_FRAGMENT = (
+    r"(?i:[A-Za-z0-9_.-]*(?:token|secret|pass|pwd|key|cred|auth|pat|private|cookie|session|bearer|access)"
+    r"[A-Za-z0-9_.-]*)"
+)
 _ASSIGNMENT = re.compile(
     rf"""({_FRAGMENT})(=['"]?|['"]\s*:\s*['"]?)([^\s'",{{}}\[\]]+)"""
-    r"""|(?<![\w.])([A-Z0-9_]*(?:TOKEN|SECRET|PASS|KEY|AUTH|PAT)[A-Z0-9_]*)(: +)([^\s{\[]\S*)"""
+    r"""|(?<![\w.])([A-Z0-9_]*(?:TOKEN|SECRET|PASS|PWD|KEY|AUTH|PAT|BEARER|ACCESS)[A-Z0-9_]*)(: +)([^\s{\[]\S*)"""
 )
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|true|false|null|None|True|False")
