@@ -117,7 +117,7 @@ def report(
             _spread(st["ns_flops_per_s"], ".4g", 1e9),
             "; ".join(flags),
         )
-    c = Console()
+    c = Console(markup=False)
     c.width = max(c.width, 240)
     c.print(t)
     c.print(f"records: {skipped}")

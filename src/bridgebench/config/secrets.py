@@ -418,7 +418,16 @@ def disk_container(cfg: Any) -> dict[str, Any]:
             cfg.env_vars[key] = "\\${oc.env:" + var + "}"
     plain = plain_dict(cfg, resolve=True)
     plain.pop("hydra", None)
+    env = plain.get("env_vars")
+    if isinstance(env, dict):  # ${NAME} for the job's shell (config/env_refs.py shell_references) stays escaped
+        for key, value in env.items():
+            if isinstance(value, str) and "${" in value:
+                env[key] = _SHELL_REF_OUT.sub(lambda m: "\\${" + m.group(1) + "}", value)
     return plain
+
+
+#: an unescaped ``${NAME}`` (upper-case) in a resolved env value: a reference for the job's shell
+_SHELL_REF_OUT = re.compile(r"(?<!\\)\$\{([A-Z_][A-Z0-9_]*)\}")
 
 
 def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
