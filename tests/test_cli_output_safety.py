@@ -49,3 +49,11 @@ def test_compare_out_onto_a_file_is_refused(tmp_path):
     res = bb(tmp_path, "compare", "--source", "published", "model=kimi_k2", "--out", str(target), "--no-plots")
     assert res.returncode == 2 and "out_is_folder" in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert target.read_text() == "keep me\n"
+
+
+def test_plan_out_onto_a_file_is_refused(tmp_path):
+    target = tmp_path / "plan.txt"
+    target.write_text("keep me\n")
+    res = bb(tmp_path, "plan", "experiment=optstep_local", "--out", str(target))
+    assert res.returncode == 2 and "out_is_folder" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert target.read_text() == "keep me\n"

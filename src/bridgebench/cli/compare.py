@@ -152,7 +152,7 @@ def _print_vs_predicted(records, selections, which: str) -> None:
     from bridgebench.results.compare import run_matches
 
     picked = [r for r in records if any(run_matches(r, s) for s in selections)]
-    c = Console()
+    c = Console(markup=False)
     c.width = max(c.width, 200)
     vs_predicted.print_table(c, picked, f"your runs: measured vs predicted ({which})")
 

@@ -28,7 +28,7 @@ class _RichProgress:
 
         self.console = console
         self.bar = Progress(
-            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.description}", style="bold", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -99,7 +99,7 @@ def sweep(
     overrides = overrides or []
     if space is None and not has_sweep(overrides) and not any(o.startswith("experiment=") for o in overrides):
         space = "parallelism"
-    err = Console(file=sys.stderr)
+    err = Console(file=sys.stderr, markup=False)
     if adaptive or budget is not None:
         if not adaptive:
             from bridgebench.launch.adaptive import AdaptiveError
@@ -206,6 +206,7 @@ def _adaptive(overrides, space, name, budget, calibration, per_round, resume, ti
     """``sweep --adaptive``: the rounds (bridgebench.launch.adaptive), printed as a table (or JSON)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from bridgebench.launch.adaptive import run_adaptive
 
@@ -233,7 +234,7 @@ def _adaptive(overrides, space, name, budget, calibration, per_round, resume, ti
     if as_json:
         typer.echo(json.dumps(summary, indent=2, default=str))
         return
-    out = Console()
+    out = Console(markup=False)
     out.width = max(out.width, 160)
     t = Table(title=f"adaptive sweep {res.sweep.name}: rounds (rule: {res.rounds and 'ei'})")
     for c in ("round", "point", "why chosen", "predicted TFLOP/s/GPU", "+-%", "measured step s", "status"):
@@ -244,8 +245,8 @@ def _adaptive(overrides, space, name, budget, calibration, per_round, resume, ti
                   f"{r['band_pct'] or 0:.1f}", meas, str(r["status"]))  # fmt: skip
     out.print(t)
     h = res.gpu_hours
-    out.print(f"stopped: [bold]{res.stop}[/]; GPU-hours {h['spent']:.1f} of a full grid's {h['full_grid']:.1f} "
-              f"({100 * h['share']:.1f} %)")  # fmt: skip
+    out.print(Text.assemble("stopped: ", (str(res.stop), "bold"), f"; GPU-hours {h['spent']:.1f} of a full grid's "
+              f"{h['full_grid']:.1f} ({100 * h['share']:.1f} %)"))  # fmt: skip
     if res.best:
         out.print(f"best measured: {res.best['point_id']} at {res.best['tflops_per_gpu']:.1f} TFLOP/s/GPU "
                   f"(predicted rank {res.best['rank_predicted']})")  # fmt: skip

@@ -193,7 +193,10 @@ def plan(
     final = Path(out_dir) if out_dir else load_paths().plans / f"{experiment}-{stamp}"  # configs/paths: plans
     final = final.absolute()
     if final.exists() and (not final.is_dir() or any(final.iterdir())):
-        raise PlanError(f"plan directory {final} exists and is not an empty directory")
+        raise PlanError(
+            f"out_is_folder: plan directory {final} exists and is not an empty folder (a file, or a folder with "
+            "files); nothing was written: give a new or empty folder with --out"
+        )
     try:
         nemorun.check_path("job folder", load_paths().job_dir)  # before the build: nemo-run cannot quote it
     except ex.LaunchConfigError as err:
