@@ -76,7 +76,8 @@ def main() -> None:
             neutral = dataclasses.replace(spec, name=f"ablation_{spec.name}")
             pred = predicted_metric(r, neutral, cfg, cal)
             absolute = predicted_metric(r, spec, cfg, cal)
-            eff_src = predict_time(spec, cfg, cal).efficiency_source
+            shipped = predict_time(spec, cfg, cal)
+            eff_src = shipped.efficiency_source
             verdict = next(verdicts)  # the sweep pipeline's memory verdict (validate_memory_published.py)
             assert verdict["set"] == path.stem and verdict["model"] == r["model"], (verdict, r["model"])
             need = (verdict["mem_total_gb"] or float("nan")) * 1e9
@@ -86,7 +87,7 @@ def main() -> None:
             time_metric = r["measured_unit"].strip() in ("s/step", "s", "ms")
             out.append({
                 "row": r, "cfg": cfg, "measured": measured, "predicted": pred, "absolute": absolute,
-                "eff_source": eff_src,
+                "eff_source": eff_src, "bands": dict(shipped.band_levels), "distance": shipped.band_source,
                 "cell": (cfg.gpu.name, cfg.peak_key), "key": config_key(r, cfg), "time_metric": time_metric,
                 "memory_gb": need / 1e9, "usable_gb": usable / 1e9, "fits": bool(verdict["fits"]),
             })  # fmt: skip
@@ -156,6 +157,25 @@ def main() -> None:
             f"absolute MAPE where the GPU and precision are calibrated: {metrics.mape(all_abs):.1%} over "
             f"{len(all_abs)} rows"
         )
+    every = [o for s in sets for o in s["out"]]
+    errs = [math.log(o["absolute"] / o["measured"]) for o in every]
+    print(
+        f"one calibration, no per-set factor (the shipped model; no row of these sets was calibrated, so every row is "
+        f"a configuration not seen): MAPE {statistics.mean(abs(math.expm1(e)) for e in errs):.1%}, median |error| "
+        f"{statistics.median(abs(math.expm1(e)) for e in errs):.1%} over {len(every)} rows"
+    )
+    if every and every[0]["bands"]:
+        cov = {
+            lv: sum(abs(e) <= math.log1p(o["bands"][lv] / 100) for e, o in zip(errs, every)) / len(every)
+            for lv in sorted(every[0]["bands"])
+        }
+        print("  band coverage (the shipped conformal band of each row's distance from the calibration): "
+              + ", ".join(f"{v:.0%} inside the {lv} % band" for lv, v in cov.items()))  # fmt: skip
+        by: dict[str, list[float]] = {}
+        for e, o in zip(errs, every):
+            by.setdefault(o["distance"], []).append(e)
+        for d, v in sorted(by.items()):
+            print(f"    {d}: {len(v)} rows, MAPE {statistics.mean(abs(math.expm1(e)) for e in v):.1%}")
     print(f"fits: {fits} of {total} rows (all ran; {total - fits} false prunes)")
     for s in sets:
         if s["notes"]:

@@ -1,5 +1,9 @@
 """Validate bridgebench's time model (bridgebench.model.steptime) against measurements nobody here made; prints figures.
 
+(b) Every published row held out by release (LORO) and by configuration (LOCO: the same sizes at every release held
+    out together, bridgebench.model.steptime.fit.leave_out): MAPE, median |error|, MAPE by distance from the fold's
+    training rows, and the coverage of the shipped conformal bands at 50 / 68 / 90 % (bridgebench.model.steptime.
+    bands), with the calibration's own held-out coverage per distance.
 (c) Every published row of NVIDIA's perf tables predicted by a calibration fitted on OTHER releases: leave one release
     out (each release held out in turn; a group's other releases lie on both sides of it, so its level is read off
     its neighbours) and early -> late (fit 25.09 .. 26.02.01, score 26.04 .. 26.08: the levels are carried forward).
@@ -12,8 +16,10 @@
     steps 10 onward).
 (e) The blog's Table 1 (GB300, MXFP8, 26.02): Muon's step-time increase over AdamW for Kimi K2 (+2.1 %) and Qwen3
     30B-A3B (+3.9 %), from the shipped calibration.
+(f) The GPU measurement (results/reference/gpu, issue 22 item 6): Newton-Schulz time per shape fitted as NS FLOPs at
+    a fraction of the BF16 peak plus a per-call cost; the Muon step's kernels per matrix x launch latency.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/validate_time.py [--json out.json] [--skip-c]
+    PYTHONPATH=src .venv/bin/python benchmarks/validate_time.py [--json out.json] [--skip-b] [--skip-c]
 """
 
 from __future__ import annotations
@@ -251,19 +257,87 @@ def part_e(cal) -> list[dict]:
     return out
 
 
+def part_b(rows, cal) -> dict:
+    """Leave one release out and leave one configuration out (every release of a configuration held out together):
+    MAPE, median |error|, MAPE by distance from the fold's training rows, and the coverage of the shipped conformal
+    band of each held-out row's distance at 50 / 68 / 90 %."""
+    import math
+
+    from bridgebench.model.steptime.bands import LEVELS
+    from bridgebench.model.steptime.config import config_key
+    from bridgebench.model.steptime.fit import leave_out
+
+    print("(b) held out by release (LORO) and by configuration (LOCO); bands: the shipped conformal calibration")
+    out = {}
+    keys = {
+        "leave one release out": lambda r: r.release,
+        "leave one configuration out": lambda r: config_key(r.spec, r.cfg),
+    }
+    for name, key in keys.items():
+        pred, tiers, _ = leave_out(rows, key, lambda rs: calibrate(rs, c_grid=(cal.c_layer,), kappa=cal.kappa,
+                                                                     ns_efficiency=cal.ns_efficiency))  # fmt: skip
+        errs = [(p / r.tflops - 1, t) for r, p, t in zip(rows, pred, tiers) if p]
+        mape = statistics.mean(abs(e) for e, _ in errs)
+        med = statistics.median(abs(e) for e, _ in errs)
+        cov = {}
+        if cal.conformal is not None:
+            cov = {
+                lv: statistics.mean(abs(math.log1p(e)) <= math.log1p(cal.conformal.half_width(t, lv)) for e, t in errs)
+                for lv in LEVELS
+            }
+        by: dict[str, list[float]] = defaultdict(list)
+        for e, t in errs:
+            by[", ".join(t)].append(abs(e))
+        print(f"  {name}: MAPE {100 * mape:.1f}%, median |error| {100 * med:.1f}% over {len(errs)} rows; coverage "
+              + ", ".join(f"{100 * v:.0f}% in the {lv} % band" for lv, v in cov.items()))  # fmt: skip
+        for d, v in sorted(by.items()):
+            print(f"    {d:24s} {len(v):3d} rows  MAPE {100 * statistics.mean(v):5.1f}%")
+        out[name] = {"mape": mape, "median": med, "coverage": cov, "rows": len(errs),
+                     "mape_by_distance": {d: statistics.mean(v) for d, v in by.items()}}  # fmt: skip
+    if cal.conformal is not None:
+        print("  conformal half-widths by distance (held-out coverage, each error against the other folds' quantile):")
+        for tier, q in cal.conformal.quantiles.items():
+            c = cal.conformal.coverage.get(tier, {})
+            print(f"    {tier:20s} n={cal.conformal.counts.get(tier, 0):3d} "
+                  + " ".join(f"{lv}%: +-{100 * math.expm1(q[lv]):5.1f}% ({100 * c.get(lv, float('nan')):.0f}%)"
+                             for lv in LEVELS))  # fmt: skip
+    return out
+
+
+def part_f() -> dict:
+    """The GPU measurement shipped in results/reference/gpu (issue 22 item 6): Newton-Schulz cost fitted on it."""
+    from bridgebench.validation.muon_fit import gpu_ns_fit
+
+    fit = gpu_ns_fit()
+    print(f"\n(f) Newton-Schulz measured on {fit.gpu} (torch {fit.torch}; results/reference/gpu): fitted ns_efficiency "
+          f"{fit.ns_efficiency:.3f} of the BF16 peak + {1e6 * fit.call_s:.0f} us per NS call; count-weighted NS rate "
+          + ", ".join(f"{m} {v:.3f}" for m, v in fit.weighted.items())
+          + f" of the peak; Muon step: {fit.kernels_per_param:.0f} kernels per matrix x {1e6 * fit.launch_s:.1f} us "
+          f"launch = kappa {1e6 * fit.kappa_s:.0f} us on that VM")  # fmt: skip
+    for name, measured, predicted in fit.residuals:
+        print(f"    {name:26s} measured {1e3 * measured:8.3f} ms  fitted {1e3 * predicted:8.3f} ms "
+              f"({100 * (predicted / measured - 1):+.0f}%)")  # fmt: skip
+    return {"ns_efficiency": fit.ns_efficiency, "call_s": fit.call_s, "kappa_s": fit.kappa_s, "weighted": fit.weighted}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the figures as JSON")
+    ap.add_argument("--skip-b", action="store_true", help="skip (b) (76 held-out fits: a few minutes)")
     ap.add_argument("--skip-c", action="store_true", help="skip (c) (the held-out fits take a few minutes)")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}")
     rows = published_rows()
-    c = {} if args.skip_c else part_c(rows)
     cal = calibration.load().time
+    b = {} if args.skip_b else part_b(rows, cal)
+    c = {} if args.skip_c else part_c(rows)
     d = part_d(cal)
     e = part_e(cal)
+    f = part_f()
     if args.json:
-        args.json.write_text(json.dumps({"spearman": c, "golden": d, "blog": e}, indent=1, default=str))
+        args.json.write_text(
+            json.dumps({"held_out": b, "spearman": c, "golden": d, "blog": e, "gpu": f}, indent=1, default=str)
+        )
 
 
 if __name__ == "__main__":

@@ -199,8 +199,12 @@ munge_dir_problem() {
     d="$(dirname -- "${d}")"
   done
   mode="$(mode_of "${dir}")"; owner="$(owner_of "${dir}")"
+  local up_owner; up_owner="$(owner_of "$(dirname -- "${dir}")")"
   if [[ "${owner}" != 0 && "${owner}" != "$(id -u)" ]]; then
     printf '%s belongs to uid %s: munged accepts a socket folder owned by root or by the user running it' "${dir}" "${owner}"
+  elif [[ "${up_owner}" != 0 && "${up_owner}" != "$(id -u)" ]]; then
+    # not munged's rule but ours: whoever owns the folder above could swap the socket folder for their own
+    printf '%s belongs to uid %s: the socket folder must sit in a folder owned by root or by you' "$(dirname -- "${dir}")" "${up_owner}"
   elif (( (8#${mode} & 8#022) != 0 && (8#${mode} & 8#1000) == 0 )); then
     printf '%s is mode %s: munged refuses a socket folder others can write without the sticky bit' "${dir}" "${mode}"
   fi

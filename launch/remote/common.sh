@@ -32,6 +32,9 @@ SSHD_PID="${ROOT}/run/sshd.pid"
 CLIENT_KEY="${SSH_DIR}/id_ed25519"
 HOST_KEY="${SSH_DIR}/ssh_host_ed25519_key"
 KNOWN_HOSTS_ENTRY="[127.0.0.1]:${SSH_PORT}"
+# The login node's host key, as the client side knows it: the emulation's own known_hosts (configs/cluster/
+# local_remote.yaml tunnel.known_hosts), never the user's ~/.ssh/known_hosts.
+KNOWN_HOSTS="${SSH_DIR}/known_hosts"
 REMOTE_MARKER="${ROOT}/.bridgebench-remote"
 # sshd's StrictModes refuses an authorized_keys file under any folder group or others can write (the sticky /tmp
 # included) or that someone else owns: the key sshd reads lives in a runtime folder of its own, root-owned all the

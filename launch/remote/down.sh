@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stop the emulated remote cluster's login node (sshd started by up.sh, found by its pid file and a scan for its
 # marker). Idempotent; the local SLURM cluster is left alone (launch/cluster/down.sh stops it; `make cluster-down`
-# runs both). `down.sh --purge` also deletes the emulated cluster's filesystem and its known_hosts entry.
+# runs both). `down.sh --purge` also deletes the emulated cluster's filesystem (its own known_hosts with it; the
+# user's ~/.ssh/known_hosts is never touched).
 set -euo pipefail
 LOG_TAG="down"
 # shellcheck source=launch/remote/common.sh
@@ -36,8 +37,6 @@ if [[ "${purge}" == 1 ]]; then
   rm -rf "${ROOT}"
   rm -f "${AUTHORIZED_KEYS}"
   rmdir "${REMOTE_RUN_DIR}" 2>/dev/null || true
-  home_ssh="$(getent passwd "$(id -un)" | cut -d: -f6)/.ssh"
-  ssh-keygen -R "${KNOWN_HOSTS_ENTRY}" -f "${home_ssh}/known_hosts" >/dev/null 2>&1 || true
-  log "purged ${ROOT} and ${KNOWN_HOSTS_ENTRY} from ${home_ssh}/known_hosts"
+  log "purged ${ROOT}"
 fi
 log "emulated login node down"

@@ -8,8 +8,9 @@
 # is the SLURM cluster when this run started it: nothing is left running.
 #
 # Needs root (sshd, bubblewrap mounts) and the Debian packages of launch/cluster/install.sh (openssh-server,
-# bubblewrap, rsync). Adds the login node's host key to ~/.ssh/known_hosts as [127.0.0.1]:<port> (nemo-run's rsync
-# checks it, as ssh does for any login node).
+# bubblewrap, rsync). Writes the login node's host key as [127.0.0.1]:<port> into the emulation's OWN known_hosts
+# (<root>/ssh/known_hosts, named by configs/cluster/local_remote.yaml tunnel.known_hosts): bridgebench checks the key
+# against it as ssh does for any login node; the user's ~/.ssh/known_hosts is never read or edited.
 set -euo pipefail
 LOG_TAG="up"
 # shellcheck source=launch/remote/common.sh
@@ -31,7 +32,7 @@ VENV_PY="${BRIDGEBENCH_REMOTE_PYTHON:-${REPO_ROOT}/.venv/bin/python}"
 # What this run starts is stopped again if it fails later (trap): its sshd, and the SLURM cluster if it was not up.
 cluster_was_up=1
 for d in munged mariadbd slurmdbd slurmctld slurmd; do [[ -n "$(daemon_pid "${d}")" ]] || cluster_was_up=0; done
-started_sshd=""
+started_sshd="" started_cluster=""
 stop_started_on_failure() {
   local rc=$?
   trap - EXIT
@@ -42,7 +43,7 @@ stop_started_on_failure() {
       [[ "${#left[@]}" -eq 0 ]] || stop_pids sshd 10 "${left[@]}" >&2
       rm -f "${SSHD_PID}"
     fi
-    if [[ "${cluster_was_up}" == 0 ]]; then
+    if [[ -n "${started_cluster}" ]]; then
       log "failed (exit ${rc}): stopping the SLURM cluster this run started (launch/cluster/down.sh)" >&2
       "${REPO_ROOT}/launch/cluster/down.sh" >&2 || true
     fi
@@ -52,6 +53,7 @@ stop_started_on_failure() {
 trap stop_started_on_failure EXIT
 # The folder sshd reads the client's public key from, checked as StrictModes will check it.
 make_run_dir "${REMOTE_RUN_DIR}" BRIDGEBENCH_REMOTE_RUN_DIR sshd_dir_problem
+[[ "${cluster_was_up}" == 1 ]] || started_cluster=1
 cluster_out="$("${REPO_ROOT}/launch/cluster/up.sh" 2>&1)" \
   || die "the local SLURM cluster did not start (launch/cluster/up.sh): $(grep -F ERROR <<<"${cluster_out}" | tail -n 1)"
 log "local SLURM cluster is up (${SLURM_CONF_FILE})"
@@ -142,20 +144,19 @@ else
   log "started sshd (pid $(sshd_pid)) on 127.0.0.1:${SSH_PORT} in $(elapsed "${t}")s"
 fi
 
-# ---------------------------------------------------------------- known_hosts (the submitting user's, as for any login node)
-home_ssh="$(getent passwd "$(id -un)" | cut -d: -f6)/.ssh"
-mkdir -p "${home_ssh}" && chmod 700 "${home_ssh}"
+# ---------------------------------------------------------------- known_hosts (the emulation's own, never ~/.ssh's)
 host_line="${KNOWN_HOSTS_ENTRY} $(cut -d' ' -f1,2 "${HOST_KEY}.pub")"
-if ! grep -qxF "${host_line}" "${home_ssh}/known_hosts" 2>/dev/null; then
-  ssh-keygen -R "${KNOWN_HOSTS_ENTRY}" -f "${home_ssh}/known_hosts" >/dev/null 2>&1 || true
-  printf '%s\n' "${host_line}" >>"${home_ssh}/known_hosts"
-  chmod 600 "${home_ssh}/known_hosts"
-  log "added ${KNOWN_HOSTS_ENTRY}'s host key to ${home_ssh}/known_hosts"
+if ! grep -qxF "${host_line}" "${KNOWN_HOSTS}" 2>/dev/null; then
+  printf '%s\n' "${host_line}" >"${KNOWN_HOSTS}.tmp"
+  chmod 600 "${KNOWN_HOSTS}.tmp"
+  mv -f "${KNOWN_HOSTS}.tmp" "${KNOWN_HOSTS}"
+  log "wrote ${KNOWN_HOSTS_ENTRY}'s host key into ${KNOWN_HOSTS}"
 fi
 
 # ---------------------------------------------------------------- check: log in with the key, ask SLURM
 t="$(now)"
-out="$(ssh -i "${CLIENT_KEY}" -p "${SSH_PORT}" -o BatchMode=yes -o ConnectTimeout=5 \
+out="$(ssh -i "${CLIENT_KEY}" -p "${SSH_PORT}" -o BatchMode=yes -o ConnectTimeout=5 -o IdentitiesOnly=yes \
+  -o StrictHostKeyChecking=yes -o UserKnownHostsFile="${KNOWN_HOSTS}" -o GlobalKnownHostsFile=/dev/null \
   "${LOGIN_USER}@127.0.0.1" 'command -v srun; sinfo -h -o %P' 2>&1)" \
   || die "cannot log in to the emulated login node: ${out}; sshd says: $(grep -E 'refused|[Bb]ad ownership|Could not|Invalid user|not allowed|[Ee]rror' "${ROOT}/log/sshd.log" 2>/dev/null | tail -n 2 | tr '\n' ' ')(log: ${ROOT}/log/sshd.log)"
 [[ "${out}" == "${ROOT}/bin/srun"* ]] || die "the login node's srun is not the pyxis stand-in: ${out}"
@@ -163,7 +164,7 @@ log "ssh ${LOGIN_USER}@127.0.0.1:${SSH_PORT} works (srun: ${ROOT}/bin/srun; part
 
 cat <<EOF
 [remote up] emulated remote cluster is up in $(elapsed "${T0}")s
-  login node: ssh -i ${CLIENT_KEY} -p ${SSH_PORT} ${LOGIN_USER}@127.0.0.1
+  login node: ssh -i ${CLIENT_KEY} -p ${SSH_PORT} -o UserKnownHostsFile=${KNOWN_HOSTS} ${LOGIN_USER}@127.0.0.1
   cluster filesystem: ${ROOT} (jobs/: the tunnel's job_dir; bridgebench/: its checkout, mounted at /opt/bridgebench)
   use it:   eval "\$(${REMOTE_DIR}/env.sh)"   # if you changed BRIDGEBENCH_REMOTE_* or the SLURM port base
   try:      bridgebench submit experiment=optstep_local cluster=local_remote --wait && bridgebench collect

@@ -165,3 +165,92 @@ def test_plan_refuses_before_the_megatron_import_and_writes_nothing(tmp_path):
     assert cli.returncode == 2 and "secret_in_config" in cli.stderr and "Traceback" not in cli.stderr
     assert token not in cli.stderr + cli.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue 24: names the list missed, and reads nested anywhere in an interpolation
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["BEARER", "API_BEARER", "bearerToken", "MYSQL_PWD", "NVCR_PWD", "DBPWD", "SSHPASS", "DB_PASS", "SSH_PRIVKEY",
+     "KRB5_KEYTAB", "CLIENT_KEYTAB", "TOKENFILE", "GITHUB_TOKENFILE", "HF_ACCESS", "GITHUB_ACCESS"],
+)  # fmt: skip
+def test_names_the_issue_found_missing(name):
+    assert secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["PWD", "OLDPWD", "BYPASS_CACHE", "COMPASS_HEADING", "NCCL_P2P_ACCESS", "ACCESS"])
+def test_ordinary_names_near_the_new_fragments(name):
+    assert not secret_name(name)  # PWD / OLDPWD: the shell's own names, refused by shell_safe_value instead
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("${oc.select:nope,${oc.env:DB_PASSWORD}}", [("oc.select", "nope"), ("oc.env", "DB_PASSWORD")]),
+        ("${oc.create:${oc.env:X}}", [("oc.create", None), ("oc.env", "X")]),
+        ("a ${x.y} b ${oc.env:BRIDGEBENCH_ROOT,${bb.repo:}/z}", [("oc.env", "BRIDGEBENCH_ROOT"), ("bb.repo", None)]),
+        ("${oc.env:${name}}", [("oc.env", None)]),  # a computed variable name
+        ("${${r}:x}", [(None, "x")]),  # a computed resolver name
+        ("\\${oc.env:X}", []),  # escaped: text, as OmegaConf reads it
+        ("plain", []),
+    ],
+)
+def test_resolver_calls_are_found_at_every_depth_by_omegaconfs_grammar(text, expected):
+    from bridgebench.config.secrets import resolver_calls
+
+    assert sorted((c.name or "", c.first or "") for c in resolver_calls(text)) == sorted(
+        (n or "", f or "") for n, f in expected
+    )
+
+
+NESTED = [
+    "${oc.select:nope,${oc.env:DB_PASSWORD}}",  # the issue's: the old pattern stopped at the first }
+    "${oc.create:${oc.env:DB_PASSWORD}}",  # the issue's: the value was printed in an error
+    "x-${oc.select:a,${oc.select:b,${oc.decode:${oc.env:DB_PASSWORD}}}}",
+    "${oc.env:BRIDGEBENCH_X,${oc.env:DB_PASSWORD}}",  # a settings variable whose default reads a secret
+    "${oc.env:${oc.select:a,DB_PASSWORD}}",  # a computed variable name
+    "x${oc.env:BRIDGEBENCH_DB_PASSWORD}",  # a settings prefix does not make a credential's name a setting
+]
+
+
+@pytest.mark.parametrize("value", NESTED)
+def test_env_reads_nested_anywhere_are_refused_without_reading_them(value, monkeypatch):
+    monkeypatch.setenv("DB_PASSWORD", "hunter2-issue24-secret")
+    monkeypatch.setenv("BRIDGEBENCH_DB_PASSWORD", "hunter2-issue24-secret")
+    cfg = compose(["experiment=optstep_local", f"+env_vars.NOTE='{value}'"])
+    with pytest.raises(RuleError) as err:
+        check_secrets(cfg)
+    assert "env_resolver" in str(err.value) and "env_vars.NOTE" in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+@pytest.mark.parametrize("value", NESTED[:2])
+def test_plan_refuses_nested_reads_printing_and_writing_nothing_of_the_value(tmp_path, value):
+    env = {
+        **os.environ,
+        "DB_PASSWORD": "hunter2-issue24-secret",
+        "BRIDGEBENCH_JOB_DIR": str(tmp_path / "jobs"),
+        "BRIDGEBENCH_PLANS": str(tmp_path / "plans"),
+    }
+    out = tmp_path / "plan"
+    res = subprocess.run(
+        [sys.executable, "-m", "bridgebench.cli", "plan", "experiment=optstep_local", f"+env_vars.NOTE='{value}'",
+         "--out", str(out)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 2 and "env_resolver" in res.stderr, res.stderr[-2000:]
+    assert "hunter2" not in res.stdout + res.stderr
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and b"hunter2" in p.read_bytes()]
+    assert not written and not out.exists()
+
+
+@pytest.mark.parametrize("name", ["MYSQL_PWD", "SSHPASS", "API_BEARER", "HF_ACCESS", "KRB5_KEYTAB", "SSH_PRIVKEY"])
+def test_messages_redact_the_values_of_the_new_names(name):
+    from bridgebench.config.secrets import redact
+
+    for text in (f"{name}=hunter2-issue24", f'"{name}": "hunter2-issue24"', f"{name}: hunter2-issue24"):
+        assert "hunter2" not in redact(text) and name in redact(text), text
+    assert redact("NCCL_P2P_ACCESS=1 PWD=/work") == "NCCL_P2P_ACCESS=1 PWD=/work"

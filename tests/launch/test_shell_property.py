@@ -243,6 +243,8 @@ def test_sbatch_values(base, tmp_path_factory, fld, data):
 @example(name="NOTE", value="x;/usr/bin/touch /tmp/bridgebench-shell-property-PWNED;#")
 @example(name="NOTE", value="a$$b ${head_node_ip_var} /nemo_run")
 @example(name="lower", value="x")
+@example(name="_", value="x")  # bash sets $_ to the last command's argument: refused by name (the shell owns it)
+@example(name="BASH_ENV", value="/tmp/x")
 def test_env_names_and_values(base, tmp_path_factory, name, value):
     cfg = copy.deepcopy(base["local"])
     assume("." not in name and "[" not in name and "${" not in name and name)  # Hydra/OmegaConf key syntax
@@ -326,3 +328,74 @@ def test_the_issue_reproduction_is_refused_naming_the_rule(base, tmp_path):
         render(cfg, tmp_path)
     assert "shell_safe_value" in str(err.value) and "release.container_image" in str(err.value)
     assert not (tmp_path / "P").exists()
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# The ssh tunnel's fields: they reach the submitting machine's ssh / rsync command lines (issue 24)
+# -------------------------------------------------------------------------------------------------------------------
+
+SSH_PRINTER = """#!/bin/sh
+printf '%s\\0' "$@" > "$ARGV_FILE"
+exit 255
+"""
+
+
+def rsync_ssh_words(tmp: Path, argv: list[str]) -> list[str]:
+    """Run the rsync ``argv`` for real with an argv printer in place of ``ssh``; the words rsync gave ``ssh``."""
+    bin_dir = tmp / "sshbin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "ssh").write_text(SSH_PRINTER)
+    (bin_dir / "ssh").chmod(0o755)
+    out = tmp / "ssh.argv"
+    out.unlink(missing_ok=True)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_FILE": str(out)}
+    subprocess.run(argv, env=env, cwd=tmp, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.exists(), "rsync did not run ssh"
+    return [w.decode("utf-8", "surrogateescape") for w in out.read_bytes().split(b"\0")[:-1]]
+
+
+TUNNEL_GRAMMAR = {"host": "host", "user": "name", "identity": "keyfile", "known_hosts": "keyfile"}
+
+
+@SETTINGS
+@given(fld=st.sampled_from([*TUNNEL_GRAMMAR, "port"]), data=st.data())
+@example(fld="identity", data=None)  # the issue's: a quote closed nemo-run's --rsh='ssh -i <identity> ...'
+def test_tunnel_fields(base, tmp_path_factory, fld, data):
+    """Each ssh tunnel field, random: refused by ``plan`` naming the rule and field, or -- accepted -- the job folder's
+    copy (real rsync, ``ssh`` replaced by an argv printer) gives ``ssh`` exactly the intended words and runs nothing
+    else."""
+    from bridgebench.launch.tunnel import identity_path, known_hosts_path, rsync_argv, ssh_tunnel
+
+    tmp = tmp_path_factory.mktemp("tun")
+    if data is None:
+        value = f"/tmp/k' ; /usr/bin/touch {MARKER} ; '"
+    elif fld == "port":
+        value = data.draw(st.one_of(st.integers(-5, 70000), st.sampled_from([0, 1, 22, 65535, 65536])))
+    else:
+        value = data.draw(strings(TUNNEL_GRAMMAR[fld]))
+    cfg = copy.deepcopy(base["ssh"])
+    cfg.cluster.tunnel[fld] = value if fld == "port" else literal(value)
+    assume(cfg.cluster.tunnel[fld] == value)
+    got = outcome(cfg, tmp, f"cluster.tunnel.{fld}")
+    if got is None:
+        return
+    try:
+        tunnel = ssh_tunnel(cfg.cluster, "/lustre/jobs/r/a1")  # resolved paths are checked again (repo, ~)
+    except shellsafe.ShellValueError as err:
+        assert "shell_safe_value" in str(err) and f"cluster.tunnel.{fld}" in str(err)
+        return
+    src = tmp / "exp"
+    src.mkdir()
+    words = rsync_ssh_words(tmp, rsync_argv(tunnel, str(src), "/lustre/jobs/r"))
+    assert not MARKER.exists() and not any(p.name.startswith("PWNED") for p in tmp.rglob("*"))
+    t = cfg.cluster.tunnel
+    expected = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"UserKnownHostsFile={known_hosts_path(cfg.cluster)}", "-o", "GlobalKnownHostsFile=/dev/null",
+                "-o", "ConnectTimeout=10"]  # fmt: skip
+    if t.identity:
+        expected += ["-o", "IdentitiesOnly=yes", "-i", identity_path(cfg.cluster)]
+    if t.port:
+        expected += ["-p", str(t.port)]
+    assert words[: len(expected)] == expected
+    assert words[len(expected) : len(expected) + 3] == ["-l", str(t.user), str(t.host)]
+    assert words[-1] == "/lustre/jobs/r"

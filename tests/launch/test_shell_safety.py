@@ -217,3 +217,108 @@ def test_the_issue_command_refuses_naming_the_rule(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert "shell_safe_value" in res.stderr and "release.container_image" in res.stderr
     assert not (tmp_path / "P").exists() and not (tmp_path / "plans").exists()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue 24: the ssh tunnel's fields reach the submitting machine's ssh / rsync command lines
+# --------------------------------------------------------------------------------------------------------------------
+
+SSH_PLAN = ["experiment=optstep_local", "cluster=example_nvl72"]
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("identity", "/tmp/k' ; /usr/bin/touch {m} ; '"),  # the issue's: closed nemo-run's --rsh='ssh -i ...' quote
+        ("identity", "/tmp/k $(touch {m})"),
+        ("known_hosts", "/tmp/kh';touch {m};'"),
+        ("host", "login.example.com;touch {m}"),
+        ("host", "-oProxyCommand=touch {m}"),
+        ("user", "me';touch {m};'"),
+        ("job_dir", "/lustre/x';touch {m};'"),
+    ],
+)
+def test_plan_refuses_unsafe_tunnel_fields_naming_the_field(tmp_path, field, value):
+    marker = tmp_path / "PWNED"
+    res = run(tmp_path, "plan", *SSH_PLAN, f"cluster.tunnel.{field}={hydra_quoted(value.format(m=marker))}")
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "shell_safe_value" in res.stderr and f"cluster.tunnel.{field}" in res.stderr, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr and not (tmp_path / "plans").exists()
+    no_marker(tmp_path, marker)
+
+
+def test_plan_refuses_a_port_out_of_range(tmp_path):
+    res = run(tmp_path, "plan", *SSH_PLAN, "cluster.tunnel.port=70000")
+    assert res.returncode == 2 and "cluster.tunnel.port" in res.stderr and "1-65535" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("name", ["_", "PWD", "OLDPWD", "SHLVL", "IFS", "PS4", "BASH_ENV", "ENV", "CDPATH"])
+def test_env_names_the_shell_owns_are_refused_by_name(tmp_path, paths_env, name):
+    from bridgebench.launch.plan import PlanError, plan
+
+    with pytest.raises(PlanError) as err:
+        plan(["experiment=optstep_local", f"+env_vars.{name}=x"], tmp_path / "p")
+    assert "shell_safe_value" in str(err.value) and f"env_vars.{name}" in str(err.value)
+    assert "the shell owns" in str(err.value)
+
+
+PRINTER = """#!/bin/sh
+printf '%s\\0' "$0" "$@" > "$ARGV_FILE"
+exit 255
+"""
+
+
+def rsync_ssh_argv(tmp_path: Path, argv: list[str]) -> list[str]:
+    """Run ``argv`` (an rsync command) with a printer in place of ``ssh`` on PATH; the words rsync gave ssh."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "ssh").write_text(PRINTER)
+    (bin_dir / "ssh").chmod(0o755)
+    out = tmp_path / "ssh.argv"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_FILE": str(out)}
+    subprocess.run(argv, env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.exists(), "rsync never ran ssh"
+    return [w.decode("utf-8", "surrogateescape") for w in out.read_bytes().split(b"\0")[1:-1]]
+
+
+def test_the_job_folder_copy_is_an_argv_rsync_with_batch_ssh_and_strict_host_keys(tmp_path):
+    """What replaced nemo-run's ``rsync --rsh='ssh -i <identity> -p <port>'`` shell string: real rsync, its ssh
+    replaced by an argv printer, gets exactly the intended words (batch mode, the cluster's known_hosts, that key)."""
+    from omegaconf import OmegaConf
+
+    from bridgebench.launch.tunnel import rsync_argv, ssh_tunnel
+
+    src = tmp_path / "exp dir-is-refused"
+    cluster = OmegaConf.create(
+        {"tunnel": {"type": "ssh", "host": "login.example.com", "user": "me", "port": 2222,
+                    "identity": str(tmp_path / "id_ed25519"), "known_hosts": str(tmp_path / "kh"),
+                    "job_dir": "/lustre/jobs"}}
+    )  # fmt: skip
+    tunnel = ssh_tunnel(cluster, "/lustre/jobs/run/a1")
+    from bridgebench.launch.shellsafe import ShellValueError
+
+    with pytest.raises(ShellValueError):  # a local folder nemo-run would not quote either
+        rsync_argv(tunnel, str(src), "/lustre/jobs/run")
+    src = tmp_path / "exp"
+    src.mkdir()
+    argv = rsync_argv(tunnel, str(src), "/lustre/jobs/run")
+    assert argv[0] == "rsync" and "--rsh" in argv
+    words = rsync_ssh_argv(tmp_path, argv)
+    assert words[: words.index("-l")] == [
+        "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={tmp_path / 'kh'}",
+        "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10", "-o", "IdentitiesOnly=yes",
+        "-i", str(tmp_path / "id_ed25519"), "-p", "2222",
+    ]  # fmt: skip
+    assert words[words.index("-l") : words.index("-l") + 3] == ["-l", "me", "login.example.com"]
+    assert words[-1] == "/lustre/jobs/run"
+
+
+def test_nemo_runs_shell_string_rsync_is_replaced_while_submitting():
+    from nemo_run.run import experiment
+
+    from bridgebench.launch import tunnel as tun
+
+    original = experiment.rsync
+    with tun.own_rsync(object()):
+        assert experiment.rsync is not original and experiment.rsync.__module__ == tun.__name__
+    assert experiment.rsync is original

@@ -48,3 +48,13 @@ def test_pair_ratios():
 def test_level_factor_is_fitted_on_the_other_rows_of_the_cell():
     scaled = metrics.level_factor_loo([1.0, 2.0, 4.0], [2.0, 4.0, 4.0], ["a", "a", "b"])
     assert scaled[0] == pytest.approx(2.0) and scaled[1] == pytest.approx(4.0) and scaled[2] is None
+
+
+def test_coverage_fraction_reads_bands_as_ratios():
+    """A +-10 % band covers a prediction 10 % high and one 1/1.1 - 1 = -9.1 % low (symmetric in log space), not one
+    10 % low; missing errors and bands are not scored."""
+    band = [0.1 + 1e-12] * 3 + [0.1]
+    assert metrics.coverage_fraction([0.10, 1 / 1.1 - 1, -0.10, None], band) == pytest.approx(2 / 3)
+    assert math.isnan(metrics.coverage_fraction([None], [0.1]))
+    with pytest.raises(ValueError, match="coverage_fraction"):
+        metrics.coverage_fraction([0.1], [])

@@ -17,8 +17,16 @@ def test_the_report_scores_the_fit_it_returns():
     rows = [r for r in published_rows() if r.model == "Qwen3_30B_a3B" and r.system == "gb300"]
     assert len({r.release for r in rows}) >= 3
     report = fit_report(rows)
-    cal, held = calibrate_with_bands(rows)
+    kw = dict(kappa=report.calibration.kappa, ns_efficiency=report.calibration.ns_efficiency)
+    cal, held = calibrate_with_bands(rows, **kw)
     assert report.calibration.to_mapping() == cal.to_mapping()
+    # Muon's constants are fitted on the blog's two Table 1 pairs (two equations, two unknowns: met exactly) and
+    # every measured pair's residual is reported, the golden ones too
+    names = [name for name, _, _ in report.muon.residuals]
+    assert names[:2] == ["blog Kimi K2", "blog Qwen3 30B-A3B"] and any(n.startswith("golden") for n in names)
+    for _, measured, predicted in report.muon.residuals[:2]:
+        assert predicted == pytest.approx(measured, abs=1e-3)
+    assert 0.05 <= report.calibration.ns_efficiency <= 1 and 0 <= report.calibration.kappa <= 1e-3
     errors = [predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops - 1 for r in rows]
     out = [p / r.tflops - 1 for r, p in zip(rows, held) if p]
     assert report.rows == len(rows) and report.held_out_rows == len(out) > 0

@@ -104,7 +104,7 @@ def table(
         write_outputs,
     )
 
-    console = Console(stderr=as_json)
+    console = Console(stderr=as_json, markup=False)
     console.width = max(console.width, 175)  # the table needs ~175 columns; rich wraps a narrower terminal anyway
     if source not in ("auto", "runs", "published"):
         raise BridgebenchError(f"--source must be runs, published or auto, got {source!r}")
@@ -208,7 +208,9 @@ def table(
 @app.command("check-published")
 def check_published_cmd(
     models: bool = typer.Option(
-        False, "--models", help="also check the time and memory models on every row (held-out release; ~2 min)"
+        False,
+        "--models",
+        help="also check the time and memory models on every row (held-out release and configuration; ~4 min)",
     ),
     calibration: str = typer.Option("default", "--calibration", help="configs/calibration/<NAME>.yaml (--models)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
@@ -255,8 +257,9 @@ def check_published_cmd(
     if models and mdf is not None and msum is not None:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        console = Console()
+        console = Console(markup=False)
         console.width = max(console.width, 150)
         t = Table(title="time and memory models vs published rows (time: calibration fitted without the row's release)")
         for c in ("release", "model", "GPU", "prec", "GPUs", "TP", "PP", "VP", "CP", "EP", "MBS", "published",
@@ -272,7 +275,7 @@ def check_published_cmd(
             t.add_row(
                 r.release, r.model, r.system, r.precision, str(r.num_gpus), str(r.tp), str(r.pp), str(r.vp or "-"),
                 str(r.cp), str(r.ep), str(r.mbs), f"{r.published_tflops:.0f}", pred, err, f"+-{r.band:.0%}",
-                f"{r.memory_gb:.0f}", f"{r.usable_gb:.0f}", "yes" if r.fits else "[red]NO[/]",
+                f"{r.memory_gb:.0f}", f"{r.usable_gb:.0f}", "yes" if r.fits else Text("NO", style="red"),
             )  # fmt: skip
         console.print(t)
         typer.echo(
@@ -281,6 +284,16 @@ def check_published_cmd(
             f"{msum.within_band} within their band"
         )
         typer.echo("  MAPE by held-out release: " + ", ".join(f"{k} {v:.1%}" for k, v in msum.mape_by_release.items()))
+        typer.echo(
+            f"  leave one configuration out (every release of a configuration held out together): MAPE "
+            f"{msum.loco_mape:.1%}, median |error| {msum.loco_median_abs_error:.1%}; by distance from the fit: "
+            + ", ".join(f"{k} {v:.1%}" for k, v in msum.loco_mape_by_distance.items())
+        )
+        for name, label in (("loro", "release held out"), ("loco", "configuration held out")):
+            cov = msum.coverage.get(name, {})
+            typer.echo(
+                f"  band coverage, {label}: " + ", ".join(f"{cov[lv]:.0%} inside the {lv} % band" for lv in sorted(cov))
+            )
         typer.echo(
             f"memory model: {msum.fits} of {msum.rows} published rows fit; {msum.false_prunes} false prunes "
             f"(every published row ran); {msum.inconsistent} printed configuration(s) cannot have run as printed"

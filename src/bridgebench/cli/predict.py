@@ -16,7 +16,9 @@ MEMORY_TERMS = ("weights", "grads", "optimizer", "activations", "logits", "other
 
 
 def prediction(overrides: list[str], calibration: str = "default") -> dict[str, Any]:
-    """The ``--json`` object of ``bridgebench predict`` (GB = 1e9 bytes; seconds; percent for ``band_pct``).
+    """The ``--json`` object of ``bridgebench predict`` (GB = 1e9 bytes; seconds; percent for ``band_pct``, the ~68 %
+    band, and ``bands_pct`` at 50 / 68 / 90 %; ``band_source``: the distance from the calibration the band is for, or
+    ``uncalibrated: nothing of this model/GPU was measured``).
 
     Raises:
         bridgebench.config.compose.ConfigError: bad overrides (an unknown model, a value breaking the schema...).
@@ -56,9 +58,13 @@ def prediction(overrides: list[str], calibration: str = "default") -> dict[str, 
         "tflops_per_gpu": row.tflops_per_gpu,
         "tokens_per_s_per_gpu": row.tokens_per_s_per_gpu,
         "band_pct": row.band_pct,
+        "bands_pct": {"50": row.band_50_pct, "68": row.band_pct, "90": row.band_90_pct},
+        "band_source": row.band_source,
         "terms": {k: v for k, v in row.terms_s.items() if v is not None},
         "ep_span": row.ep_span,
         "ep_leaves_nvlink": row.ep_leaves_nvlink,
+        "knobs": row.knobs,
+        "placement": row.placement,
         "calibration": calib.name,
         # with a cluster's own calibration (calibrate --from-runs): the published model's figures before the refit
         "step_time_model_s": row.step_time_model_s,
@@ -66,6 +72,11 @@ def prediction(overrides: list[str], calibration: str = "default") -> dict[str, 
         "cluster_calibration": row.cluster_calibration,
         "point_id": row.point_id,
     }
+
+
+def _widest(splits: list[list[int]]) -> str:
+    """The split over the most domains, as ``48/16``."""
+    return "/".join(str(m) for m in max(splits, key=len))
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -87,27 +98,31 @@ def predict(
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    con = Console()
+    con = Console(markup=False)  # values are data (names, reasons), never rich markup
     par = " ".join(f"{k.upper()}{v}" for k, v in out["parallelism"].items() if v is not None)
     con.print(
-        f"[bold]{out['model']}[/] on {out['num_gpus']} {out['gpu']} ({out['precision']}, {out['optimizer']}, "
-        f"release {out['release']}): {par}"
+        Text.assemble(
+            (str(out["model"]), "bold"),
+            f" on {out['num_gpus']} {out['gpu']} ({out['precision']}, {out['optimizer']}, release {out['release']}): "
+            f"{par}",
+        )
     )
     t = Table(title="memory per GPU, busiest pipeline rank (GB)")
     t.add_column("term")
     t.add_column("GB", justify="right")
     for k, v in out["memory_breakdown_gb"].items():
         t.add_row(k, _fmt(v, ".1f"))
-    t.add_row("[bold]total[/]", _fmt(out["memory_gb"], ".1f"))
+    t.add_row(Text("total", "bold"), _fmt(out["memory_gb"], ".1f"))
     t.add_row("GPU memory", _fmt(out["hbm_gb"], ".1f"))
     con.print(t)
     if out["fits"]:
-        verdict = "[green]fits[/]"
+        verdict = Text("fits", "green")
         if out["tight"]:
-            verdict += " (tight: above the median measured allocator fragmentation; it may run out of memory)"
+            verdict.append(" (tight: above the median measured allocator fragmentation; it may run out of memory)")
     else:
-        verdict = f"[red]pruned[/] by {out['pruned_by']}"
+        verdict = Text.assemble(("pruned", "red"), f" by {out['pruned_by']}")
     con.print(verdict)
     if out["step_time_s"] is None:
         return
@@ -116,15 +131,43 @@ def predict(
     t.add_column("s", justify="right")
     for k, v in out["terms"].items():
         t.add_row(k, f"{v:.4f}")
-    t.add_row("[bold]step[/]", f"{out['step_time_s']:.4f}")
+    t.add_row(Text("step", "bold"), f"{out['step_time_s']:.4f}")
     con.print(t)
+    knobs = out.get("knobs") or {}
+    if knobs:
+        shown = ", ".join(
+            f"{k} {v}" for k, v in knobs.items() if k not in ("knobs_source", "dispatcher_note") and v is not None
+        )
+        con.print(f"knobs ({knobs.get('knobs_source')}): {shown}")
+        if knobs.get("dispatcher_note"):
+            con.print(f"[yellow]{knobs['dispatcher_note']}[/]")
+    place = out.get("placement")
+    if place:
+        cross = [
+            f"{k} {_widest(g['splits'])}" for k, g in place["groups"].items() if g["domains"] > 1 and g["size"] > 1
+        ]
+        seg = place["segment_nodes"]
+        con.print(
+            f"placement: {place['domains']} NVLink domain(s) of {place['domain_gpus']} GPUs"
+            + (f" (sbatch --segment {seg})" if seg else "")
+            + (f"; groups across domains: {', '.join(cross)}" if cross else "; every group inside one domain")
+            + f"; EP cross-domain copies per token {place['ep_cross_domain_copies_per_token']:.2f}"
+        )
     band = out["band_pct"] or 0.0
     con.print(
-        f"{out['tflops_per_gpu']:.1f} TFLOP/s/GPU, {out['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU (+-{band:.1f} %); "
-        f"expert group {out['ep_span']} GPUs"
-        + (" [yellow]leaves the NVLink domain[/]" if out["ep_leaves_nvlink"] else "")
-        + f"; calibration {out['calibration']!r}"
+        Text.assemble(
+            f"{out['tflops_per_gpu']:.1f} TFLOP/s/GPU, {out['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU "
+            f"(+-{band:.1f} %); expert group {out['ep_span']} GPUs",
+            (" leaves the NVLink domain", "yellow") if out["ep_leaves_nvlink"] else "",
+            f"; calibration {out['calibration']!r}",
+        )
     )
+    if out.get("band_source"):
+        bands = out["bands_pct"]
+        con.print(
+            f"band: +-{_fmt(bands['50'], '.1f')} / {_fmt(bands['68'], '.1f')} / {_fmt(bands['90'], '.1f')} % at "
+            f"50 / 68 / 90 % ({out['band_source']})"
+        )
     if out.get("step_time_model_s"):
         con.print(
             f"refitted on this cluster's runs ({out['cluster_calibration']!r}, bridgebench.model.refit): the published "

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from bridgebench.config.containers import plain_dict
 from bridgebench.model.spec import ModelSpec
 
 
@@ -154,6 +155,9 @@ class GPUSchema:
     gpus_per_node: int = MISSING
     compute_capability: Optional[float] = None  # CUDA compute capability (9.0 Hopper, 10.0 / 10.3 Blackwell)
     nvlink_domain: int = MISSING
+    # how the scheduler fills NVLink domains (bridgebench.model.placement.SEGMENT_POLICIES): nvidia_launcher =
+    # sbatch --segment as Megatron-Bridge's launcher sets it, packed = whole domains in order, node = one node
+    segment_policy: str = "node"
     peak_tflops: Dict[str, Optional[float]] = field(default_factory=dict)
     hbm_gb: float = MISSING  # HBM capacity per GPU, GB (1e9 B), as the datasheet prints it
     hbm_total_mib: Optional[int] = None  # total memory the driver reports (nvidia-smi), MiB; the pruner's capacity
@@ -213,6 +217,12 @@ class TunnelSchema:
     user: Optional[str] = None
     port: Optional[int] = None  # ssh: the login node's port (None: 22, or ~/.ssh/config)
     identity: Optional[str] = None  # ssh: private key file on the submit side (None: ssh-agent / ~/.ssh defaults)
+    # ssh: the known_hosts file the login node's host key is checked against (None: ~/.ssh/known_hosts, as OpenSSH);
+    # an unknown or different key is refused (launch/tunnel.py)
+    known_hosts: Optional[str] = None
+    # ssh: pin an unknown host key into known_hosts on first use (OpenSSH StrictHostKeyChecking=accept-new), saying so;
+    # a key different from the pinned one is still refused
+    accept_new_host_key: bool = False
 
 
 @dataclass
@@ -319,8 +329,8 @@ def _declared(schema: type) -> Any:
         for f in dataclasses.fields(schema):
             if f.default is not dataclasses.MISSING:
                 out[f.name] = f.default
-            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                out[f.name] = f.default_factory()  # type: ignore[misc]
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
             else:
                 out[f.name] = MISSING
         return out
@@ -381,7 +391,8 @@ class SectionError(ValueError):
 def mbridge_fields() -> dict[str, Any]:
     """The shipped catalogue of Megatron-Bridge fields: ``{"megatron_bridge": version, "sections": {section:
     {field: {"type": bool|int|float|str|list|dict|any, "nullable": bool}}}}`` (``mbridge_fields.json``)."""
-    return json.loads(FIELDS_FILE.read_text())
+    data: dict[str, Any] = json.loads(FIELDS_FILE.read_text())
+    return data
 
 
 #: Megatron-Bridge fields bridgebench's models read (the sweep engine's memory, time and Newton-Schulz stages) that
@@ -428,7 +439,8 @@ PERF_FILE = Path(__file__).resolve().parent / "mbridge_perf.json"
 def mbridge_perf() -> dict[str, Any]:
     """The shipped perf-recipe settings (``mbridge_perf.json``): ``{"megatron_bridge": version, "recipes": {function:
     {"model", "num_gpus", "gpu", "precision", "variant", "source", "values": {dotted field: value}}}}``."""
-    return json.loads(PERF_FILE.read_text())
+    data: dict[str, Any] = json.loads(PERF_FILE.read_text())
+    return data
 
 
 @functools.cache
@@ -436,7 +448,8 @@ def mbridge_starts() -> dict[str, Any]:
     """The shipped start values of :data:`START_FIELDS` (``mbridge_starts.json``, written by ``bridgebench recipes
     fields`` from the installed Megatron-Bridge): ``{"megatron_bridge": version, "fields": [...], "model": {model
     name: {field: value}}, "mixed_precision": {mixed-precision recipe: {field: value}}}``."""
-    return json.loads(STARTS_FILE.read_text())
+    data: dict[str, Any] = json.loads(STARTS_FILE.read_text())
+    return data
 
 
 def start_values(model: str, mixed_precision_recipe: str) -> dict[str, Any]:
@@ -487,9 +500,13 @@ def check_sections(plain: dict[str, Any]) -> dict[str, Any]:
     other key must be a field of the installed Megatron-Bridge section, with a value of the field's plain type.
 
     Raises:
-        SectionError: an unknown key (with the closest known names) or a value of the wrong type.
+        SectionError: an unknown key (with the closest known names), a value of the wrong type, or an enum value
+            upstream does not have (rule ``enum_value``, with a did-you-mean:
+            :func:`bridgebench.config.rules.upstream.enum_errors`).
     """
     from omegaconf import OmegaConf
+
+    from bridgebench.config.rules.upstream import enum_errors
 
     catalog = mbridge_fields()
     version = catalog["megatron_bridge"]
@@ -499,6 +516,9 @@ def check_sections(plain: dict[str, Any]) -> dict[str, Any]:
         declared = {f.name for f in dataclasses.fields(schema)} if schema else set()
         known = catalog["sections"].get(section, {})
         for key, value in values.items():
+            bad = enum_errors(f"{section}.{key}", value)
+            if bad:
+                raise SectionError(bad[0])
             if key in declared or (section == "model" and key in MODEL_BOOKKEEPING):
                 continue
             if key not in known:
@@ -524,7 +544,7 @@ def check_sections(plain: dict[str, Any]) -> dict[str, Any]:
                 except OmegaConfBaseException as err:
                     msg = str(err).splitlines()[0]
                     raise SectionError(f"{section}.{key}={values[key]} -- {msg}") from err
-            values.update(OmegaConf.to_container(typed, resolve=False))
+            values.update(plain_dict(typed, resolve=False))
         plain[section] = values
     return plain
 

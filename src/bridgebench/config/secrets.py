@@ -27,9 +27,13 @@ password into each. Instead:
 * ``oc.env`` of bridgebench's and SLURM's own settings variables (``BRIDGEBENCH_*``, ``SLURM_*``: paths, the SLURM
   config file) is resolved as usual -- unless the variable's name looks like a credential;
 * anything else that reads the environment or a file (``oc.env`` elsewhere, ``oc.decode``, any resolver that is not
-  one of the config-only ones in :data:`CONFIG_RESOLVERS`) is refused before anything is built or written.
+  one of the config-only ones in :data:`CONFIG_RESOLVERS`) is refused before anything is built or written -- at any
+  depth: every value is parsed with OmegaConf's own grammar (:func:`resolver_calls`), so a read nested in a default
+  or an argument (``${oc.select:nope,${oc.env:DB_PASSWORD}}``, ``${oc.create:${oc.env:X}}``) is found as surely as
+  a top-level one, and a resolver whose name or variable is itself computed is refused.
 
-Pure Python (``re`` only): the check runs on the composed config in milliseconds, before the Megatron import.
+Pure Python (``re`` and OmegaConf's parser): the check runs on the composed config in milliseconds, before the
+Megatron import.
 Messages never repeat a value, only its key and the kind of token (so the refusal itself leaks nothing);
 :func:`redact` removes credential-shaped text from any message (the CLI's error boundary uses it).
 """
@@ -37,8 +41,10 @@ Messages never repeat a value, only its key and the kind of token (so the refusa
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
+from bridgebench.config.containers import plain_dict
 from bridgebench.config.rules import RuleError, Violation
 
 #: name words that mark a credential (compared upper-case, per word)
@@ -63,6 +69,12 @@ SECRET_WORDS = frozenset(
         "PRIVATE",
         "COOKIE",
         "SESSION",
+        "BEARER",
+        "PWD",
+        "PRIVKEY",
+        "KEYTAB",
+        "TOKENFILE",
+        "SSHPASS",
     }
 )
 #: fragments that make a word a credential word when it ends with one (``HFTOKEN``, ``WANDBAUTH``, ``DBPASSWD``)
@@ -79,9 +91,39 @@ SECRET_FRAGMENTS = (
     "CREDENTIALS",
     "CREDS",
     "AUTH",
+    "BEARER",
+    "PWD",  # MYSQL_PWD is two words; DBPWD, NVCRPWD one
+    "PASS",  # SSHPASS, DBPASS (ordinary words ending with PASS: ORDINARY_PASS_WORDS)
+    "PRIVKEY",
+    "KEYTAB",
 )
 #: ... or starts with one (no ordinary word starts with these; TOKEN and AUTH are left out: TOKENIZERS, AUTHOR)
-SECRET_PREFIXES = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "APIKEY", "CREDENTIAL")
+SECRET_PREFIXES = (
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "APIKEY",
+    "CREDENTIAL",
+    "TOKENFILE",
+    "PRIVKEY",
+    "KEYTAB",
+    "BEARER",
+)
+#: ordinary English words that end with the fragment PASS (a cache BYPASS is no password)
+ORDINARY_PASS_WORDS = frozenset(
+    {"BYPASS", "COMPASS", "SURPASS", "ENCOMPASS", "TRESPASS", "OVERPASS", "UNDERPASS", "MULTIPASS", "SINGLEPASS"}
+)
+#: a name whose LAST word is ACCESS names an access credential (``HF_ACCESS``, ``GITHUB_ACCESS``), unless the word
+#: before it says what kind of access it switches (``NCCL_P2P_ACCESS``-like tuning names)
+ACCESS_WORD = "ACCESS"
+ORDINARY_ACCESS_KINDS = frozenset(
+    {"P2P", "PEER", "MEM", "MEMORY", "DIRECT", "DISK", "FILE", "READ", "WRITE", "RANDOM", "IPC", "GPU", "HOST", "NET"}
+)
+#: environment names the shell itself owns (bash sets or reads them: Bash Reference Manual 5.2, "Shell Variables"
+#: and "Bourne Shell Variables"): a config may not set them (rule ``shell_safe_value``,
+#: :func:`bridgebench.launch.shellsafe.shell_owned`), and ``PWD`` / ``OLDPWD`` are judged there, not as credentials
+SHELL_NAMES = frozenset({"PWD", "OLDPWD"})
 
 #: (kind, pattern) of credential-shaped values. Sources: GitHub "Behind GitHub's new authentication token formats"
 #: (2021-04-05) and fine-grained PATs; Hugging Face "User access tokens" (hf_ + 34 letters); OpenAI / Anthropic API
@@ -109,10 +151,13 @@ TOKEN_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):([^/\s@]+)@")
 #: ``NAME=value``, ``"NAME": "value"`` (JSON, Python reprs) and ``NAME: value`` (YAML; upper-case names only, so
 #: that ``secret_in_config: env_vars...`` in a message is not taken for one) where NAME may be a credential's
-_FRAGMENT = r"(?i:[A-Za-z0-9_.-]*(?:token|secret|pass|key|cred|auth|pat|private|cookie|session)[A-Za-z0-9_.-]*)"
+_FRAGMENT = (
+    r"(?i:[A-Za-z0-9_.-]*(?:token|secret|pass|pwd|key|cred|auth|pat|private|cookie|session|bearer|access)"
+    r"[A-Za-z0-9_.-]*)"
+)
 _ASSIGNMENT = re.compile(
     rf"""({_FRAGMENT})(=['"]?|['"]\s*:\s*['"]?)([^\s'",{{}}\[\]]+)"""
-    r"""|(?<![\w.])([A-Z0-9_]*(?:TOKEN|SECRET|PASS|KEY|AUTH|PAT)[A-Z0-9_]*)(: +)([^\s{\[]\S*)"""
+    r"""|(?<![\w.])([A-Z0-9_]*(?:TOKEN|SECRET|PASS|PWD|KEY|AUTH|PAT|BEARER|ACCESS)[A-Z0-9_]*)(: +)([^\s{\[]\S*)"""
 )
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|true|false|null|None|True|False")
@@ -135,10 +180,19 @@ def _words(name: str) -> list[str]:
 
 
 def secret_name(name: str) -> bool:
-    """True when ``name`` looks like a credential's (module docstring: per word, case-insensitive)."""
-    for word in _words(name):
+    """True when ``name`` looks like a credential's (module docstring: per word, case-insensitive). ``PWD`` and
+    ``OLDPWD`` alone are the shell's working directories (:data:`SHELL_NAMES`), not passwords."""
+    if str(name).upper() in SHELL_NAMES:
+        return False
+    words = _words(name)
+    for word in words:
+        if word in ORDINARY_PASS_WORDS:
+            continue
         if word in SECRET_WORDS or word.endswith(SECRET_FRAGMENTS) or word.startswith(SECRET_PREFIXES):
             return True
+    parts = [w.upper() for w in re.split(r"[^A-Za-z0-9]+", str(name)) if w]  # P2P stays one part here
+    if len(words) >= 2 and words[-1] == ACCESS_WORD and (len(parts) < 2 or parts[-2] not in ORDINARY_ACCESS_KINDS):
+        return True
     return False
 
 
@@ -168,7 +222,7 @@ def redact(text: str, known: Any = ()) -> str:
         text = pattern.sub("<redacted>", text)
     text = URL_PASSWORD.sub(r"\1:<redacted>@", text)
 
-    def assignment(m: re.Match) -> str:
+    def assignment(m: re.Match[str]) -> str:
         name, sep, value = m.group(1, 2, 3) if m.group(1) else m.group(4, 5, 6)
         last = name.rsplit(".", 1)[-1]
         if (
@@ -177,8 +231,8 @@ def redact(text: str, known: Any = ()) -> str:
             or _NUMBER.fullmatch(value.rstrip(",;)"))  # a figure (model_flops_per_token: 5.1e9) is no secret
             or last.lower() in _PLACEHOLDER_NAMES  # "expected key=value"
         ):
-            return m.group(0)
-        return name + sep + "<redacted>"
+            return str(m.group(0))
+        return f"{name}{sep}<redacted>"
 
     return _ASSIGNMENT.sub(assignment, text)
 
@@ -206,7 +260,6 @@ CONFIG_RESOLVERS = frozenset(
 )
 #: environment variables that hold bridgebench's and SLURM's own settings (configs/paths, configs/cluster)
 SETTINGS_VARIABLE = re.compile(r"(?:BRIDGEBENCH|SLURM)_[A-Z0-9_]+")
-_RESOLVER_CALL = re.compile(r"\$\{\s*([A-Za-z_][\w.-]*)\s*:([^}]*)")
 _BY_NAME = re.compile(r"\\?\$\{oc\.env:([A-Z_][A-Z0-9_]*)\}")
 
 
@@ -243,40 +296,112 @@ def pass_by_name(cfg: Any) -> dict[str, str]:
 
 
 def _raw_strings(cfg: Any) -> Iterator[tuple[str, str]]:
-    from omegaconf import OmegaConf
-
-    plain = OmegaConf.to_container(cfg, resolve=False) if hasattr(cfg, "_get_node") else cfg
+    plain = plain_dict(cfg, resolve=False) if hasattr(cfg, "_get_node") else cfg
     for path, value in _strings({k: v for k, v in plain.items() if k != "hydra"}, ""):
         if "${" in value:
             yield path, value
 
 
+@dataclass(frozen=True)
+class ResolverCall:
+    """One resolver call found anywhere in a value, at any depth: its name (None when the name is itself computed
+    by an interpolation), and its first argument when that is plain text (None when computed or absent)."""
+
+    name: str | None
+    first: str | None
+
+
+def resolver_calls(text: str) -> list[ResolverCall]:
+    """Every resolver call of ``text`` at every depth (``${oc.select:x,${oc.env:VAR}}`` gives ``oc.select`` and
+    ``oc.env``), found with OmegaConf's own grammar (``omegaconf.grammar_parser.parse``, the parser OmegaConf resolves
+    with), not with a pattern. Escaped ``\\${...}`` is text, as OmegaConf reads it.
+
+    Raises:
+        omegaconf.errors.GrammarParseError: ``text`` is not a value OmegaConf can parse.
+    """
+    from omegaconf import grammar_parser
+    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser as P
+
+    calls = []
+    stack = [grammar_parser.parse(text)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, P.InterpolationResolverContext):
+            ctx: Any = node  # antlr4 contexts are untyped
+            rname = ctx.resolverName()
+            plain_name = not rname.getTypedRuleContexts(P.InterpolationContext)
+            seq = ctx.sequence()
+            elements = seq.element() if seq is not None else []
+            first: Any = elements[0] if elements else None
+            plain_first = first is not None and not _has_interpolation(first, P)
+            calls.append(
+                ResolverCall(rname.getText() if plain_name else None, first.getText().strip() if plain_first else None)
+            )
+        stack.extend(node.getChildren() if hasattr(node, "getChildren") else ())
+    return calls
+
+
+def _has_interpolation(node: Any, P: Any) -> bool:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, P.InterpolationContext):
+            return True
+        stack.extend(n.getChildren() if hasattr(n, "getChildren") else ())
+    return False
+
+
+def _env_read_allowed(call: ResolverCall) -> bool:
+    """``oc.env`` of a settings variable named in plain text (``BRIDGEBENCH_*``, ``SLURM_*``, not credential-like)."""
+    var = call.first
+    return var is not None and bool(SETTINGS_VARIABLE.fullmatch(var)) and not secret_name(var)
+
+
 def resolver_violations(cfg: Any) -> list[Violation]:
-    """Violations of ``env_resolver``: values that read the environment or a file through a resolver and would be
-    written (module docstring). Messages name the field and the resolver, never a value."""
+    """Violations of ``env_resolver``: values that read the environment or a file through a resolver -- at any depth
+    of nested interpolations (:func:`resolver_calls`) -- and would be written (module docstring). Messages name the
+    field and the resolver, never a value (nor the variable, which may itself be telling)."""
+    from omegaconf.errors import GrammarParseError
+
     out = []
     for path, text in _raw_strings(cfg):
         if path.startswith("env_vars.") and _BY_NAME.fullmatch(text):
             continue  # passed by name
-        for m in _RESOLVER_CALL.finditer(text):
-            resolver, args = m.group(1), m.group(2)
-            if resolver in CONFIG_RESOLVERS or resolver.startswith("bb."):
+        try:
+            calls = resolver_calls(text)
+        except GrammarParseError:
+            out.append(
+                Violation(
+                    "env_resolver",
+                    f"{path}: the value is not an interpolation OmegaConf can parse, so what it would read cannot be "
+                    "checked; escape a literal ${ as \\${",
+                )
+            )
+            continue
+        for call in calls:
+            resolver = call.name
+            if resolver is not None and (resolver in CONFIG_RESOLVERS or resolver.startswith("bb.")):
                 continue
-            if resolver == "oc.env":
-                var = args.split(",", 1)[0].strip()
-                if SETTINGS_VARIABLE.fullmatch(var) and not secret_name(var):
-                    continue
+            if resolver == "oc.env" and _env_read_allowed(call):
+                continue
+            if resolver is None:
+                what = "${<computed>:...}, a resolver whose name is computed,"
+                how = "name the resolver in plain text"
+            elif resolver == "oc.env":
+                var = call.first or "VAR"
+                what = "${oc.env:...}"
                 how = (
                     f"pass it by name as the whole value of an env var (env_vars.NAME='${{oc.env:{var}}}': the job "
                     f"reads ${var} on the node), or export it in the shell that runs `bridgebench submit`"
                 )
             else:
+                what = f"${{{resolver}:...}}"
                 how = "write the value itself (a config holds values, not reads of files or the environment)"
             out.append(
                 Violation(
                     "env_resolver",
-                    f"{path}: ${{{resolver}:...}} reads the environment or a file at plan time and its value would "
-                    f"be written into config.yaml, submit.sh and every record; {how}",
+                    f"{path}: {what} reads the environment or a file at plan time (nested interpolations "
+                    f"included) and its value would be written into config.yaml, submit.sh and every record; {how}",
                 )
             )
     return out
@@ -285,16 +410,24 @@ def resolver_violations(cfg: Any) -> list[Violation]:
 def disk_container(cfg: Any) -> dict[str, Any]:
     """The config as bridgebench writes it (``config.yaml``, records, the config hash): resolved, except the
     ``env_vars`` passed by name, which stay the text ``${oc.env:VAR}``; without the ``hydra`` node."""
-    from omegaconf import OmegaConf
 
     names = by_name_all(cfg)
     if names:
         cfg = cfg.copy()
         for key, var in names.items():
             cfg.env_vars[key] = "\\${oc.env:" + var + "}"
-    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain = plain_dict(cfg, resolve=True)
     plain.pop("hydra", None)
+    env = plain.get("env_vars")
+    if isinstance(env, dict):  # ${NAME} for the job's shell (config/env_refs.py shell_references) stays escaped
+        for key, value in env.items():
+            if isinstance(value, str) and "${" in value:
+                env[key] = _SHELL_REF_OUT.sub(lambda m: "\\${" + m.group(1) + "}", value)
     return plain
+
+
+#: an unescaped ``${NAME}`` (upper-case) in a resolved env value: a reference for the job's shell
+_SHELL_REF_OUT = re.compile(r"(?<!\\)\$\{([A-Z_][A-Z0-9_]*)\}")
 
 
 def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:

@@ -18,7 +18,9 @@ What this module does about it, in one place:
 1. the pass-through ``nemo_run.Packager()`` is always used (the compute node runs the repository itself, mounted or
    checked out) and the packaging step is marked done with its ``code`` folder made in Python, so no packaging
    command runs at all -- no ``git archive``, ``tar``, ``gzip``, ``rm`` or ``mkdir -p``; the one shell command left
-   is nemo-run's ``sbatch --requeue --parsable <script>`` (``tunnel.run``), whose path is checked by point 2;
+   is nemo-run's ``sbatch --requeue --parsable <script>`` (``tunnel.run``), whose path is checked by point 2; over
+   SSH nemo-run's ``rsync --rsh='ssh -i <identity> -p <port>'`` shell string (``core/tunnel/rsync.py``) is replaced
+   by an argv rsync (:func:`_own_rsync`, :mod:`bridgebench.launch.tunnel`);
 2. every path nemo-run will put into a command or the script (the experiment folder, the tunnel's job folder) is
    checked by :func:`check_path` *before* nemo-run is called, and refused with a message naming the value, where it
    came from and how to move it (``BRIDGEBENCH_JOB_DIR``, ``TMPDIR``);
@@ -118,6 +120,19 @@ def _verified(intent: shellsafe.Intent):
         SlurmBatchRequest.materialize = original
 
 
+def _own_rsync(tunnel):
+    """Over SSH: nemo-run's shell-string ``rsync --rsh='ssh -i <identity> -p <port>'`` (run by a local shell) is
+    replaced by bridgebench's argv rsync (:func:`bridgebench.launch.tunnel.own_rsync`: every word checked and quoted,
+    ssh in batch mode against the cluster's known_hosts) while the job is submitted."""
+    import nemo_run as run
+
+    if not isinstance(tunnel, run.SSHTunnel):
+        return contextlib.nullcontext()
+    from bridgebench.launch import tunnel as tun
+
+    return tun.own_rsync(tunnel)
+
+
 def _passthrough(executor, job_name: str) -> None:
     """Point 1: the pass-through packager, and the packaging step marked done for this job, so nemo-run's
     ``SlurmExecutor.package`` runs no shell command at all (it would run ``mkdir -p {job_dir}/code`` through
@@ -197,9 +212,7 @@ def _check_login(tunnel, job: JobPaths) -> None:
         return
     from bridgebench.launch import tunnel as tun
 
-    probe = run.SSHTunnel(
-        host=tunnel.host, user=tunnel.user, port=tunnel.port, identity=tunnel.identity, job_dir=tunnel.job_dir
-    )
+    probe = tun.same_tunnel(tunnel)
     tun.connect(probe)
     try:
         tun.remove_tree(probe, job.tunnel_dir)
@@ -268,7 +281,12 @@ def submit(
     env_before = dict(os.environ)
     os.environ.update(dict(client_env or {}))
     try:
-        with contextlib.redirect_stdout(io.StringIO()), _root_logging_kept(), _verified(intent):
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            _root_logging_kept(),
+            _verified(intent),
+            _own_rsync(executor.tunnel),
+        ):
             with _experiment(job.job_name, executor, str(job.base), config_text) as exp:
                 exp.add(run.Script(inline=command, entrypoint="bash"), name=job.job_name)
                 exp.run(detach=True)

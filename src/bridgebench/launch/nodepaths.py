@@ -15,7 +15,8 @@ By construction here:
 * **out dir** (``BRIDGEBENCH_OUT_DIR``, the optimizer-step ``--out``, Megatron-Bridge's ``logger.tensorboard_dir =
   <out>/<job.tensorboard_subdir>``): ``<job folder>/out``.
 * **config**: ``<job folder>/configs/config.yaml`` -- the run's resolved config without the submit side's sections
-  (``paths``, ``cluster.client_env``, ``cluster.identity_file``, ``cluster.tunnel.identity``).
+  (``paths``, ``cluster.client_env``, ``cluster.identity_file``, ``cluster.tunnel.identity``,
+  ``cluster.tunnel.known_hosts``).
 * **code**: in a container, the repository mounted at :data:`bridgebench.launch.executor.CONTAINER_REPO` (one of the
   cluster's ``container_mounts`` must put the cluster's checkout there) and the image's ``python``; on the host with a
   local tunnel, this checkout and this Python (the same machine). A cluster reached over SSH that runs jobs on the
@@ -49,6 +50,7 @@ SUBMIT_SIDE_EMPTY = {
     ("cluster", "client_env"): {},
     ("cluster", "identity_file"): None,
     ("cluster", "tunnel", "identity"): None,
+    ("cluster", "tunnel", "known_hosts"): None,
 }
 
 

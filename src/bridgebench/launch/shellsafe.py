@@ -1,5 +1,13 @@
-"""Every value that can reach ``sbatch``, ``srun``, an ``#SBATCH`` line or a job script, checked in ONE place
-(rule ``shell_safe_value``).
+"""Every value that can reach a shell -- ``sbatch``, ``srun``, an ``#SBATCH`` line or a job script on the cluster, and
+the ``ssh`` / ``rsync`` command lines on the submitting machine -- checked in ONE place (rule ``shell_safe_value``).
+
+On the submitting machine nemo-run 0.11.1 copies a job folder with ``rsync --rsh='ssh -i <identity> -p <port>' ...``
+formatted into one string and run by a local shell (``core/tunnel/rsync.py``, through invoke): a quote in
+``cluster.tunnel.identity`` closed the ``--rsh`` word and ran the rest. bridgebench runs its own ``rsync`` instead
+(:func:`bridgebench.launch.tunnel.rsync_argv`: an argv list, no shell, the ``--rsh`` words ``shlex``-quoted), and every
+tunnel field that reaches it -- host, user, port, identity, known_hosts, job_dir -- is checked here by grammar first
+(:data:`SCRIPT_FIELDS`), so ``plan`` refuses it before anything runs. Environment names the shell owns
+(:data:`SHELL_OWNED`: ``_``, ``PWD``, ``IFS``, ``BASH_ENV`` ...) are refused by name.
 
 nemo-run 0.11.1 builds the sbatch script from strings (``core/execution/slurm.py`` ``SlurmBatchRequest.materialize``
 and the ``slurm.sh.j2`` template):
@@ -123,8 +131,46 @@ GRAMMARS: dict[str, Grammar] = {
             "lower-case name would reach the job as another variable)",
         ),
         Grammar("job_id", re.compile(r"[0-9]{1,20}"), "a SLURM job id (digits)"),
+        Grammar(
+            "host",
+            re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.?"),
+            "a host name or IPv4 address (RFC 1123 labels of letters, digits and -, joined by .)",
+        ),
+        Grammar(
+            "port",
+            re.compile(r"[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]"),
+            "a TCP port (1-65535)",
+        ),
+        Grammar(
+            "keyfile",
+            re.compile(r"(?:~/)?[A-Za-z0-9_./@+-]{1,4095}"),
+            "a path of letters, digits and _ . / @ + - (optionally starting with ~/) on the submitting machine",
+        ),
     )
 }
+
+#: Environment names the shell owns: bash sets, reads or overwrites them itself (GNU Bash Reference Manual 5.2,
+#: sections 5.1 "Bourne Shell Variables" and 5.2 "Bash Variables"), so ``export NAME=...`` in a job script either
+#: does not reach the job as written (``$_`` is the last command's argument, ``PWD`` follows ``cd``, ``SHLVL`` counts
+#: up) or changes how the script itself runs (``IFS`` splits words, ``BASH_ENV`` / ``ENV`` source a file in every
+#: non-interactive shell, ``CDPATH`` redirects ``cd``, ``GLOBIGNORE`` globbing, ``PS4`` runs in ``set -x`` traces).
+SHELL_OWNED = frozenset(
+    {
+        "_", "PWD", "OLDPWD", "SHLVL", "IFS", "PS1", "PS2", "PS3", "PS4", "PPID", "UID", "EUID", "GROUPS",
+        "BASH", "BASHOPTS", "BASHPID", "SHELLOPTS", "RANDOM", "SRANDOM", "SECONDS", "LINENO", "FUNCNAME", "FUNCNEST",
+        "HISTCMD", "PIPESTATUS", "DIRSTACK", "EPOCHREALTIME", "EPOCHSECONDS", "OPTIND", "OPTARG", "OPTERR", "REPLY",
+        "CDPATH", "GLOBIGNORE", "ENV", "POSIXLY_CORRECT", "PROMPT_COMMAND", "PROMPT_DIRTRIM", "HOSTTYPE", "MACHTYPE",
+        "OSTYPE", "INPUTRC", "EXECIGNORE", "TIMEFORMAT", "MAILPATH", "MAILCHECK", "HISTFILE", "HISTSIZE", "SHELL",
+    }
+)  # fmt: skip
+#: ... and every name with these prefixes (``BASH_ENV``, ``BASH_VERSION``, ``BASH_FUNC_name%%`` ..., ``COMP_*``)
+SHELL_OWNED_PREFIXES = ("BASH_", "COMP_", "READLINE_")
+
+
+def shell_owned(name: str) -> bool:
+    """True when the shell owns the environment name ``name`` (:data:`SHELL_OWNED`, :data:`SHELL_OWNED_PREFIXES`)."""
+    return name in SHELL_OWNED or name.startswith(SHELL_OWNED_PREFIXES)
+
 
 #: Config fields whose value reaches a SLURM script: field -> (grammar, where it goes). ``[]`` marks list items,
 #: ``.*`` map keys and values. Quoted fields (``None`` grammar) only need to be strings a file can hold
@@ -140,14 +186,25 @@ SCRIPT_FIELDS: dict[str, tuple[str | None, str]] = {
         "abspath",
         "#SBATCH --output, srun --output/--chdir and the sbatch command (ssh tunnel)",
     ),
-    "cluster.tunnel.host": ("name", "the ssh login host"),
-    "cluster.tunnel.user": ("name", "the ssh login user"),
+    "cluster.tunnel.host": ("host", "the ssh login host (ssh and rsync command lines on the submitting machine)"),
+    "cluster.tunnel.user": ("name", "the ssh login user (ssh and rsync command lines on the submitting machine)"),
+    "cluster.tunnel.port": ("port", "ssh -p in the rsync --rsh command line on the submitting machine"),
+    "cluster.tunnel.identity": ("keyfile", "ssh -i in the rsync --rsh command line on the submitting machine"),
+    "cluster.tunnel.known_hosts": (
+        "keyfile",
+        "ssh -o UserKnownHostsFile in the rsync --rsh command line on the submitting machine",
+    ),
     "model.name": ("name", "the run name: job folders, #SBATCH --job-name/--output, srun --output"),
     "gpu.name": ("name", "the run name: job folders, #SBATCH --job-name/--output, srun --output"),
     "precision.name": ("name", "the run name: job folders, #SBATCH --job-name/--output, srun --output"),
     "env_vars.*": ("env_name", "`export NAME=value` in the sbatch script (the value is quoted)"),
     "job.wrapper[]": (None, "the payload command (each word quoted)"),
 }
+
+#: fields that may be unset (None): they are then left out of the script or command line
+OPTIONAL_FIELDS = frozenset(
+    {"cluster.mem", "cluster.tunnel.port", "cluster.tunnel.identity", "cluster.tunnel.known_hosts"}
+)
 
 #: nemo-run replaces every ``/nemo_run`` of a host-mode script by the job folder (``materialize``), so a value holding
 #: it would reach the job changed.
@@ -164,9 +221,16 @@ def _shown(value: Any) -> str:
 def problem(grammar: str, value: Any) -> str | None:
     """Why ``value`` does not match :data:`GRAMMARS` ``[grammar]`` in full (None when it does)."""
     g = GRAMMARS[grammar]
+    if grammar == "port" and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
     if not isinstance(value, str):
         return f"is a {type(value).__name__}, not a string; it must be {g.says}"
     if g.pattern.fullmatch(value):
+        if grammar == "env_name" and shell_owned(value):
+            return (
+                "is a variable the shell owns (bash sets or reads it itself: exported from a job script it would "
+                "not reach the job as written, or would change how the script runs); use another name"
+            )
         return None
     bad = sorted({c for c in value if not re.fullmatch(r"[A-Za-z0-9_./@+:#-]", c)})
     which = f" (it contains {''.join(bad)!r})" if bad else ""
@@ -213,11 +277,32 @@ def check_word(value: Any, fld: str, where: str = "a SLURM script (quoted)", hos
     return value
 
 
+#: a reference to a variable of the job's shell in an env value, ``${NAME}`` with an upper-case name (``SLURM_JOB_ID``,
+#: ``SLURM_PROCID``, ``HOME`` ...): the one part of an env value the job's shell expands (:func:`shell_word`)
+SHELL_REF = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
+
+
+def shell_word(value: str) -> str:
+    """``value`` as one bash word: literal text single-quoted (``shlex.quote``), each ``${NAME}`` of
+    :data:`SHELL_REF` double-quoted (``"${NAME}"``) so the job's shell expands it there and then -- as a performance
+    engineer writing ``env_vars.TAG=run-${SLURM_JOB_ID}`` means -- and nothing else is expanded, split or run
+    (``'run-'"${SLURM_JOB_ID}"``)."""
+    parts, pos = [], 0
+    for m in SHELL_REF.finditer(value):
+        if m.start() > pos:
+            parts.append(shlex.quote(value[pos : m.start()]))
+        parts.append(f'"${{{m.group(1)}}}"')
+        pos = m.end()
+    if pos < len(value) or not parts:
+        parts.append(shlex.quote(value[pos:]))
+    return "".join(parts)
+
+
 def env_value(value: str) -> str:
-    """An environment value as nemo-run must be given it for ``export NAME=<this>`` to set exactly ``value``:
-    ``shlex.quote`` (bash), then every ``$`` doubled (nemo-run runs ``string.Template.safe_substitute`` over env values,
-    which turns ``$$`` back into ``$``)."""
-    return shlex.quote(value).replace("$", "$$")
+    """An environment value as nemo-run must be given it for ``export NAME=<this>`` to set ``value`` (its
+    ``${NAME}`` references expanded by the job's shell: :func:`shell_word`), then every ``$`` doubled (nemo-run runs
+    ``string.Template.safe_substitute`` over env values, which turns ``$$`` back into ``$``)."""
+    return shell_word(value).replace("$", "$$")
 
 
 def _items(cfg: Any, dotted: str) -> Iterable[tuple[str, Any]]:
@@ -252,8 +337,8 @@ def config_violations(cfg: Any) -> list[Violation]:
         if dotted.startswith("cluster.tunnel.") and not ssh:
             continue
         for fld, value in _items(cfg, dotted):
-            if dotted == "cluster.mem" and value is None:
-                continue
+            if value is None and dotted in OPTIONAL_FIELDS:
+                continue  # unset: SLURM's / ssh's defaults (no --mem; port 22, no -i, ~/.ssh/known_hosts)
             if dotted == "job.wrapper[]" and not fld.endswith("]"):
                 out.append(
                     _violation(fld, value, "must be a list of strings (the words run before the payload)", where)
@@ -330,7 +415,7 @@ def verify_sbatch(script: str, intent: Intent) -> None:
     for key, value in intent.sbatch.items():
         if key not in flags or flags[key] != value:
             _fail(f"has #SBATCH --{key}={flags.get(key)!r}, meant {value!r}")
-    block = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in intent.env.items())
+    block = "\n".join(f"export {k}={shell_word(v)}" for k, v in intent.env.items())
     if intent.env and f"\n{block}\n" not in script:
         _fail("does not export the environment as meant (a name or value was changed on the way)")
     at = script.find("\n# Command 1\n")

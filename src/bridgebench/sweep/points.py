@@ -14,12 +14,12 @@ from bridgebench.config import rules
 from bridgebench.model.layout import LayoutError, auto_split
 from bridgebench.model.parallel import ParallelDims
 from bridgebench.model.spec import ModelSpec
-from bridgebench.sweep.bases import Base, _arch_spec, effective
+from bridgebench.sweep.bases import Base, arch_spec, effective
 from bridgebench.sweep.keys import AUTO, KEYS
 from bridgebench.sweep.space import Space
 
 
-def _rule_point(v: dict[str, Any], spec: ModelSpec, env: dict[str, Any] | None = None) -> rules.Point:
+def rule_point(v: dict[str, Any], spec: ModelSpec, env: dict[str, Any] | None = None) -> rules.Point:
     return rules.Point(
         **(env or {}),
         dims=ParallelDims.from_row(v),
@@ -47,6 +47,9 @@ def _rule_point(v: dict[str, Any], spec: ModelSpec, env: dict[str, Any] | None =
         compute_capability=v["compute_capability"],
         min_compute_capability=v["min_compute_capability"],
         nvlink_domain=v["nvlink_domain"],
+        segment_policy=str(v["segment_policy"] or "node"),
+        moe_token_dispatcher_type=v["moe_token_dispatcher_type"],
+        moe_flex_dispatcher_backend=v["moe_flex_dispatcher_backend"],
     )
 
 
@@ -172,7 +175,7 @@ def enumerate_points(
     arch_cache: dict = {}
     done = 0
     for base, delta in pairs:
-        spec = _arch_spec(base, delta, arch_cache)
+        spec = arch_spec(base, delta, arch_cache)
         v = effective(base, delta)
         status, rule, reason = "enumerated", None, ""
         if isinstance(spec, Exception):
@@ -195,7 +198,8 @@ def check_rules(
     rows: list[dict[str, Any]], bases: Sequence[Base], progress: Callable[[int, int], None] | None = None
 ) -> list[dict[str, Any]]:
     """Stage 2 (in place): :func:`bridgebench.config.rules.check` on every ``enumerated`` row (status ``invalid``,
-    column ``rule`` = the first broken rule's id, ``reason`` = every broken rule's message), then points with the
+    column ``rule`` = the first broken rule's id, ``rules`` = every broken rule's id, ``reason`` = every broken
+    rule's message with its fix where one is known), then points with the
     same effective values (``point_id``) kept once (``duplicate``, ``reason`` = the point it duplicates); the rest
     become ``valid``."""
     seen: dict[str, str] = {}
@@ -204,11 +208,16 @@ def check_rules(
     for i, row in enumerate(todo, 1):
         base = bases[row["base"]]
         delta = json.loads(row["delta"])
-        spec = _arch_spec(base, delta, cache)
+        spec = arch_spec(base, delta, cache)
         v = effective(base, delta)
-        found = rules.check(_rule_point(v, spec, base.rule_env(delta)))
+        found = rules.check(rule_point(v, spec, base.rule_env(delta)))
         if found:
-            row.update(status="invalid", rule=found[0].rule, reason="; ".join(str(f) for f in found))
+            row.update(
+                status="invalid",
+                rule=found[0].rule,
+                rules=",".join(dict.fromkeys(f.rule for f in found)),
+                reason="; ".join(str(f) for f in found),
+            )
         elif row["point_id"] in seen:
             row.update(status="duplicate", reason=f"same effective values as point {seen[row['point_id']]}")
         else:

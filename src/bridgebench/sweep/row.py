@@ -37,18 +37,21 @@ class SweepRow:
     (``layout``, ``account_embedding``, ``account_loss``), recompute, the optimizer-step job's subset (``job_*``).
 
     Verdict: ``status`` (``enumerated invalid duplicate valid over_memory fits ranked indistinct``; the launch layer:
-    ``planned plan_failed submitted skipped``), ``rule`` (the rule id that pruned it) and ``reason``.
+    ``planned plan_failed submitted skipped``), ``rule`` (the rule id that pruned it), ``rules`` (every
+    rule id it breaks, comma-separated) and ``reason``.
 
     Memory (stage 3, GB = 1e9 bytes, busiest GPU): ``mem_<term>_gb``, ``mem_stage`` (its pipeline rank),
     ``hbm_gb`` / ``hbm_usable_gb`` (capacity, and less the lowest measured fragmentation), ``tight``,
     ``expandable_segments``. Time (stage 4): ``step_time_s``, ``terms_s`` (seconds per term of the time model: the
     ``t_<term>_s`` columns; None where a stored sweep's other points have the term and this one has no time),
-    ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, ``band_pct`` (+- band, percent), ``time_release``,
+    ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, ``band_pct`` (the ~68 % +- band, percent; ``band_50_pct`` /
+    ``band_90_pct`` the 50 / 90 % ones, ``band_source`` what it is for), ``time_release``,
     ``efficiency`` / ``efficiency_source``, ``ep_scale_out``, ``score`` (what the ranking sorts);
     with a cluster's own calibration, ``cluster_calibration`` and the published model's ``step_time_model_s`` /
     ``band_model_pct`` before the refit.
     Ranking: ``rank``, ``tie``, ``twins``, ``collapsed_into``, ``ep_span``, ``ep_leaves_nvlink``, ``published``.
-    Launch: ``config_hash``, ``plan_dir``, ``run_ids``. ``predict``: ``fits``, ``pruned_by``.
+    Launch: ``config_hash``, ``plan_dir``, ``run_ids``. ``predict``: ``fits``, ``pruned_by``, ``knobs`` (the settings
+    users do not type, as they run), ``placement`` (the groups on the NVLink domains).
     """
 
     point_id: str | None = None
@@ -72,6 +75,7 @@ class SweepRow:
     job_experts: int | None = None
     status: str = "enumerated"
     rule: str | None = None
+    rules: str | None = None
     reason: str | None = None
     hbm_gb: float | None = None
     hbm_usable_gb: float | None = None
@@ -90,6 +94,9 @@ class SweepRow:
     tflops_per_gpu: float | None = None
     tokens_per_s_per_gpu: float | None = None
     band_pct: float | None = None
+    band_50_pct: float | None = None
+    band_90_pct: float | None = None
+    band_source: str | None = None
     time_release: str | None = None
     efficiency: float | None = None
     efficiency_source: str | None = None
@@ -110,6 +117,8 @@ class SweepRow:
     run_ids: str | None = None
     fits: bool | None = None
     pruned_by: dict[str, Any] | None = None
+    knobs: dict[str, Any] | None = None
+    placement: dict[str, Any] | None = None
 
     @property
     def dp(self) -> int | None:

@@ -8,8 +8,9 @@ import json
 from typing import Any, Callable, Sequence
 
 from bridgebench.config.calibration import ModelCalibration
-from bridgebench.config.time_knobs import time_knobs
+from bridgebench.config.time_knobs import shown_knobs, time_knobs
 from bridgebench.model import memory as mem
+from bridgebench.model import placement as pl
 from bridgebench.model.layout import LayoutError
 from bridgebench.model.newton_schulz import NSError, NSPolicy, muon_matrices, ns_flops
 from bridgebench.model.optimizer import OptimizerKind
@@ -17,7 +18,7 @@ from bridgebench.model.parallel import ParallelDims
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError
 from bridgebench.model.steptime.predict import predict_time
-from bridgebench.sweep.bases import Base, _arch_spec, effective
+from bridgebench.sweep.bases import Base, arch_spec, effective
 
 
 # ---------------------------------------------------------------------------------------------------- stage 2, 3
@@ -118,6 +119,42 @@ def time_config(v: dict[str, Any], gpu: GpuFacts) -> TimeConfig:
     )
 
 
+def placement_columns(cfg: TimeConfig, spec: ModelSpec, dispatcher: str) -> dict[str, Any]:
+    """Where a point's ranks land (:attr:`bridgebench.model.steptime.config.TimeConfig.placement`): ``domain_gpus``
+    (consecutive ranks per NVLink domain as the scheduler fills them), ``segment_nodes`` (``sbatch --segment``,
+    None = none), ``ep_domains`` (most domains one EP group touches), ``ep_split`` (its members per domain, e.g.
+    ``48/16``), ``ep_cross_copies`` (copies of a token leaving the sender's domain, worst rank,
+    :func:`bridgebench.model.placement.cross_domain_copies` for the dispatcher that runs) and ``groups_crossing``
+    (the group kinds some group of which spans domains, e.g. ``pp,dp_cp``)."""
+    placed = cfg.placement
+    ep = placed.group("ep")
+    worst = max(ep.splits, key=len)
+    topk = spec.moe_router_topk if spec.is_moe else 0
+    return {
+        "domain_gpus": placed.domain_gpus,
+        "segment_nodes": placed.segment,
+        "ep_domains": ep.domains,
+        "ep_split": "/".join(str(m) for m in worst),
+        "ep_cross_copies": pl.cross_domain_copies(ep, topk, dispatcher) if spec.is_moe else 0.0,
+        "groups_crossing": ",".join(g.kind for g in placed.groups if g.crosses and g.size > 1) or None,
+    }
+
+
+def placement_json(cfg: TimeConfig, spec: ModelSpec) -> dict[str, Any]:
+    """``predict --json`` ``placement``: the domains, the segment, and per group kind its size, stride, domains
+    touched and member splits, with the EP group's cross-domain copies per token (:func:`placement_columns`)."""
+    placed = cfg.placement
+    return {
+        "domain_gpus": placed.domain_gpus,
+        "domains": placed.domains,
+        "segment_nodes": placed.segment,
+        "segment_policy": cfg.gpu.segment_policy,
+        "groups": {g.kind: g.as_dict() for g in placed.groups},
+        "ep_cross_domain_copies_per_token": placement_columns(cfg, spec, cfg.dispatcher)["ep_cross_copies"],
+        "dispatcher": cfg.dispatcher if spec.is_moe else None,
+    }
+
+
 def ns_policy(v: dict[str, Any]) -> NSPolicy:
     """Newton-Schulz policy of a point (``optimizer.muon_*``, ``accounting.ns_kernel``)."""
     return NSPolicy(
@@ -131,7 +168,7 @@ def ns_policy(v: dict[str, Any]) -> NSPolicy:
 
 def _point_state(base: Base, row: dict[str, Any], cache: dict) -> tuple[ModelSpec, dict[str, Any]]:
     delta = json.loads(row["delta"])
-    spec = _arch_spec(base, delta, cache)
+    spec = arch_spec(base, delta, cache)
     return (base.spec if isinstance(spec, Exception) else spec), effective(base, delta)
 
 
@@ -227,7 +264,9 @@ def score_time(
 ) -> list[dict[str, Any]]:
     """Stage 4 (in place): predicted step time of every ``fits`` and ``over_memory`` row: ``step_time_s``,
     ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, one ``t_<term>_s`` column per term of the time model
-    (``TimeBreakdown.terms``), ``band_pct`` (the prediction's +- band, percent) and ``time_release`` (the software
+    (``TimeBreakdown.terms``), ``band_pct`` (the prediction's ~68 % +- band, percent; ``band_50_pct`` and
+    ``band_90_pct`` the 50 and 90 % ones, ``band_source`` the distance from the calibration it is for:
+    :mod:`bridgebench.model.steptime.bands`) and ``time_release`` (the software
     level it is for). ``score`` is what the ranking sorts by (``bridgebench.sweep.trust``): predicted model
     TFLOP/s/GPU, or for optimizer-step benchmark points (which train nothing) minus the Muon step time."""
     todo = [r for r in rows if r["status"] in ("fits", "over_memory")]
@@ -248,14 +287,20 @@ def score_time(
                 row["score"] = -t
                 row["band_pct"] = None
             else:
-                b = predict_time(spec, time_config(v, base.gpu), calib.time)
+                cfg = time_config(v, base.gpu)
+                b = predict_time(spec, cfg, calib.time)
                 row.update({f"t_{name}_s": float(value) for name, value in b.terms.items()})
+                row.update(placement_columns(cfg, spec, cfg.dispatcher))
+                row.update(shown_knobs(v, spec.is_moe))
                 seq = v["seq_length"] or spec.seq_length
                 row.update(
                     step_time_s=b.total,
                     tflops_per_gpu=b.tflops_per_gpu,
                     tokens_per_s_per_gpu=v["gbs"] * seq / (b.total * v["num_gpus"]),
                     band_pct=float(b.band_pct),
+                    band_50_pct=b.band_levels.get(50),
+                    band_90_pct=b.band_levels.get(90),
+                    band_source=b.band_source or None,
                     time_release=b.release or None,
                     efficiency=getattr(b, "efficiency", None),
                     efficiency_source=getattr(b, "efficiency_source", None),

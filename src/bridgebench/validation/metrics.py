@@ -94,6 +94,22 @@ def coverage(errors: Sequence[float | None], bands: Sequence[float]) -> tuple[in
     return sum(within_band(e, b) for e, b in scored), len(scored)
 
 
+def coverage_fraction(errors: Sequence[float | None], bands: Sequence[float]) -> float:
+    """Fraction of relative errors inside their band read as a ratio: ``|log(1 + error)| <= log(1 + band)`` (the
+    conformal bands of :mod:`bridgebench.model.steptime.bands` are symmetric in log space); missing errors and bands
+    are not scored; ``nan`` when nothing is.
+
+    Raises:
+        ValueError: the sequences differ in length.
+    """
+    if len(errors) != len(bands):
+        raise ValueError(f"coverage_fraction: {len(errors)} errors for {len(bands)} bands")
+    scored = [(e, b) for e, b in zip(errors, bands) if e is not None and e == e and b is not None and b == b]
+    if not scored:
+        return NAN
+    return sum(abs(math.log1p(e)) <= math.log1p(b) for e, b in scored) / len(scored)
+
+
 def rank_correlation(predicted: Sequence[float], measured: Sequence[float]) -> float:
     """Spearman's rho between predictions and measurements (:func:`scipy.stats.spearmanr`); ``nan`` with fewer than
     two pairs or when either side is constant (no ranking to compare).

@@ -4,27 +4,33 @@ Each published row of a model with a ``configs/model`` entry (:func:`bridgebench
 published_rows`) gets:
 
 - **time**: its model TFLOP/s/GPU predicted by a calibration fitted WITHOUT the row's release (leave one release
-  out, :func:`bridgebench.model.steptime.fit.cross_validate`: the scored release's rows never enter its fit), against
-  the published figure; the prediction's band (+- relative, from the shipped calibration) and whether the published
-  figure lies inside it;
+  out, LORO: the scored release's rows never enter its fit) and by one fitted WITHOUT the row's configuration at
+  every release (leave one configuration out, LOCO: :func:`bridgebench.model.steptime.fit.leave_out` keyed by
+  :func:`~bridgebench.model.steptime.config.config_key`), against the published figure; each prediction's distance
+  from its training rows and the shipped calibration's conformal band for that distance at 50 / 68 / 90 %
+  (:mod:`bridgebench.model.steptime.bands`), and whether the published figure lies inside it (coverage; the
+  shipped quantiles hold each row's own held-out error once among >= 120);
 - **memory**: the row as a point of the sweep pipeline
   (:func:`bridgebench.validation.published_points.published_points`: the rules, then the busiest-GPU memory with
   the settings the tables do not print taken from the release's recipe or Megatron-Bridge's perf recipes):
   ``fits`` or not, and what prunes it. Every published row ran, so a row that does not fit is a false prune --
   unless its printed configuration cannot have run as printed (``inconsistent``).
 
-Summary: rows, held-out MAPE and median |error| (all rows and per release), rows within their band, rows that fit.
+Summary: rows, held-out MAPE and median |error| (LORO: all rows and per release; LOCO: all rows and per distance),
+coverage at 50 / 68 / 90 % (LORO and LOCO), rows within their band, rows that fit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 
 from bridgebench.config import calibration as calib_mod
-from bridgebench.model.steptime.fit import Row, calibrate, cross_validate
+from bridgebench.model.steptime.bands import LEVELS
+from bridgebench.model.steptime.config import config_key
+from bridgebench.model.steptime.fit import Row, calibrate, leave_out
 from bridgebench.model.steptime.predict import predict_time
 from bridgebench.validation import metrics
 from bridgebench.validation.time_calibration import published_rows
@@ -46,9 +52,13 @@ class ModelsSummary:
     printed_replaced: int = 0
     mape_by_release: dict[str, float] = field(default_factory=dict)
     calibration: str = "default"
+    loco_mape: float = float("nan")
+    loco_median_abs_error: float = float("nan")
+    coverage: dict[str, dict[int, float]] = field(default_factory=dict)
+    loco_mape_by_distance: dict[str, float] = field(default_factory=dict)
 
 
-def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict[tuple, dict]:
+def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict[tuple[Any, ...], dict[str, Any]]:
     """Memory verdicts of the published rows behind ``rows`` through the sweep pipeline, by (release, model, system,
     GPUs, GBS, published TFLOP/s) -- not the sizes: a release's own settings may replace printed sizes or the MBS
     (``published_settings.yaml``), and the time row carries the replaced ones."""
@@ -91,19 +101,32 @@ def check_models(
     calib = calib_mod.load(calibration)
     releases = sorted({r.release for r in rows}, key=lambda x: [int(p) for p in x.split(".")])
 
-    def fit(train: list[Row]):
-        if progress:
-            held = sorted({r.release for r in rows} - {r.release for r in train})
-            progress(f"fitting without release {', '.join(held)} ({len(train)} rows)")
-        return calibrate(train)
+    def step(what: str) -> Callable[[str], None] | None:
+        return (lambda msg: progress(f"leave one {what} out: {msg}")) if progress else None
 
-    held = cross_validate(rows, fit, releases)
+    held, loro_tiers, _ = leave_out(rows, lambda r: r.release, calibrate, step("release"))
+    # leave one configuration out: the folds keep the shipped c_layer (the grid search per fold would take 7x as long;
+    # the grid picks 0 with either criterion, see bridgebench.model.steptime.fit)
+    c = calib.time.c_layer
+    loco, loco_tiers, _ = leave_out(
+        rows, lambda r: config_key(r.spec, r.cfg), lambda rs: calibrate(rs, c_grid=(c,)), step("configuration")
+    )
     memory = _memory_verdicts(rows, calib)
+    cb = calib.time.conformal
+
+    def bands(tiers: Any) -> dict[int, float]:
+        if cb is None or not tiers:
+            return {lv: float("nan") for lv in LEVELS}
+        return {lv: cb.half_width(tiers, lv) for lv in LEVELS}
+
     out = []
-    for r, p in zip(rows, held):
+    for r, p, lt, q, qt in zip(rows, held, loro_tiers, loco, loco_tiers):
         band = predict_time(r.spec, r.cfg, calib.time).band
-        c = r.cfg
-        key = (r.release, r.spec.name, r.system, c.num_gpus, c.gbs, r.tflops)
+        band_loro, band_loco = bands(lt), bands(qt)
+        if cb is not None:
+            band = band_loro[68]
+        rc = r.cfg
+        key = (r.release, r.spec.name, r.system, rc.num_gpus, rc.gbs, r.tflops)
         verdict = memory.get(key)
         replaced = None
         if verdict is None:
@@ -113,20 +136,36 @@ def check_models(
             fits, merr, inconsistent = bool(verdict["fits"]), verdict["reason"], bool(verdict["inconsistent"])
             replaced = verdict["printed_replaced"]
         err = None if p is None else metrics.rel_error(p, r.tflops)
+        qerr = None if q is None else metrics.rel_error(q, r.tflops)
         out.append({
             "release": r.release, "model": r.model, "system": r.system, "precision": r.precision,
-            "num_gpus": c.num_gpus, "tp": c.tp, "pp": c.pp, "vp": c.vp, "cp": c.cp, "ep": c.ep, "etp": c.etp_,
-            "mbs": c.mbs, "gbs": c.gbs, "published_tflops": r.tflops, "predicted_tflops": p, "rel_error": err,
+            "num_gpus": rc.num_gpus, "tp": rc.tp, "pp": rc.pp, "vp": rc.vp, "cp": rc.cp, "ep": rc.ep, "etp": rc.etp_,
+            "mbs": rc.mbs, "gbs": rc.gbs, "published_tflops": r.tflops, "predicted_tflops": p, "rel_error": err,
             "band": band, "within_band": metrics.within_band(err, band),
             "memory_gb": m / 1e9, "usable_gb": usable / 1e9, "fits": fits,
             "memory_error": "" if fits else merr, "inconsistent": inconsistent, "printed_replaced": replaced,
+            "loro_distance": ", ".join(lt), "loco_tflops": q, "loco_error": qerr, "loco_distance": ", ".join(qt),
+            **{f"loro_band_{lv}": band_loro[lv] for lv in LEVELS},
+            **{f"loco_band_{lv}": band_loco[lv] for lv in LEVELS},
         })  # fmt: skip
     df = pd.DataFrame(out)
+    return df, _summary(df, releases, calibration)
+
+
+def _summary(df: pd.DataFrame, releases: list[str], calibration: str) -> ModelsSummary:
+    """The summary of a :func:`check_models` table (figures from :mod:`bridgebench.validation.metrics`)."""
     errs = df["rel_error"].tolist()
     by_rel = {
         rel: metrics.mape(df.loc[df.release == rel, "rel_error"])
         for rel in releases
         if df.loc[df.release == rel, "rel_error"].notna().any()
+    }
+    coverage = {
+        name: {lv: metrics.coverage_fraction(df[col].tolist(), df[f"{name}_band_{lv}"].tolist()) for lv in LEVELS}
+        for name, col in (("loro", "rel_error"), ("loco", "loco_error"))
+    }
+    by_distance = {
+        d: metrics.mape(df.loc[df.loco_distance == d, "loco_error"]) for d in sorted(set(df.loco_distance)) if d
     }
     summary = ModelsSummary(
         rows=len(df),
@@ -141,5 +180,9 @@ def check_models(
         printed_replaced=int(df["printed_replaced"].notna().sum()),
         mape_by_release=by_rel,
         calibration=calibration,
+        loco_mape=metrics.mape(df["loco_error"]),
+        loco_median_abs_error=metrics.median_abs(df["loco_error"]),
+        coverage=coverage,
+        loco_mape_by_distance=by_distance,
     )
-    return df, summary
+    return summary

@@ -51,19 +51,24 @@ import csv
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from bridgebench.config.catalog import load_gpu, peak_key
-from bridgebench.config.compose import RECIPES_DIR, ConfigError, compose, model_spec, recipe_releases
+from bridgebench.config.compose import ConfigError, compose, model_spec, recipe_releases
 from bridgebench.model.layout import balanced_layout
+from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig
 from bridgebench.model.steptime.fit import Row, calibrate, calibrate_with_bands
 from bridgebench.model.steptime.predict import predict_time
 from bridgebench.model.steptime.release import release_index
+from bridgebench.paths import RECIPES_DIR
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 from bridgebench.validation import metrics
 from bridgebench.validation.published_points import fsdp_cells, perf_match, precision_of, record_point
+
+if TYPE_CHECKING:
+    from bridgebench.validation.muon_fit import MuonFit
 
 __all__ = ["DISPATCHER_BY_GPU", "CalibrationReport", "fit", "fit_report", "published_rows", "release_index"]
 
@@ -82,7 +87,7 @@ DISPATCHER_BY_GPU = {
 }
 
 
-def _formula(release: str, cache: dict) -> str:
+def _formula(release: str, cache: dict[str, str]) -> str:
     if release not in cache:
         cache[release] = str(compose([f"release='{release}'"]).release.flops_formula)
     return cache[release]
@@ -119,8 +124,8 @@ SHARED_KNOBS = (
 
 
 def _knobs_of(
-    model: str, system: str, precision: str, release: str, optimizer: str, sizes: frozenset
-) -> tuple[bool, dict] | None:
+    model: str, system: str, precision: str, release: str, optimizer: str, sizes: frozenset[tuple[Any, ...]]
+) -> tuple[bool, dict[str, Any]] | None:
     """(own, knobs): whether they are the group's own recipe's, and the knobs of a group's rows at a release: its
     own recipe's at the release; else its own recipe's at the nearest release (later on a tie) where that recipe
     has the sizes of one of the group's rows at this release (``sizes``, tuples of :data:`SIZES`: the same tuned
@@ -177,13 +182,13 @@ SIZES = ("num_gpus", "tp", "pp", "vp", "cp", "ep", "etp_", "mbs", "gbs")
 def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     """Calibration rows from published records (see the module docstring); rows of models without a
     ``configs/model`` entry or without a TFLOP/s figure are left out."""
-    specs: dict = {}
-    gpus: dict = {}
-    formulas: dict = {}
+    specs: dict[str, ModelSpec] = {}
+    gpus: dict[str, GpuFacts] = {}
+    formulas: dict[str, str] = {}
     fsdp = _fsdp_rows()
     cells = fsdp_cells()
     out: list[Row] = []
-    pending: list[tuple[tuple, Row]] = []
+    pending: list[tuple[tuple[str, str, str, str, str], Row, dict[str, Any]]] = []
     for r in records if records is not None else load_published():
         if not r.model or not r.model_tflops_per_gpu or not r.system:
             continue
@@ -235,7 +240,7 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
         key = (r.model, r.system, precision, r.release, "muon" if muon else "adamw")
         pending.append((key, Row(spec, cfg, float(r.model_tflops_per_gpu), r.release, r.model_label, r.system,
                                  precision), _unprinted(r, cells)))  # fmt: skip
-    sizes: dict[tuple, set] = {}
+    sizes: dict[tuple[str, str, str, str, str], set[tuple[Any, ...]]] = {}
     for key, row, _ in pending:
         sizes.setdefault(key, set()).add(tuple(getattr(row.cfg, k) for k in SIZES))
     knobs = {key: _knobs_of(*key, frozenset(v)) for key, v in sizes.items()}
@@ -272,6 +277,9 @@ UNPRINTED = {
     "model.virtual_pipeline_model_parallel_size": "vp",
     "model.context_parallel_size": "cp",
     "model.expert_model_parallel_size": "ep",
+    # an empty ETP cell: the perf-recipe match's ETP where its TP and EP are the row's (as the memory check takes
+    # it), not ETP = TP -- DeepSeek V3 on 1024 H100 (TP 2, EP 64) runs ETP 1, one expert group in 64 GPUs, not 128
+    "model.expert_tensor_parallel_size": "etp",
 }
 #: communication knobs read from the same perf-recipe match (``mbridge_perf.json``; an unset ``comm_overlap`` is
 #: Megatron-Bridge's default: no overlap) -> TimeConfig field.
@@ -284,7 +292,7 @@ PERF_COMM = {
 _FLAGS = ("use_megatron_fsdp", "grad_reduce_in_fp32", "fp8_param_gather", *PERF_COMM.values())
 
 
-def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
+def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict[str, Any]:
     """TimeConfig fields of the settings the published row ``r`` does not print, from the point the memory check
     builds for it (:func:`bridgebench.validation.published_points.record_point`, its 0.6.2 perf-recipe match and the
     release's own settings) -- empty when the row has no perf-recipe match (only the base recipe)."""
@@ -310,14 +318,26 @@ def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
     return out
 
 
+def muon_constants(rows: list[Row]) -> tuple[float, float, Any]:
+    """(``kappa``, ``ns_efficiency``, the :class:`bridgebench.validation.muon_fit.MuonFit`): Muon's constants fitted on
+    the blog's Table 1 pairs at a calibration of ``rows`` with the first-principles constants (the GEMM rates do not
+    enter the Muon delta: :mod:`bridgebench.validation.muon_fit`)."""
+    from bridgebench.validation.muon_fit import fit_muon
+
+    m = fit_muon(calibrate(rows))
+    return m.kappa, m.ns_efficiency, m
+
+
 def fit(rows: list[Row] | None = None, *, releases: Iterable[str] | None = None) -> Calibration:
-    """Fit the time calibration on the published rows (of ``releases`` only, when given); no bands (see
+    """Fit the time calibration on the published rows (of ``releases`` only, when given), with Muon's constants
+    fitted on the blog's pairs (:func:`muon_constants`); no bands (see
     :func:`bridgebench.model.steptime.fit.calibrate_with_bands`)."""
     rows = rows if rows is not None else published_rows()
+    kappa, ns_eff, _ = muon_constants(rows)
     if releases is not None:
         keep = set(releases)
         rows = [r for r in rows if r.release in keep]
-    return calibrate(rows)
+    return calibrate(rows, kappa=kappa, ns_efficiency=ns_eff)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -337,6 +357,7 @@ class CalibrationReport:
     geometric_rms: float
     held_out_mape: float
     held_out_rows: int
+    muon: MuonFit | None = None
 
     @property
     def source(self) -> str:
@@ -349,11 +370,16 @@ class CalibrationReport:
         )
 
 
-def fit_report(rows: list[Row] | None = None) -> CalibrationReport:
-    """Fit the time model with leave-one-release-out bands on the published rows (default: :func:`published_rows`)
-    and score it with :mod:`bridgebench.validation.metrics` (one fit per release: about a minute here)."""
+def fit_report(rows: list[Row] | None = None, progress: Callable[[str], None] | None = None) -> CalibrationReport:
+    """Fit the time model on the published rows (default: :func:`published_rows`) with Muon's constants fitted on
+    the blog's pairs (:func:`muon_constants`) and the conformal bands by distance
+    (:func:`bridgebench.model.steptime.fit.calibrate_with_bands`: about 140 held-out fits, 3-8 minutes here), and
+    score it with :mod:`bridgebench.validation.metrics`; ``progress`` gets one line per held-out fit."""
     rows = rows if rows is not None else published_rows()
-    cal, held = calibrate_with_bands(rows)
+    if progress:
+        progress("fitting Muon's ns_efficiency and kappa on the blog's Table 1 pairs")
+    kappa, ns_eff, muon = muon_constants(rows)
+    cal, held = calibrate_with_bands(rows, progress=progress, kappa=kappa, ns_efficiency=ns_eff)
     errors = [predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops - 1 for r in rows]
     out_errors = [metrics.rel_error(p, r.tflops) for r, p in zip(rows, held) if p]
     return CalibrationReport(
@@ -364,4 +390,5 @@ def fit_report(rows: list[Row] | None = None) -> CalibrationReport:
         geometric_rms=metrics.geometric_rms(errors),
         held_out_mape=metrics.mape(out_errors),
         held_out_rows=len(out_errors),
+        muon=muon,
     )

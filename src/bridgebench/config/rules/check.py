@@ -10,6 +10,7 @@ from bridgebench.config.rules.pipeline import layout_violations, split_violation
 from bridgebench.config.rules.point import Point, RuleError, Violation
 from bridgebench.config.rules.sizes import size_violations
 from bridgebench.config.rules.system import system_violations
+from bridgebench.config.rules.upstream import upstream_violations
 from bridgebench.model.optimizer import family as optimizer_family
 
 
@@ -31,7 +32,7 @@ def check(p: Point) -> list[Violation]:
     ):
         if type(v) is not int or v < 1:
             return _slow_path(p)
-    for v in (
+    for opt in (
         d.vp,
         d.etp,
         p.num_query_groups,
@@ -39,7 +40,7 @@ def check(p: Point) -> list[Violation]:
         p.num_layers_in_first_pipeline_stage,
         p.num_layers_in_last_pipeline_stage,
     ):
-        if v is not None and (type(v) is not int or v < 1):
+        if opt is not None and (type(opt) is not int or opt < 1):
             return _slow_path(p)
     mtp = p.mtp_num_layers
     if mtp is None:
@@ -56,6 +57,7 @@ def check(p: Point) -> list[Violation]:
     out.extend(_batch_violations(p, dp, vp))
     out.extend(_optimizer_violations(p))
     out.extend(system_violations(p))
+    out.extend(upstream_violations(p, p.tp if p.etp is None else p.etp, out))
     return out
 
 

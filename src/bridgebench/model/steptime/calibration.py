@@ -7,10 +7,11 @@ launches and host work), the release levels (``groups`` and ``family_level``, :m
 and the uncertainty bands (``bands``: the root mean square of the
 held-out log errors of a group's rows, each predicted by a calibration fitted without that row's release, partially
 pooled towards its GPU and precision class's, as a relative +-; ``band_by_gpu`` a GPU and precision class,
-``band_default`` all rows; :func:`bridgebench.model.steptime.fit.bands_from`). Hand-set, first
-principles (no GPU was lent to measure them): ``kappa`` (seconds per Muon matrix), ``ns_efficiency`` (Newton-Schulz
-GEMMs' fraction of the BF16 peak), ``default_efficiency`` (a GPU and precision class with no published row and no
-sibling).
+``band_default`` all rows; :func:`bridgebench.model.steptime.fit.bands_from`) and the conformal bands by distance
+from the calibration that predictions use (``conformal``, :mod:`bridgebench.model.steptime.bands`). Fitted on the
+blog's Table 1 (:mod:`bridgebench.validation.muon_fit`): ``kappa`` (seconds per Muon matrix) and ``ns_efficiency``
+(Newton-Schulz GEMMs' fraction of the BF16 peak). Hand-set, first principles (no GPU was lent to measure it):
+``default_efficiency`` (a GPU and precision class with no published row and no sibling).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from bridgebench.model.steptime.bands import ConformalBands
 from bridgebench.model.steptime.config import TimeModelError
 from bridgebench.model.steptime.release import GroupLevel, LevelTable
 
@@ -39,6 +41,7 @@ class Calibration:
     bands: dict[tuple[str, str, str], float] = field(default_factory=dict)
     band_by_gpu: dict[tuple[str, str], float] = field(default_factory=dict)
     band_default: float = 0.15
+    conformal: ConformalBands | None = None
 
     def efficiency_of(
         self, gpu: str, pclass: str, peak_of: Callable[[str], float | None] | None = None
@@ -128,6 +131,8 @@ class Calibration:
             band_by_gpu=band_by_gpu,
             band_default=float(data.get("band_default", 0.15)),
         )
+        if data.get("conformal"):
+            cal.conformal = ConformalBands.from_mapping(data["conformal"], groups, eff)
         bad = {k: v for k, v in eff.items() if not v > 0} | {
             k: getattr(cal, k) for k in ("kappa", "ns_efficiency", "default_efficiency") if not getattr(cal, k) > 0
         }
@@ -151,7 +156,7 @@ class Calibration:
         by_gpu: dict[str, dict[str, float]] = {}
         for (gpu, pclass), v in sorted(self.band_by_gpu.items()):
             by_gpu.setdefault(gpu, {})[pclass] = round(v, 4)
-        return {
+        out = {
             "c_layer_s": self.c_layer,
             "kappa_s": self.kappa,
             "ns_efficiency": self.ns_efficiency,
@@ -163,3 +168,6 @@ class Calibration:
             "band_by_gpu": by_gpu,
             "bands": bands,
         }
+        if self.conformal is not None:
+            out["conformal"] = self.conformal.to_mapping()
+        return out

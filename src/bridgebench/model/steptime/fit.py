@@ -12,10 +12,11 @@
    on what it leaves to the release levels.
 4. **Release levels** (:func:`fit_levels`): each group's mean log level per published release, and each family's
    mean (:mod:`bridgebench.model.steptime.release`).
-5. **Bands** (:func:`cross_validate`, :func:`calibrate_with_bands`, :func:`bands_from`): every row predicted by a
-   calibration fitted without its release (leave one release out); the root mean square of the held-out log errors
-   per GPU and precision class and over all rows, per group partially pooled towards its GPU and precision class;
-   reported as ``exp(rms) - 1``.
+5. **Bands** (:func:`calibrate_with_bands`): every row predicted by calibrations fitted without its release, its
+   configuration at every release, its group, its model on its GPU, its model, its GPU (:func:`held_out_experiments`,
+   :func:`leave_out`); the conformal half-widths by distance from the calibration (:mod:`~.bands`), and -- kept for
+   callers that read them -- the root mean square of the leave-one-release-out log errors per GPU and precision
+   class and over all rows, per group partially pooled towards its GPU and precision class (:func:`bands_from`).
 
 Nothing is fitted per row: the free parameters are one efficiency per (GPU, precision class) and ``c_layer``; the
 release levels are the published rows' own levels, read off the table.
@@ -27,13 +28,14 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import registry
+from bridgebench.model.steptime.bands import HeldOut, Seen, conformal_bands, novelty
 from bridgebench.model.steptime.calibration import Calibration
-from bridgebench.model.steptime.config import TimeConfig, TimeModelError, family, group_key
-from bridgebench.model.steptime.predict import _flops, evaluate, point_release_index, predict_time
+from bridgebench.model.steptime.config import TimeConfig, TimeModelError, config_key, family, group_key
+from bridgebench.model.steptime.predict import evaluate, point_release_index, predict_time, step_flops_of
 from bridgebench.model.steptime.release import GroupLevel, LevelTable
 
 #: grid of ``c_layer`` values (s per layer per microbatch) tried by :func:`calibrate`.
@@ -64,7 +66,7 @@ def implied_level(r: Row, eff: float, c_layer: float, kappa: float, ns_efficienc
     the level-independent terms alone exceed its step)."""
     from scipy.optimize import brentq
 
-    flops = _flops(registry.handle(r.spec), r.cfg.gbs, r.cfg.tp, r.cfg.flops_formula)
+    flops = step_flops_of(registry.handle(r.spec), r.cfg.gbs, r.cfg.tp, r.cfg.flops_formula)
     target = flops / r.cfg.num_gpus / (r.tflops * 1e12)
 
     def gap(log_level: float) -> float:
@@ -80,7 +82,9 @@ def implied_level(r: Row, eff: float, c_layer: float, kappa: float, ns_efficienc
     return math.exp(brentq(gap, lo, hi, xtol=1e-6))
 
 
-def fit_levels(rows: Sequence[Row], ys: Sequence[float]) -> tuple[dict[tuple[str, str, str], GroupLevel], dict]:
+def fit_levels(
+    rows: Sequence[Row], ys: Sequence[float]
+) -> tuple[dict[tuple[str, str, str], GroupLevel], dict[str, Any]]:
     """Each group's mean log level per published release and each family's mean log level, from the log levels
     ``ys`` of ``rows`` (:mod:`bridgebench.model.steptime.release`)."""
     by: dict[tuple[str, str, str], dict[float, list[float]]] = {}
@@ -127,13 +131,13 @@ def calibrate(
     default_efficiency: float = 0.35,
 ) -> Calibration:
     """Fit the efficiencies per (GPU, precision class), ``c_layer`` and (with ``levels``) the release levels on
-    ``rows`` (see the module docstring). ``kappa`` and ``ns_efficiency`` are not fitted (the published tables carry
-    no Muon-only measurement): first-principles values, see ``configs/calibration/default.yaml``.
+    ``rows`` (see the module docstring). ``kappa`` and ``ns_efficiency`` are given (the published tables carry no
+    Muon-only measurement; :mod:`bridgebench.validation.muon_fit` fits them on the blog's Table 1).
 
     Raises:
         TimeModelError: no row whose rate-independent terms leave room for compute.
     """
-    best: tuple[float, Calibration, list] | None = None
+    best: tuple[float, Calibration, list[Any]] | None = None
     keys = [(r.cfg.gpu.name, r.cfg.precision_class) for r in rows]
     grid = list(c_grid)
     for c in grid:
@@ -204,8 +208,8 @@ def bands_from(rows: Sequence[Row], held_out: Sequence[float | None], cal: Calib
     def band(sq: float, n: float) -> float:
         return math.exp(math.sqrt(sq / n)) - 1.0
 
-    by_group: dict = {}
-    by_gpu: dict = {}
+    by_group: dict[str, Any] = {}
+    by_gpu: dict[str, Any] = {}
     every = []
     for r, p in zip(rows, held_out):
         if p is None or p <= 0:
@@ -226,8 +230,81 @@ def bands_from(rows: Sequence[Row], held_out: Sequence[float | None], cal: Calib
     return out
 
 
-def calibrate_with_bands(rows: Sequence[Row], **kw) -> tuple[Calibration, list[float | None]]:
-    """:func:`calibrate` on all rows with bands from :func:`cross_validate` (same keyword arguments); returns the
-    calibration and the held-out predictions."""
-    held = cross_validate(rows, lambda rs: calibrate(rs, **kw))
-    return bands_from(rows, held, calibrate(rows, **kw)), held
+#: held-out experiments behind the conformal bands, narrow to wide: what each leaves out of the training rows.
+EXPERIMENTS: dict[str, Callable[[Row], object]] = {
+    "release": lambda r: r.release,
+    "configuration": lambda r: config_key(r.spec, r.cfg),
+    "group": lambda r: group_key(r.spec, r.cfg),
+    "model and GPU": lambda r: (r.spec.name, r.cfg.gpu.name),
+    "model": lambda r: r.spec.name,
+    "GPU": lambda r: r.cfg.gpu.name,
+}
+
+
+def leave_out(
+    rows: Sequence[Row],
+    key: Callable[[Row], object],
+    fit: Callable[[Sequence[Row]], Calibration],
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[float | None], list[tuple[str, ...]], list[str]]:
+    """Every row predicted by ``fit`` of the rows whose ``key`` differs from its own (leave one ``key`` value out):
+    (held-out TFLOP/s/GPU, the row's distances from its training rows (:func:`~.bands.novelty`), its fold)."""
+    pred: list[float | None] = [None] * len(rows)
+    tiers: list[tuple[str, ...]] = [()] * len(rows)
+    folds: list[str] = [""] * len(rows)
+    values: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        values.setdefault(repr(key(r)), []).append(i)
+    for n, (value, idx) in enumerate(sorted(values.items())):
+        out = set(idx)
+        train = [r for i, r in enumerate(rows) if i not in out]
+        if not train:
+            continue
+        if progress:
+            progress(f"{n + 1}/{len(values)}: without {value}")
+        cal = fit(train)
+        seen = Seen.of(train)
+        for i in idx:
+            pred[i] = predict_time(rows[i].spec, rows[i].cfg, cal).tflops_per_gpu
+            tiers[i] = novelty(seen, rows[i].spec, rows[i].cfg)
+            folds[i] = value
+    return pred, tiers, folds
+
+
+def held_out_experiments(
+    rows: Sequence[Row],
+    fit: Callable[[Sequence[Row]], Calibration],
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[HeldOut], dict[str, list[float | None]]]:
+    """Every row held out by each of :data:`EXPERIMENTS`: the errors filed by distance (a row once per distance, by
+    its narrowest experiment), and the held-out predictions per experiment."""
+    held: list[HeldOut] = []
+    done: set[tuple[int, str]] = set()
+    preds: dict[str, list[float | None]] = {}
+    for name, key in EXPERIMENTS.items():
+        step = (lambda m, name=name: progress(f"leave one {name} out: {m}")) if progress else None
+        pred, tiers, folds = leave_out(rows, key, fit, step)
+        preds[name] = pred
+        for i, (p, ts, fold) in enumerate(zip(pred, tiers, folds)):
+            if p is None or p <= 0:
+                continue
+            for t in ts:
+                if (i, t) not in done:
+                    done.add((i, t))
+                    held.append(HeldOut(i, math.log(p / rows[i].tflops), t, f"{name}={fold}"))
+    return held, preds
+
+
+def calibrate_with_bands(
+    rows: Sequence[Row], progress: Callable[[str], None] | None = None, **kw
+) -> tuple[Calibration, list[float | None]]:
+    """:func:`calibrate` on all rows with conformal bands by distance (:mod:`~.bands`, from
+    :func:`held_out_experiments`; the folds keep the ``c_layer`` chosen on all rows) and the root-mean-square bands
+    of :func:`bands_from` (leave one release out); returns the calibration and the held-out (leave one release out)
+    predictions."""
+    cal = calibrate(rows, **kw)
+    fold_kw = dict(kw, c_grid=(cal.c_layer,))
+    held, preds = held_out_experiments(rows, lambda rs: calibrate(rs, **fold_kw), progress)
+    out = bands_from(rows, preds["release"], cal)
+    out.conformal = conformal_bands(held, Seen.of(rows))
+    return out, preds["release"]

@@ -21,8 +21,10 @@ The GEMM and attention rates are scaled by ``e x level``: the calibrated efficie
 and the software level of the point's (model, GPU, precision) group at its release
 (:mod:`~bridgebench.model.steptime.release`); the element-wise rate by ``level`` alone (HBM-bound work does not run
 at a tensor-core efficiency, but fusions change with releases); communication runs at datasheet bandwidths.
-``band_pct`` is the +- relative uncertainty of the prediction (percent) from cross-validated residuals
-(:class:`~bridgebench.model.steptime.calibration.Calibration`).
+``band_pct`` is the +- relative uncertainty of the prediction (percent): the ~68 % conformal band of its distance
+from what was calibrated (:mod:`~bridgebench.model.steptime.bands`; ``band_levels`` at 50 / 68 / 90 %, ``novelty``
+the distance, ``band_source`` in words -- ``uncalibrated: nothing of this model/GPU was measured`` where nothing
+was), or, with a calibration without conformal bands, its group's held-out root mean square.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from bridgebench.model import memory
 from bridgebench.model.flops import model_flops
 from bridgebench.model.parallel import ParallelDims
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import cp_comm, dp_comm, ep_comm, pp, recompute, registry, tp_comm
+from bridgebench.model.steptime.bands import LEVELS
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import TimeConfig, family, group_key
 from bridgebench.model.steptime.elementwise import HBM_EFFICIENCY, layer_bytes
@@ -81,6 +85,8 @@ class TimeBreakdown:
     opt: OptimizerStep = field(default_factory=lambda: OptimizerStep(0.0))
     busiest_stage: int = 0
     ep_scale_out: bool = False
+    band_levels: dict[int, float] = field(default_factory=dict)
+    novelty: tuple[str, ...] = ()
 
     @property
     def total(self) -> float:
@@ -149,7 +155,7 @@ class TimeBreakdown:
 
 # ---------------------------------------------------------------------------------------------------- structure
 @lru_cache(maxsize=8192)
-def rank_layers(sid: int, pp_size: int, vp: int | None, layout: str | None) -> tuple:
+def rank_layers(sid: int, pp_size: int, vp: int | None, layout: str | None) -> tuple[Any, ...]:
     """Per pipeline rank: ((layer kind, count), ...), whether it holds the loss, and its layer count. Kinds:
     ``dense``, ``moe``, ``mtp_dense``, ``mtp_moe`` (megatron-core pipeline assignment:
     :func:`bridgebench.model.memory.stage_chunks`)."""
@@ -174,12 +180,14 @@ def rank_layers(sid: int, pp_size: int, vp: int | None, layout: str | None) -> t
 
 
 @lru_cache(maxsize=8192)
-def _flops(sid: int, gbs: int, tp: int, formula: str) -> float:
+def step_flops_of(sid: int, gbs: int, tp: int, formula: str) -> float:
     return float(model_flops(registry.get(sid), gbs, tensor_model_parallel_size=tp, formula=formula).total)
 
 
 @lru_cache(maxsize=8192)
-def local_params(sid: int, tp: int, pp_size: int, vp: int | None, ep: int, etp: int, layout: str | None) -> tuple:
+def local_params(
+    sid: int, tp: int, pp_size: int, vp: int | None, ep: int, etp: int, layout: str | None
+) -> tuple[Any, ...]:
     """(dense params, routed-expert params) on one GPU of each pipeline rank (elements)."""
     spec = registry.get(sid)
     dims = ParallelDims(num_gpus=tp * pp_size * ep * etp, mbs=1, gbs=1, tp=tp, pp=pp_size, vp=vp, ep=ep, etp=etp)
@@ -191,21 +199,23 @@ def layer_shape(cfg: TimeConfig) -> LayerShape:
     return LayerShape(cfg.tp, cfg.cp, cfg.ep, cfg.etp_, cfg.mbs, cfg.sp, cfg.peak_key, cfg.fp8_dot_product_attention)
 
 
-def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate: float, hbm: float) -> dict:
+def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate: float, hbm: float) -> dict[str, Any]:
     """Seconds per microbatch of one layer of ``kind`` by term, at GEMM rate multiplier ``rate`` and effective
     element-wise bandwidth ``hbm`` (bytes/s)."""
     gem = dict(layer_gemm_seconds(sid, gid, kind, sh))
     attn_f, attn_b = gem.pop("core_attn_fwd") / rate, gem.pop("core_attn_bwd") / rate
     gem = {k: v / rate for k, v in gem.items()}
     elem = {k: b / hbm for k, b in layer_bytes(sid, kind, sh)}
-    blocks = tp_comm.layer_blocks(sid, gid, kind, sh)
+    placed = cfg.placement
+    blocks = tp_comm.layer_blocks(sid, gid, kind, sh, placed.group("tp").crosses)
     tp_x = tp_comm.exposed(blocks, rate, cfg.tp_comm_overlap and sh.sp)
-    cp_x = cp_comm.exposed(cp_comm.layer_terms(sid, gid, sh, cfg.cp_comm_type or "p2p"), attn_f, attn_b, sh.cp)
+    cp_terms = cp_comm.layer_terms(sid, gid, sh, cfg.cp_comm_type or "p2p", placed.group("cp"))
+    cp_x = cp_comm.exposed(cp_terms, attn_f, attn_b, sh.cp)
     compute = sum(gem.values()) + attn_f + attn_b
     ep_x = ep_fwd = 0.0
     scale_out = False
     if kind.endswith("moe"):
-        ex = ep_comm.layer_exchange(sid, gid, sh, cfg.dispatcher)
+        ex = ep_comm.layer_exchange(sid, gid, sh, cfg.dispatcher, placed.group("ep"))
         shared = gem.get("shared_experts", 0.0) / 3
         ep_x = ep_comm.exposed(ex, compute, shared, cfg.overlap_moe_expert_parallel_comm, cfg.moe_shared_expert_overlap)
         ep_fwd, scale_out = ex.seconds / 2, ex.scale_out
@@ -251,8 +261,8 @@ def evaluate(
     sh = layer_shape(cfg)
     hbm = cfg.gpu.hbm_bandwidth * HBM_EFFICIENCY * (rate if elem_rate is None else elem_rate)
     share = recompute.share_of_layers(spec, cfg) if cfg.recompute_granularity == "full" else 1.0
-    per_kind: dict[str, dict] = {}
-    best: tuple[float, int, dict] | None = None
+    per_kind: dict[str, dict[str, Any]] = {}
+    best: tuple[float, int, dict[str, Any]] | None = None
     scale_out = False
     for r, (kinds, loss, n_layers) in enumerate(rank_layers(sid, cfg.pp, cfg.vp, cfg.pipeline_model_parallel_layout)):
         acc = dict.fromkeys(("compute", "elementwise", "tp_comm", "cp_comm", "ep_a2a", "recompute"), 0.0)
@@ -323,11 +333,17 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
     key = group_key(spec, cfg)
     rate, level, eff_src, level_src = rates(spec, cfg, calib)
     terms, opt, rank, scale_out = evaluate(spec, cfg, rate, calib.c_layer, calib.kappa, calib.ns_efficiency, level)
-    band, band_src = calib.band(key, cfg.gpu.name, pclass)
+    levels: dict[int, float] = {}
+    novelty: tuple[str, ...] = ()
+    if calib.conformal is not None:
+        band, band_src, novelty = calib.conformal.band(spec, cfg)
+        levels = {lv: round(100.0 * calib.conformal.half_width(novelty, lv), 6) for lv in LEVELS}
+    else:
+        band, band_src = calib.band(key, cfg.gpu.name, pclass)
     band = round(band * 100.0, 6)  # percent
-    flops = _flops(registry.handle(spec), cfg.gbs, cfg.tp, cfg.flops_formula)
+    flops = step_flops_of(registry.handle(spec), cfg.gbs, cfg.tp, cfg.flops_formula)
     release = cfg.release or ("unspecified: group mean level" if level_src == "group" else "unspecified")
     return TimeBreakdown(
         terms, flops, cfg.num_gpus, band, release, rate, eff_src, level, level_src, band_src, opt, rank,
-        scale_out,
+        scale_out, levels, novelty,
     )  # fmt: skip
