@@ -43,7 +43,7 @@ def test_each_distance_from_the_calibration_is_named(models):
     seen = _seen(spec, cfg)
     assert novelty(seen, spec, cfg) == ("seen configuration",)
     assert novelty(seen, spec, dataclasses.replace(cfg, release="26.08")) == ("seen configuration",)
-    assert novelty(seen, spec, dataclasses.replace(cfg, tp=2, pp=2, vp=None)) == ("new configuration",)
+    assert novelty(seen, spec, cfg.with_dims(tp=2, pp=2, vp=None)) == ("new configuration",)
     assert novelty(seen, spec, dataclasses.replace(cfg, peak_key="nvfp4")) == ("new precision",)
     with_h100 = dataclasses.replace(seen, gpus=seen.gpus | {("h100", "fp8")})
     assert novelty(with_h100, spec, dataclasses.replace(cfg, gpu=H100, peak_key="fp8")) == ("new GPU",)
