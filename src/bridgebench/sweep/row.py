@@ -46,7 +46,10 @@ class SweepRow:
     ``t_<term>_s`` columns; None where a stored sweep's other points have the term and this one has no time),
     ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, ``band_pct`` (the ~68 % +- band, percent; ``band_50_pct`` /
     ``band_90_pct`` the 50 / 90 % ones, ``band_source`` what it is for), ``time_release``,
-    ``efficiency`` / ``efficiency_source``, ``ep_scale_out``, ``score`` (what the ranking sorts);
+    ``efficiency`` / ``efficiency_source``, ``ep_scale_out``, the placement on NVLink domains (``domain_gpus``,
+    ``segment_nodes``, ``ep_domains``, ``ep_split``, ``ep_cross_copies``, ``groups_crossing``:
+    :func:`bridgebench.sweep.scoring.placement_columns`), the knobs as they run (``dispatcher`` ... ``knobs_source``:
+    :func:`bridgebench.config.time_knobs.shown_knobs`), ``score`` (what the ranking sorts);
     with a cluster's own calibration, ``cluster_calibration`` and the published model's ``step_time_model_s`` /
     ``band_model_pct`` before the refit.
     Ranking: ``rank``, ``tie``, ``twins``, ``collapsed_into``, ``ep_span``, ``ep_leaves_nvlink``, ``published``.
@@ -101,6 +104,21 @@ class SweepRow:
     efficiency: float | None = None
     efficiency_source: str | None = None
     ep_scale_out: bool | None = None
+    domain_gpus: int | None = None
+    segment_nodes: int | None = None
+    ep_domains: int | None = None
+    ep_split: str | None = None
+    ep_cross_copies: float | None = None
+    groups_crossing: str | None = None
+    dispatcher: str | None = None
+    dispatcher_note: str | None = None
+    ep_overlap: bool | None = None
+    shared_expert_overlap: bool | None = None
+    tp_comm_overlap: bool | None = None
+    recompute: str | None = None
+    cuda_graph_impl: str | None = None
+    cuda_graph_scope: str | None = None
+    knobs_source: str | None = None
     score: float | None = None
     step_time_model_s: float | None = None
     band_model_pct: float | None = None
