@@ -428,7 +428,7 @@ START_FIELDS = (
 GENERIC_START = "_generic"
 STARTS_FILE = Path(__file__).resolve().parent / "mbridge_starts.json"
 #: the installed Megatron-Bridge's perf recipes' settings (``bridgebench recipes fields``,
-#: ``bridgebench.mbridge.recipes.perf_catalog``).
+#: ``bridgebench.mbridge.catalogs.perf_catalog``).
 PERF_FILE = Path(__file__).resolve().parent / "mbridge_perf.json"
 
 
