@@ -30,7 +30,6 @@ NOT_YET_SPLIT_FUNCTIONS = frozenset(
         "bridgebench.cli.runs.plan",
         "bridgebench.cli.sweep.muon_cost",
         "bridgebench.cli.sweep.sweep",
-        "bridgebench.launch.adaptive.run_adaptive",
         "bridgebench.launch.collect.collect",
         "bridgebench.launch.collect.records_for",
         "bridgebench.launch.plan.plan",

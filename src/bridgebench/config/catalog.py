@@ -13,7 +13,7 @@ import yaml
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.mfu import PeakError
-from bridgebench.paths import config_dirs, config_files
+from bridgebench.paths import CONFIG_DIR, config_dirs, config_files
 
 
 class CatalogError(BridgebenchError):
@@ -38,6 +38,14 @@ def _load_from(group: str, name: str, dirs: tuple[Path, ...]) -> dict[str, Any]:
         CatalogError: the file is not valid YAML or not a mapping.
     """
     path = config_files(group)[name]
+    if not path.is_relative_to(CONFIG_DIR):  # a user file: bounded before it is parsed (config/bounds.py)
+        from bridgebench.config.bounds import BoundsError, check_confined, check_yaml_file
+
+        try:
+            check_confined(path, path.parent.parent)
+            check_yaml_file(path)
+        except BoundsError as err:
+            raise CatalogError(str(err)) from None
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:

@@ -115,8 +115,15 @@ def check_user_config_dir() -> Path | None:
             f"user_config_dir: {user} has folder(s) {extra} that are not config groups a user may add to; "
             f"allowed: {list(USER_GROUPS)}"
         )
+    from bridgebench.config.bounds import BoundsError, check_confined, check_yaml_file
+
     for group in USER_GROUPS:
         for path in sorted((user / group).glob("*.yaml")) if (user / group).is_dir() else []:
+            try:  # a link out of the folder, a huge file or nested aliases: refused before Hydra reads any of it
+                check_confined(path, user)
+                check_yaml_file(path)
+            except BoundsError as err:
+                raise ConfigError(str(err)) from None
             shipped = CONFIG_DIR / group / path.name
             if shipped.exists():
                 raise ConfigError(
@@ -150,15 +157,34 @@ def normalize_overrides(overrides: Sequence[str]) -> list[str]:
         except HydraException as err:
             raise ConfigError(f"cannot parse override {line!r}: {str(err).splitlines()[0]}") from err
         key = ov.key_or_group.lstrip("/")
-        if ov.package or ov.is_delete() or not is_group(key):
+        if ov.is_delete() or not is_group(key):
             out.append(line)
             continue
         head, raw = line.split("=", 1)
+        if ov.package:  # +model@pkg=<option>: still an option of the group, by name (rule config_name_confined)
+            from bridgebench.config.bounds import BoundsError, check_option_name
+
+            for value in (v.strip().strip("'\"") for v in raw.split(",")):
+                try:
+                    check_option_name(key, value)
+                except BoundsError as err:
+                    raise ConfigError(str(err)) from None
+                if value not in ("null", "None") and value not in group_options(key):
+                    raise ConfigError(f"unknown {key} {value!r}; known {key} options: {group_options(key)}")
+            out.append(line)
+            continue
         items = [v.strip() for v in raw.split(",")]
         if all(_NUMERIC.match(v) for v in items):
             line = head + "=" + ",".join(f"'{v}'" for v in items)
             ov = parser.parse_override(line)
         for value in (v.strip("'\"") for v in items):
+            if value not in ("null", "None") and value not in group_options(key) and ("/" in value or ".." in value):
+                from bridgebench.config.bounds import BoundsError, check_option_name
+
+                try:
+                    check_option_name(key, value)
+                except BoundsError as err:
+                    raise ConfigError(str(err)) from None
             if value not in ("null", "None") and value not in group_options(key):
                 raise ConfigError(f"unknown {key} {value!r}; known {key} options: {group_options(key)}")
         out.append(line)
@@ -238,7 +264,19 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
         if missing:
             raise ConfigError(unknown_key_message(overrides, missing.group(1))) from err
         raise ConfigError(f"bad override or config: {_explain(err)}") from err
+    from bridgebench.config.env_refs import EnvRefError, shell_references
+
+    try:
+        shell_references(checked)  # ${SLURM_JOB_ID} in an env value: for the job's shell (config/env_refs.py)
+    except EnvRefError as err:
+        raise ConfigError(str(err)) from None
     check_recipe_release(checked)
+    from bridgebench.config.bounds import BoundsError, check_config
+
+    try:
+        check_config(checked)  # sizes, peaks, bandwidths in range before anything is built (rule config_range)
+    except BoundsError as err:
+        raise ConfigError(str(err)) from None
     from bridgebench.config.secrets import pass_by_name
 
     pass_by_name(checked)  # env_vars.NAME=${oc.env:VAR}: never read here, the job reads $VAR (config/secrets.py)

@@ -151,10 +151,13 @@ TOKEN_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):([^/\s@]+)@")
 #: ``NAME=value``, ``"NAME": "value"`` (JSON, Python reprs) and ``NAME: value`` (YAML; upper-case names only, so
 #: that ``secret_in_config: env_vars...`` in a message is not taken for one) where NAME may be a credential's
-_FRAGMENT = r"(?i:[A-Za-z0-9_.-]*(?:token|secret|pass|key|cred|auth|pat|private|cookie|session)[A-Za-z0-9_.-]*)"
+_FRAGMENT = (
+    r"(?i:[A-Za-z0-9_.-]*(?:token|secret|pass|pwd|key|cred|auth|pat|private|cookie|session|bearer|access)"
+    r"[A-Za-z0-9_.-]*)"
+)
 _ASSIGNMENT = re.compile(
     rf"""({_FRAGMENT})(=['"]?|['"]\s*:\s*['"]?)([^\s'",{{}}\[\]]+)"""
-    r"""|(?<![\w.])([A-Z0-9_]*(?:TOKEN|SECRET|PASS|KEY|AUTH|PAT)[A-Z0-9_]*)(: +)([^\s{\[]\S*)"""
+    r"""|(?<![\w.])([A-Z0-9_]*(?:TOKEN|SECRET|PASS|PWD|KEY|AUTH|PAT|BEARER|ACCESS)[A-Z0-9_]*)(: +)([^\s{\[]\S*)"""
 )
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|true|false|null|None|True|False")
@@ -415,7 +418,16 @@ def disk_container(cfg: Any) -> dict[str, Any]:
             cfg.env_vars[key] = "\\${oc.env:" + var + "}"
     plain = plain_dict(cfg, resolve=True)
     plain.pop("hydra", None)
+    env = plain.get("env_vars")
+    if isinstance(env, dict):  # ${NAME} for the job's shell (config/env_refs.py shell_references) stays escaped
+        for key, value in env.items():
+            if isinstance(value, str) and "${" in value:
+                env[key] = _SHELL_REF_OUT.sub(lambda m: "\\${" + m.group(1) + "}", value)
     return plain
+
+
+#: an unescaped ``${NAME}`` (upper-case) in a resolved env value: a reference for the job's shell
+_SHELL_REF_OUT = re.compile(r"(?<!\\)\$\{([A-Z_][A-Z0-9_]*)\}")
 
 
 def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:

@@ -11,6 +11,8 @@ Always the best available figure: any log with at least one timed step gets a wi
 * ``invalid`` -- the window holds values no measurement can have (:data:`VALID_RANGE`: a step time <= 0, non-finite or
   beyond a day; a throughput <= 0 or non-finite): invalid data, never ``steady``; the statistics are over the valid
   values only and the headline figure is withheld (:func:`bridgebench.logs.parser.to_json`).
+* ``damaged`` -- the figures come from TensorBoard event files that are truncated or fail their CRCs
+  (:func:`bridgebench.logs.events.damage`): what could be read is kept, never called ``steady``.
 
 The outcome (completed, failed, ...) is separate: a failed run's healthy window is still ``steady``; ``window_ok``
 is the strict flag -- a steady window of a completed run without NaN/skipped steps.
@@ -36,7 +38,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-QUALITIES: tuple[str, ...] = ("steady", "short", "excerpt", "incomplete", "invalid")
+QUALITIES: tuple[str, ...] = ("steady", "short", "excerpt", "incomplete", "invalid", "damaged")
 #: Steps of warm-up after an in-job restart (or a resume appended to the same log), counted from the iteration the
 #: attempt resumed at: a restarted process pays its own start-up again (checkpoint load, first-step allocation and
 #: compilation) in its first step -- NeMo's resiliency demo log: 10.26 s for the first step after the restart

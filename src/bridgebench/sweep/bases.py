@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from bridgebench.config import rules
+from bridgebench.config.bounds import BoundsError, check_value
 from bridgebench.config.compose import ConfigError, compose, is_group, model_spec, normalize_overrides
 from bridgebench.config.hashing import config_hash
 from bridgebench.config.schema import MB_SECTIONS, START_FIELDS, SectionError, check_sections, start_values
@@ -191,6 +192,10 @@ def _check_field_axes(space: Space, base: Base) -> None:
                         f"positive_int: {axis.key} must be a positive integer{' or null' if optional else ''}, "
                         f"got {value!r} in the space"
                     )
+            try:  # sizes under their stated caps before any point is built (config/bounds.py)
+                check_value(axis.key, value)
+            except BoundsError as err:
+                raise SweepError(str(err)) from None
             if axis.key in (KEYS["layout"], KEYS["sequence_parallel"]) and value == AUTO:
                 continue
             try:

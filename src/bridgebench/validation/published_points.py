@@ -202,7 +202,11 @@ def record_point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any
         delta["ddp.use_megatron_fsdp"] = fsdp
         if fsdp:
             delta["ddp.data_parallel_sharding_strategy"] = "optim_grads_params"
-    delta["model.sequence_parallel"] = tp > 1 and bool(v.get("model.sequence_parallel", True))
+    # the launcher's -tp sets sequence_parallel = TP > 1 (Megatron-Bridge v0.3.1 scripts/performance/utils/
+    # overrides.py); the matched recipe's own flag holds only at its own TP
+    own_tp = v.get("model.tensor_model_parallel_size")
+    sp = bool(v.get("model.sequence_parallel", True)) if own_tp in (None, tp) else True
+    delta["model.sequence_parallel"] = tp > 1 and sp
     source = match.source
     for entry in release_entries(r, precision, fsdp):
         if entry.get("cannot_run_as_printed"):

@@ -233,6 +233,84 @@ RULES: dict[str, Rule] = {
             "an attempt collect cannot read (symlink loop, a result file that is not the payload's object, logs not "
             "fetched, a clashing record) is set aside with its reason; the rest are collected; exit code 5",
         ),
+        # upstream start-up assertions judged by bridgebench.config.rules.upstream (Megatron-Core, Megatron-Bridge's
+        # performance launcher, the MoE dispatchers)
+        Rule(
+            id="hybridep_ep_domain",
+            source="Megatron-Bridge v0.3.1 scripts/performance/perf_plugins.py PerfEnvPlugin._set_nvl_domain_size "
+            "('assert ep_size <= 72'); HEAD 067f987d scripts/performance/utils/utils.py "
+            "apply_target_topology_environment and utils/overrides.py (ValueError 'HybridEP expert parallel size must "
+            "not exceed the 72-rank NVLink domain.')",
+            summary="HybridEP on an NVL72 system (GB200/GB300): EP <= the 72-GPU NVLink domain",
+        ),
+        Rule(
+            id="hybridep_ranks_per_domain",
+            source="DeepEP hybrid-ep branch deep_ep/hybrid_ep_buffer.py HybridEPBuffer.__init__ (assert group size % "
+            "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN == 0; the env overrides the detected value); megatron-core "
+            "0.19.2 transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher (group = expert TP x EP ranks); "
+            "the env as Megatron-Bridge v0.3.1 perf_plugins.py _set_nvl_domain_size sets it (EP on NVL72, "
+            "min(EP, 8) on NVL8)",
+            summary="HybridEP: the ETP x EP group is a multiple of the ranks per NVLink domain, and as the scheduler "
+            "places the job every domain holds a multiple of them (bridgebench.model.placement)",
+        ),
+        Rule(
+            id="moe_tp_needs_sp",
+            source="megatron-core 0.19.2 transformer/moe/moe_layer.py MoELayer.forward (ValueError in training when "
+            "the attention TP group > 1 without sequence_parallel); training/yaml_arguments.py ('When using MoE and "
+            "tensor parallelism, sequence parallelism must be used.'); model_parallel_config.py warns for EP > 1",
+            summary="a MoE model with TP > 1 needs model.sequence_parallel=true",
+        ),
+        Rule(
+            id="deepep_falls_back",
+            source="Megatron-Bridge 0.6.2 / v0.3.1 src/megatron/bridge/training/flex_dispatcher_backend.py "
+            "apply_flex_dispatcher_backend (DeepEP only on compute capability 8.x / 9.x or NVIDIA B200 / B300; other "
+            "GPUs: a rank-0 warning and 'Falling back to alltoall'); NVIDIA-NeMo/Megatron-Bridge#5992",
+            summary="DeepEP requested on GB200 / GB300 runs the alltoall dispatcher: priced as alltoall and said so "
+            "(never a prune)",
+        ),
+        Rule(
+            id="enum_value",
+            source="megatron-core 0.19.2 transformer/transformer_config.py (Literal field types and __post_init__: "
+            "recompute_granularity, recompute_method, recompute_modules allowed set, moe_token_dispatcher_type, "
+            "moe_flex_dispatcher_backend, cuda_graph_impl; cp_comm_type docstring and Transformer Engine's attention)",
+            summary="enum settings take one of upstream's values (did-you-mean on a misspelling), checked before "
+            "anything is priced",
+        ),
+        Rule(
+            "yaml_bounds",
+            "bridgebench config/bounds.py (PyYAML 6 yaml.compose node graph; 'billion laughs', CVE-2003-1564 class)",
+            "a user config file is at most 1 MiB and expands to at most 100,000 YAML nodes with its aliases followed",
+        ),
+        Rule(
+            "config_name_confined",
+            "bridgebench config/bounds.py (Hydra 1.3 loads <group>/<option>.yaml from the search path as named)",
+            "an option name is a file name of its group (no '/' or '..', also with @package); a user config file or "
+            "group folder does not link out of $BRIDGEBENCH_CONFIG_DIR",
+        ),
+        Rule(
+            "config_range",
+            "bridgebench config/bounds.py (pydantic); megatron/core/transformer/transformer_config.py __post_init__ "
+            "(kv_channels = hidden_size // num_attention_heads; num_attention_heads % num_query_groups)",
+            "model sizes positive and under stated caps (4096 layers, 2^20 hidden, 2^16 experts ...), hidden_size "
+            "divisible by num_attention_heads without kv_channels; GPU peaks, memory and bandwidths positive; "
+            "cluster counts in range",
+        ),
+        Rule(
+            "sweep_space_cap",
+            "bridgebench config/sweep/space.py (each stage keeps its point rows in memory)",
+            "a search space holds at most 200,000 points, counted from the axes' lengths before any is built",
+        ),
+        Rule(
+            "out_is_folder",
+            "bridgebench cli/app.py out_folder",
+            "--out names a folder; an existing file there is refused, never written over",
+        ),
+        Rule(
+            "sweep_state_corrupt",
+            "bridgebench launch/sweep.py (state.json: which stages are done, what was planned and submitted)",
+            "sweep --resume refuses a state.json that is not the JSON object a sweep writes (a corrupt stage file "
+            "is redone instead)",
+        ),
     )
 }
 
@@ -249,5 +327,13 @@ NON_POINT_RULES = frozenset(
         "cluster_gpus",
         "cluster_container",
         "collect_partial",
+        "enum_value",  # config/schema.py check_sections, at compose and for every swept value
+        "deepep_falls_back",  # a pricing note (config/time_knobs.py), never a violation
+        "yaml_bounds",
+        "config_name_confined",
+        "config_range",
+        "sweep_space_cap",
+        "out_is_folder",
+        "sweep_state_corrupt",
     }
 )
