@@ -15,7 +15,7 @@ include mk/cluster.mk
 help:
 	@echo "make setup            create $(VENV) (Python 3.12) with the pinned environment"
 	@echo "make test             run the test suite"
-	@echo "make lint             ruff check + format check, import-linter layer contracts"
+	@echo "make lint             ruff check + format check, import-linter layer contracts, mypy"
 	@echo "make site             the results as static HTML pages into results/site/ (open results/site/index.html)"
 	@echo "make table            reproduce the blog's Muon vs AdamW table into results/tables/table1/"
 	@echo "make check-published  FLOPs model vs every published perf-table row"
@@ -51,6 +51,7 @@ lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks analysis
 	$(VENV)/bin/ruff format --check src tests benchmarks analysis
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 
 table: setup
 	$(VENV)/bin/bridgebench table

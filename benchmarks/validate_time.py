@@ -16,6 +16,8 @@
     steps 10 onward).
 (e) The blog's Table 1 (GB300, MXFP8, 26.02): Muon's step-time increase over AdamW for Kimi K2 (+2.1 %) and Qwen3
     30B-A3B (+3.9 %), from the shipped calibration.
+(f) The GPU measurement (results/reference/gpu, issue 22 item 6): Newton-Schulz time per shape fitted as NS FLOPs at
+    a fraction of the BF16 peak plus a per-call cost; the Muon step's kernels per matrix x launch latency.
 
     PYTHONPATH=src .venv/bin/python benchmarks/validate_time.py [--json out.json] [--skip-b] [--skip-c]
 """
@@ -300,6 +302,22 @@ def part_b(rows, cal) -> dict:
     return out
 
 
+def part_f() -> dict:
+    """The GPU measurement shipped in results/reference/gpu (issue 22 item 6): Newton-Schulz cost fitted on it."""
+    from bridgebench.validation.muon_fit import gpu_ns_fit
+
+    fit = gpu_ns_fit()
+    print(f"\n(f) Newton-Schulz measured on {fit.gpu} (torch {fit.torch}; results/reference/gpu): fitted ns_efficiency "
+          f"{fit.ns_efficiency:.3f} of the BF16 peak + {1e6 * fit.call_s:.0f} us per NS call; count-weighted NS rate "
+          + ", ".join(f"{m} {v:.3f}" for m, v in fit.weighted.items())
+          + f" of the peak; Muon step: {fit.kernels_per_param:.0f} kernels per matrix x {1e6 * fit.launch_s:.1f} us "
+          f"launch = kappa {1e6 * fit.kappa_s:.0f} us on that VM")  # fmt: skip
+    for name, measured, predicted in fit.residuals:
+        print(f"    {name:26s} measured {1e3 * measured:8.3f} ms  fitted {1e3 * predicted:8.3f} ms "
+              f"({100 * (predicted / measured - 1):+.0f}%)")  # fmt: skip
+    return {"ns_efficiency": fit.ns_efficiency, "call_s": fit.call_s, "kappa_s": fit.kappa_s, "weighted": fit.weighted}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the figures as JSON")
@@ -313,8 +331,11 @@ def main() -> None:
     c = {} if args.skip_c else part_c(rows)
     d = part_d(cal)
     e = part_e(cal)
+    f = part_f()
     if args.json:
-        args.json.write_text(json.dumps({"held_out": b, "spearman": c, "golden": d, "blog": e}, indent=1, default=str))
+        args.json.write_text(
+            json.dumps({"held_out": b, "spearman": c, "golden": d, "blog": e, "gpu": f}, indent=1, default=str)
+        )
 
 
 if __name__ == "__main__":

@@ -87,7 +87,9 @@ def path_variable(key: str) -> str | None:
 
     from omegaconf import OmegaConf
 
-    raw = OmegaConf.to_container(OmegaConf.load(PATHS_FILE), resolve=False)[key]
+    data = OmegaConf.to_container(OmegaConf.load(PATHS_FILE), resolve=False)
+    assert isinstance(data, dict)  # a mapping file (configs/paths/default.yaml)
+    raw = data[key]
     m = re.match(r"\$\{oc\.env:([A-Z0-9_]+),", str(raw))
     return m.group(1) if m else None
 
@@ -96,4 +98,6 @@ def load_paths() -> Paths:
     """The resolved ``configs/paths/default.yaml`` (environment overrides applied at call time)."""
     from omegaconf import OmegaConf
 
-    return Paths.from_mapping(OmegaConf.to_container(OmegaConf.load(PATHS_FILE), resolve=True))
+    data = OmegaConf.to_container(OmegaConf.load(PATHS_FILE), resolve=True)
+    assert isinstance(data, dict)  # a mapping file (configs/paths/default.yaml)
+    return Paths.from_mapping({str(k): v for k, v in data.items()})

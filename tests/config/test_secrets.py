@@ -245,3 +245,12 @@ def test_plan_refuses_nested_reads_printing_and_writing_nothing_of_the_value(tmp
     assert "hunter2" not in res.stdout + res.stderr
     written = [p for p in tmp_path.rglob("*") if p.is_file() and b"hunter2" in p.read_bytes()]
     assert not written and not out.exists()
+
+
+@pytest.mark.parametrize("name", ["MYSQL_PWD", "SSHPASS", "API_BEARER", "HF_ACCESS", "KRB5_KEYTAB", "SSH_PRIVKEY"])
+def test_messages_redact_the_values_of_the_new_names(name):
+    from bridgebench.config.secrets import redact
+
+    for text in (f"{name}=hunter2-issue24", f'"{name}": "hunter2-issue24"', f"{name}: hunter2-issue24"):
+        assert "hunter2" not in redact(text) and name in redact(text), text
+    assert redact("NCCL_P2P_ACCESS=1 PWD=/work") == "NCCL_P2P_ACCESS=1 PWD=/work"

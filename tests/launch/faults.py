@@ -8,6 +8,7 @@ The launcher runs ``<wrapper argv> <payload command>``; this script fails the wa
   1, as a rank whose collective hung does; later attempts run the payload normally;
 - ``env_sha256 NAME DIGEST``: exit 3 unless the job's environment variable NAME has that sha256 (hex), else run the
   payload -- proves a value reached the job intact without writing the value anywhere;
+- ``env_print NAME``: print ``faults.py: NAME=<value>`` (the value the job's shell gave it), then run the payload;
 - ``oom``: run the payload as a child and, once it has printed its start line (``BRIDGEBENCH_START``), make the job
   step's memory grow until the kernel's OOM killer acts, as a payload that outgrows the job's ``--mem`` does. The
   payload is made the OOM killer's first choice (``oom_score_adj`` 1000), so it is the process killed; this script
@@ -77,6 +78,10 @@ def main(argv: list[str]) -> None:
             raise SystemExit(3)
         print(f"faults.py: {name} arrived intact (sha256 {digest[:12]}...)", file=sys.stderr)
         os.execvp(command[0], command)
+    if mode == "env_print":
+        name, command = command[0], command[1:]
+        print(f"faults.py: {name}={os.environ.get(name)}", file=sys.stderr, flush=True)
+        os.execvp(command[0], command)
     if mode == "oom":
         run_until_oom(command)
     if mode == "exit":
@@ -85,7 +90,7 @@ def main(argv: list[str]) -> None:
         print(NCCL_WATCHDOG, file=sys.stderr, flush=True)
         raise SystemExit(1)
     if mode not in ("exit", "nccl_once"):
-        raise SystemExit(f"faults.py: unknown mode {mode!r} (exit | nccl_once | env_sha256 | oom)")
+        raise SystemExit(f"faults.py: unknown mode {mode!r} (exit | nccl_once | env_sha256 | env_print | oom)")
     os.execvp(command[0], command)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bridgebench.validation.data import data_dir, missing_message
 from tests.launch.test_e2e_local import bb  # noqa: F401  (fixture: bridgebench against the cluster)
 from tests.launch.test_local_cluster import slurm_cluster  # noqa: F401  (session fixture: starts/stops the cluster)
 
@@ -50,10 +51,9 @@ def env(bb, tmp_path):  # noqa: F811
     cfg = tmp_path / "cfg"
     (cfg / "sweep").mkdir(parents=True)
     (cfg / "sweep" / "replay_small.yaml").write_text("description: six replayed rows\n" + SMALL)
-    shared = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "ablations"
-    shared = shared if shared.is_dir() else Path("/work/shared/reference/ablations")
+    shared = data_dir("ablations")  # configs/paths: ../shared/reference/ablations beside the clone
     if not (shared / f"{SET}.csv").is_file():
-        pytest.skip(f"the shared ablation set {SET} is not here")
+        pytest.skip(missing_message("ablations", shared / f"{SET}.csv"))
     bb.env.update(BRIDGEBENCH_SWEEPS=str(tmp_path / "sweeps"), BRIDGEBENCH_CONFIG_DIR=str(cfg),
                   BRIDGEBENCH_ABLATIONS=str(shared))  # fmt: skip
     bb.shared = shared

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -175,3 +176,28 @@ def test_a_refused_key_fails_at_once_even_on_a_terminal(rbb, login, tmp_path):  
     assert "refused the key" in out and str(stranger) in out and "no password prompt" in out, out[-2000:]
     assert "password:" not in out.lower().replace("no password prompt", ""), out[-2000:]
     assert took < 120, took
+
+
+def test_status_and_cancel_never_trust_an_impostor(rbb, login, tmp_path):  # noqa: F811
+    """A job submitted to the real login node; then the key in the cluster's known_hosts is not the login node's
+    (an impostor answering, as seen from bridgebench): ``status`` still shows the ledger, the job UNKNOWN with the
+    ``ssh_host_key`` refusal as the cause, and ``cancel`` refuses to act -- nothing is asked of the impostor."""
+    cluster, ssh_dir = login
+    res = rbb("submit", *REMOTE, "job.repeats=1", "--json")
+    (a,) = [r for r in json.loads(res.stdout)]
+    kh = ssh_dir / "known_hosts"
+    real = kh.read_text()
+    impostor = other_key(tmp_path, "impostor")
+    try:
+        kh.write_text(
+            f"[127.0.0.1]:{cluster.tunnel.port} {' '.join(Path(f'{impostor}.pub').read_text().split()[:2])}\n"
+        )
+        st = rbb("status", "cluster=local_remote", "--json", check=False)
+        assert st.returncode == 0, st.stderr[-2000:]
+        (row,) = [r for r in json.loads(st.stdout) if r["run_id"] == a["run_id"]]
+        assert row["state"] == "UNKNOWN" and "ssh_host_key" in st.stderr, (row["state"], st.stderr[-2000:])
+        cancel = rbb("cancel", "--cluster", "local_remote", a["run_id"], check=False)
+        assert cancel.returncode != 0 and "ssh_host_key" in cancel.stderr, cancel.stderr[-2000:]
+    finally:
+        kh.write_text(real)
+    rbb("cancel", "--cluster", "local_remote", a["run_id"], check=False)

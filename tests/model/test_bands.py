@@ -137,3 +137,23 @@ def test_shipped_bands_widen_from_a_published_point_to_a_model_nobody_measured(m
     for tier, cov in cal.conformal.coverage.items():
         for lv in LEVELS:
             assert abs(cov[lv] - lv / 100) < 0.1, (tier, lv, cov[lv])
+
+
+def test_a_new_precision_takes_the_precision_shift_other_models_show_on_that_gpu():
+    """An unpublished (model, GPU, precision) group with the model published on the GPU at another precision: that
+    level plus the mean difference between the two precisions on this GPU over the other models published with
+    both (a difference in differences); without such a model, the plain level."""
+    from bridgebench.model.steptime.release import GroupLevel, LevelTable
+
+    flat = lambda y: GroupLevel("dense", (150.0,), (y,), 1)  # noqa: E731
+    table = LevelTable({("a", "gb300", "mxfp8"): flat(0.3), ("a", "gb300", "nvfp4"): flat(0.0),
+                        ("b", "gb300", "mxfp8"): flat(0.1)}, {"dense": 0.0})  # fmt: skip
+    level, source = table.log_level(("b", "gb300", "nvfp4"), "dense", 150.0)
+    assert source == "same model and GPU" and level == pytest.approx(0.1 - 0.3)
+    alone = LevelTable({("b", "gb300", "mxfp8"): flat(0.1)}, {"dense": 0.0})
+    assert alone.log_level(("b", "gb300", "nvfp4"), "dense", 150.0) == (pytest.approx(0.1), "same model and GPU")
+    # the same precision class (FP8-CS and MXFP8) is read as is, unshifted
+    assert table.log_level(("b", "gb300", "fp8"), "dense", 150.0) == (
+        pytest.approx(0.1),
+        "same model, GPU and precision class",
+    )

@@ -236,7 +236,7 @@ def test_parallel_grid_errors(models):
 def test_pipeline_layout_places_layers(models):
     """Kimi K2's published layout puts 4 decoder layers in the first virtual stage and 1 in the last; the total NS
     work is the same as with an even split, only its placement (and so the busiest GPU) changes."""
-    from bridgebench.model.newton_schulz import _pp_stage_of_layer
+    from bridgebench.model.newton_schulz import pp_stage_of_layer
 
     kimi = models["kimi_k2"]
     base = dict(
@@ -247,8 +247,8 @@ def test_pipeline_layout_places_layers(models):
         expert_tensor_parallel_size=1,
     )
     laid = Parallelism(**base, pipeline_model_parallel_layout="Et*4|(t*4|)*14tL")
-    stages = _pp_stage_of_layer(kimi, laid)
+    stages = pp_stage_of_layer(kimi, laid)
     assert stages[:4] == [0] * 4 and stages[4:8] == [1] * 4 and stages[-1] == 3 and len(stages) == 61
     assert ns_load(kimi, laid).total == ns_load(kimi, Parallelism(**base)).total
     with pytest.raises(ValueError, match="holds 60 decoder layers"):
-        _pp_stage_of_layer(kimi, Parallelism(**base, pipeline_model_parallel_layout="Et*4|(t*4|)*14L"))
+        pp_stage_of_layer(kimi, Parallelism(**base, pipeline_model_parallel_layout="Et*4|(t*4|)*14L"))

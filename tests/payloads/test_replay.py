@@ -19,8 +19,9 @@ from bridgebench.config.compose import compose
 from bridgebench.logs.parser import parse_log
 from bridgebench.payloads.replay import step_times
 from bridgebench.results.replay_table import ReplayTableError, lookup
+from bridgebench.validation.data import data_dir, missing_message
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "ablations"
+SHARED = data_dir("ablations")  # configs/paths: ../shared/reference/ablations beside the clone
 SET = "dgxc_v2503_llama31_70b_h100"
 POINT = [
     "experiment=replay", "model=llama3_70b", "gpu=h100", "model.tensor_model_parallel_size=4",
@@ -31,9 +32,9 @@ POINT = [
 
 @pytest.fixture()
 def tables(tmp_path, monkeypatch):
-    src = SHARED if SHARED.is_dir() else Path("/work/shared/reference/ablations")
+    src = SHARED
     if not (src / f"{SET}.csv").is_file():
-        pytest.skip(f"the shared ablation set {SET} is not here")
+        pytest.skip(missing_message("ablations", src / f"{SET}.csv"))
     shutil.copy(src / f"{SET}.csv", tmp_path / f"{SET}.csv")
     with open(src / f"{SET}.csv", newline="") as f:
         rows = list(csv.DictReader(f))

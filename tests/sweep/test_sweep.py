@@ -49,7 +49,7 @@ def test_the_rules_see_what_compose_would_build():
         delta = json.loads(row["delta"])
         cfg = compose(engine.point_overrides(base, delta))
         v = engine.effective(base, delta)
-        assert engine._rule_point(v, base.spec, base.rule_env(delta)) == rules.Point.from_config(cfg)
+        assert engine.rule_point(v, base.spec, base.rule_env(delta)) == rules.Point.from_config(cfg)
 
 
 def test_duplicates_by_effective_values():

@@ -11,15 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from bridgebench.validation.data import data_dir, missing_message
+
 REPO = Path(__file__).resolve().parents[2]
 SET = "dgxc_v2503_llama31_70b_h100"
 
 
 def _shared() -> Path:
-    for p in (REPO.parent / "shared" / "reference" / "ablations", Path("/work/shared/reference/ablations")):
-        if (p / f"{SET}.csv").is_file():
-            return p
-    pytest.skip(f"the shared ablation set {SET} is not here")
+    p = data_dir("ablations")  # configs/paths: ../shared/reference/ablations beside the clone
+    if (p / f"{SET}.csv").is_file():
+        return p
+    pytest.skip(missing_message("ablations", p / f"{SET}.csv"))
 
 
 def _bench(folder: Path) -> subprocess.CompletedProcess:

@@ -104,7 +104,7 @@ def table(
         write_outputs,
     )
 
-    console = Console(stderr=as_json)
+    console = Console(stderr=as_json, markup=False)
     console.width = max(console.width, 175)  # the table needs ~175 columns; rich wraps a narrower terminal anyway
     if source not in ("auto", "runs", "published"):
         raise BridgebenchError(f"--source must be runs, published or auto, got {source!r}")
@@ -257,8 +257,9 @@ def check_published_cmd(
     if models and mdf is not None and msum is not None:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        console = Console()
+        console = Console(markup=False)
         console.width = max(console.width, 150)
         t = Table(title="time and memory models vs published rows (time: calibration fitted without the row's release)")
         for c in ("release", "model", "GPU", "prec", "GPUs", "TP", "PP", "VP", "CP", "EP", "MBS", "published",
@@ -274,7 +275,7 @@ def check_published_cmd(
             t.add_row(
                 r.release, r.model, r.system, r.precision, str(r.num_gpus), str(r.tp), str(r.pp), str(r.vp or "-"),
                 str(r.cp), str(r.ep), str(r.mbs), f"{r.published_tflops:.0f}", pred, err, f"+-{r.band:.0%}",
-                f"{r.memory_gb:.0f}", f"{r.usable_gb:.0f}", "yes" if r.fits else "[red]NO[/]",
+                f"{r.memory_gb:.0f}", f"{r.usable_gb:.0f}", "yes" if r.fits else Text("NO", style="red"),
             )  # fmt: skip
         console.print(t)
         typer.echo(

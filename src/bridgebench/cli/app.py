@@ -14,3 +14,22 @@ app = typer.Typer(
 )
 
 OVERRIDES = typer.Argument(None, help="Hydra overrides, e.g. model=kimi_k2 optimizer=muon model.seq_length=4096")
+
+
+def out_folder(path):
+    """``--out`` names a folder: an existing file (or a link to one) there is refused, never written into or over
+    (rule ``out_is_folder``). Returns ``path``.
+
+    Raises:
+        BridgebenchError: naming the file and the fix.
+    """
+    from pathlib import Path
+
+    from bridgebench.errors import BridgebenchError
+
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        raise BridgebenchError(
+            f"out_is_folder: --out {path} is an existing file; --out names a folder the outputs go into (nothing "
+            "was written): give a folder, or a name that does not exist yet"
+        )
+    return path

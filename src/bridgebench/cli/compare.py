@@ -9,7 +9,8 @@ from typing import Optional
 
 import typer
 
-from bridgebench.cli.app import app
+from bridgebench.cli.app import app, out_folder
+from bridgebench.cli.richsafe import plain
 
 KEYS = typer.Argument(
     None,
@@ -71,7 +72,8 @@ def compare(
     from bridgebench.paths import load_paths
     from bridgebench.results import compare as cmp
 
-    console = Console(file=sys.stderr)
+    out_folder(out)  # an existing file is refused before any work (rule out_is_folder)
+    console = Console(file=sys.stderr, markup=False)
     common = cmp.parse_selection(keys or [])
     sel_a = cmp.parse_selection(" ".join(side_a)) if side_a else None
     sel_b = cmp.parse_selection(" ".join(side_b)) if side_b else None
@@ -82,7 +84,7 @@ def compare(
         if source != "published":
             from bridgebench.results.store import ResultStore
 
-            status.update(f"reading the results store {paths.results} ...")
+            plain(status.update)(f"reading the results store {paths.results} ...")
             store = ResultStore(paths.results)
             records = store.records()
             for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
@@ -131,7 +133,7 @@ def compare(
             ),
         )
         target = out or cmp.output_dir(paths.tables, result, common, [sel_a, sel_b] if sel_a else [])
-        written = cmp.write_outputs(result, target, plots=plots, progress=status.update)
+        written = cmp.write_outputs(result, target, plots=plots, progress=plain(status.update))
     if as_json:
         typer.echo(json.dumps({**result.to_json(), "files": [str(p) for p in written]}, indent=2, default=str))
         return
@@ -150,7 +152,7 @@ def _print_vs_predicted(records, selections, which: str) -> None:
     from bridgebench.results.compare import run_matches
 
     picked = [r for r in records if any(run_matches(r, s) for s in selections)]
-    c = Console()
+    c = Console(markup=False)
     c.width = max(c.width, 200)
     vs_predicted.print_table(c, picked, f"your runs: measured vs predicted ({which})")
 
@@ -202,7 +204,7 @@ def _print(result, threshold: float) -> None:
 
     from bridgebench.results.compare import side_statistic
 
-    c = Console()
+    c = Console(markup=False)
     c.width = max(c.width, 240 if any(h.own for h in result.histories) else 180)
     for h in result.histories:
         t = Table(title=f"{h.key.label()}: {len(h.points)} release(s)", title_justify="left")

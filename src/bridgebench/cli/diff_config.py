@@ -59,6 +59,6 @@ def diff_config(
     t.add_column(" ".join(side_b), overflow="fold")
     for d in diffs:
         t.add_row(d.field, _cell(d.a), _cell(d.b))
-    console = Console()
+    console = Console(markup=False)
     console.width = max(console.width, 160)
     console.print(t)

@@ -21,6 +21,28 @@ def _yaml(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text()) or {}
 
 
+def _model_file(path: Path, *, shipped: bool) -> tuple[dict[str, Any], str | None]:
+    """A model file's values and, for a user file that breaks a rule, why (``yaml_bounds``,
+    ``config_name_confined``, ``config_range``, a YAML error): (``{}`` or its values, the reason)."""
+    if shipped:
+        return _yaml(path), None
+    from bridgebench.config.bounds import BoundsError, check_confined, check_model_file, check_yaml_file
+
+    try:
+        check_confined(path, path.parent.parent)
+        check_yaml_file(path)
+        data = yaml.safe_load(path.read_text())
+    except BoundsError as err:
+        return {}, str(err)
+    except (OSError, yaml.YAMLError) as err:
+        return {}, f"bad_yaml: {path} cannot be read as YAML: {str(err).splitlines()[0]}"
+    try:
+        check_model_file(data, path)
+    except BoundsError as err:
+        return data if isinstance(data, dict) else {}, " ".join(str(err).split())
+    return data, None
+
+
 def _defaults(data: dict[str, Any]) -> dict[str, str]:
     """``override /group: option`` entries of a recipe's defaults list, as {group: option}."""
     out = {}
@@ -40,18 +62,20 @@ def rows(kind: str) -> list[dict[str, Any]]:
     if kind == "models":
         out = []
         for p in config_files("model").values():
-            d = _yaml(p)
-            out.append(
-                {
-                    "name": p.stem,
-                    "display_name": d.get("display_name"),
-                    "hf_model_id": d.get("hf_model_id"),
-                    "num_layers": d.get("num_layers"),
-                    "hidden_size": d.get("hidden_size"),
-                    "num_moe_experts": d.get("num_moe_experts"),
-                    "source": "configs" if p.parent.parent == CONFIG_DIR else str(p.parent.parent),
-                }
-            )
+            source = "configs" if p.parent.parent == CONFIG_DIR else str(p.parent.parent)
+            d, problem = _model_file(p, shipped=source == "configs")
+            row = {
+                "name": p.stem,
+                "display_name": d.get("display_name"),
+                "hf_model_id": d.get("hf_model_id"),
+                "num_layers": d.get("num_layers"),
+                "hidden_size": d.get("hidden_size"),
+                "num_moe_experts": d.get("num_moe_experts"),
+                "source": source,
+            }
+            if problem:  # one bad user file is listed as bad, with its reason; the others are listed as usual
+                row["problem"] = problem
+            out.append(row)
         return out
     if kind == "recipes":
         from bridgebench.config.compose import recipe_releases
@@ -117,6 +141,12 @@ def _precisions(gpu: dict[str, Any]) -> list[str]:
     return out
 
 
+def _cell(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return "-" if value is None else str(value)
+
+
 @app.command("list")
 def list_cmd(
     kind: str = typer.Argument(..., help="models, recipes, gpus or releases"),
@@ -129,12 +159,14 @@ def list_cmd(
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title=f"{kind} (configs/{'recipe' if kind == 'recipes' else kind[:-1]}/)")
-    for col in data[0] if data else ["name"]:
-        t.add_column(col)
-    for row in data:
-        t.add_row(*(", ".join(v) if isinstance(v, list) else ("-" if v is None else str(v)) for v in row.values()))
-    c = Console()
+    cols = list(dict.fromkeys(k for row in data for k in row)) or ["name"]
+    for col in cols:
+        t.add_column(col, overflow="fold")
+    for row in data:  # values are data, never rich markup (a name or reason may hold '[...]')
+        t.add_row(*(Text(_cell(row.get(c))) for c in cols))
+    c = Console(markup=False)
     c.width = max(c.width, 150)
     c.print(t)

@@ -91,27 +91,31 @@ def predict(
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    con = Console()
+    con = Console(markup=False)  # values are data (names, reasons), never rich markup
     par = " ".join(f"{k.upper()}{v}" for k, v in out["parallelism"].items() if v is not None)
     con.print(
-        f"[bold]{out['model']}[/] on {out['num_gpus']} {out['gpu']} ({out['precision']}, {out['optimizer']}, "
-        f"release {out['release']}): {par}"
+        Text.assemble(
+            (str(out["model"]), "bold"),
+            f" on {out['num_gpus']} {out['gpu']} ({out['precision']}, {out['optimizer']}, release {out['release']}): "
+            f"{par}",
+        )
     )
     t = Table(title="memory per GPU, busiest pipeline rank (GB)")
     t.add_column("term")
     t.add_column("GB", justify="right")
     for k, v in out["memory_breakdown_gb"].items():
         t.add_row(k, _fmt(v, ".1f"))
-    t.add_row("[bold]total[/]", _fmt(out["memory_gb"], ".1f"))
+    t.add_row(Text("total", "bold"), _fmt(out["memory_gb"], ".1f"))
     t.add_row("GPU memory", _fmt(out["hbm_gb"], ".1f"))
     con.print(t)
     if out["fits"]:
-        verdict = "[green]fits[/]"
+        verdict = Text("fits", "green")
         if out["tight"]:
-            verdict += " (tight: above the median measured allocator fragmentation; it may run out of memory)"
+            verdict.append(" (tight: above the median measured allocator fragmentation; it may run out of memory)")
     else:
-        verdict = f"[red]pruned[/] by {out['pruned_by']}"
+        verdict = Text.assemble(("pruned", "red"), f" by {out['pruned_by']}")
     con.print(verdict)
     if out["step_time_s"] is None:
         return
@@ -120,14 +124,16 @@ def predict(
     t.add_column("s", justify="right")
     for k, v in out["terms"].items():
         t.add_row(k, f"{v:.4f}")
-    t.add_row("[bold]step[/]", f"{out['step_time_s']:.4f}")
+    t.add_row(Text("step", "bold"), f"{out['step_time_s']:.4f}")
     con.print(t)
     band = out["band_pct"] or 0.0
     con.print(
-        f"{out['tflops_per_gpu']:.1f} TFLOP/s/GPU, {out['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU (+-{band:.1f} %); "
-        f"expert group {out['ep_span']} GPUs"
-        + (" [yellow]leaves the NVLink domain[/]" if out["ep_leaves_nvlink"] else "")
-        + f"; calibration {out['calibration']!r}"
+        Text.assemble(
+            f"{out['tflops_per_gpu']:.1f} TFLOP/s/GPU, {out['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU "
+            f"(+-{band:.1f} %); expert group {out['ep_span']} GPUs",
+            (" leaves the NVLink domain", "yellow") if out["ep_leaves_nvlink"] else "",
+            f"; calibration {out['calibration']!r}",
+        )
     )
     if out.get("band_source"):
         bands = out["bands_pct"]

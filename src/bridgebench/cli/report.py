@@ -52,7 +52,7 @@ def report(
         if as_json:
             typer.echo(json.dumps({"vs_predicted": pred_rows, "shown": which}, indent=2))
             return
-        c = Console()
+        c = Console(markup=False)
         c.width = max(c.width, 200)
         vs_predicted.print_table(c, runs, f"pretrain runs: measured vs predicted ({which})")
         return
@@ -117,7 +117,7 @@ def report(
             _spread(st["ns_flops_per_s"], ".4g", 1e9),
             "; ".join(flags),
         )
-    c = Console()
+    c = Console(markup=False)
     c.width = max(c.width, 240)
     c.print(t)
     c.print(f"records: {skipped}")

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from bridgebench.cli.app import OVERRIDES, app
+from bridgebench.cli.richsafe import plain
 
 
 @app.command()
@@ -28,7 +29,7 @@ def plan(
     from bridgebench.config.compose import ConfigError, has_sweep
     from bridgebench.model.optimizer import family
 
-    console = Console(file=sys.stderr)
+    console = Console(file=sys.stderr, markup=False)  # values are data, never rich markup
     console.width = max(console.width, 150)
     overrides = overrides or []
     if has_sweep(overrides) and not multirun:
@@ -38,7 +39,9 @@ def plan(
     invalid = []  # with -m, invalid runs are reported (rule and message) and the valid ones planned
     on_invalid = invalid.append if multirun else None
     with console.status("planning ...") as status:
-        out_dir, runs = make_plan(overrides, Path(out) if out else None, progress=status.update, on_invalid=on_invalid)
+        out_dir, runs = make_plan(
+            overrides, Path(out) if out else None, progress=plain(status.update), on_invalid=on_invalid
+        )
     if as_json:
         import dataclasses
 
@@ -97,7 +100,7 @@ def plan(
             f"{r.model_flops_per_step:.4e}",
             f"{r.newton_schulz_flops_per_step:.4e}",
         )
-    out_console = Console()
+    out_console = Console(markup=False)
     out_console.width = max(out_console.width, 190)
     out_console.print(t)
     for r in runs:
@@ -126,7 +129,7 @@ def _warn_cluster(runs, console) -> None:
     """The plan is a dry run for any cluster; say which runs its cluster could not start (submit refuses them)."""
     for r in runs:
         for problem in r.cluster_can_run:
-            console.print(f"[yellow]cluster {r.cluster} cannot run {r.name}: {problem} (submit would refuse)[/]")
+            console.print(f"cluster {r.cluster} cannot run {r.name}: {problem} (submit would refuse)", style="yellow")
 
 
 def _cluster_cfg(overrides: list[str]):
@@ -171,7 +174,7 @@ def submit(
 
     from bridgebench.config.compose import ConfigError, has_sweep
 
-    console = Console(file=sys.stderr)
+    console = Console(file=sys.stderr, markup=False)
     overrides = overrides or []
     if has_sweep(overrides) and not multirun:
         raise ConfigError("an override sweeps values (a=x,y): add -m / --multirun")
@@ -179,11 +182,13 @@ def submit(
 
     with console.status("planning and submitting ...") as status:
         attempts = sub.submit(
-            overrides, repeats=repeats, again=again, progress=status.update, notify=lambda m: console.print(m)
+            overrides, repeats=repeats, again=again, progress=plain(status.update), notify=lambda m: console.print(m)
         )
         if wait:
             run_ids = sorted({a.run_id for a in attempts})
-            attempts = sub.wait(_cluster_cfg(overrides), timeout_s=timeout, run_ids=run_ids, progress=status.update)
+            attempts = sub.wait(
+                _cluster_cfg(overrides), timeout_s=timeout, run_ids=run_ids, progress=plain(status.update)
+            )
     _print_attempts(attempts, as_json)
     if wait:  # one line, and an exit code that says whether every run completed (README: exit codes)
         code, line = sub.wait_summary(attempts)
@@ -217,7 +222,7 @@ def _print_attempts(attempts, as_json: bool) -> None:
             a.node_list or "",
             "yes" if a.collected else "",
         )
-    c = Console()
+    c = Console(markup=False)  # reasons are log lines: data, never rich markup
     c.width = max(c.width, 170)
     c.print(t)
 
@@ -279,9 +284,9 @@ def collect(as_json: bool = typer.Option(False, "--json", help="print a JSON sum
 
     outcomes: dict[str, int] = {}
     partial: CollectPartial | None = None
-    with Console(file=sys.stderr).status("collecting ...") as st:
+    with Console(file=sys.stderr, markup=False).status("collecting ...") as st:
         try:
-            added = do_collect(progress=st.update, outcomes=outcomes)
+            added = do_collect(progress=plain(st.update), outcomes=outcomes)
         except CollectPartial as err:
             partial, added = err, err.added
     if as_json:

@@ -28,7 +28,7 @@ class _RichProgress:
 
         self.console = console
         self.bar = Progress(
-            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.description}", style="bold", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -50,15 +50,15 @@ class _RichProgress:
             self.bar.update(self.task, completed=self.bar.tasks[self.task].total or 0)
         if not self.console.is_terminal:  # a log file or a pipe gets one line per stage (no live bar there)
             what = f"{total:,} points" if total else "one config per group combination"  # compose: count not known yet
-            self.bar.console.print(f"stage {stage}: {what}")
+            self.bar.console.print(f"stage {stage}: {what}", markup=False, highlight=False)
         self.task = self.bar.add_task(f"stage {stage}", total=total or None)
 
     def update(self, done: int, total: int) -> None:
         if self.task is not None:
             self.bar.update(self.task, completed=done, total=total)
 
-    def log(self, message: str) -> None:
-        self.bar.console.print(message)
+    def log(self, message: str) -> None:  # names, paths and errors: data, never rich markup; one line each
+        self.bar.console.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -91,6 +91,7 @@ def sweep(
     point's optimistic band edge or the budget is spent); adds rounds.parquet and an "Adaptive rounds" summary."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from bridgebench.config.compose import has_sweep
     from bridgebench.launch.sweep import run_sweep
@@ -98,7 +99,7 @@ def sweep(
     overrides = overrides or []
     if space is None and not has_sweep(overrides) and not any(o.startswith("experiment=") for o in overrides):
         space = "parallelism"
-    err = Console(file=sys.stderr)
+    err = Console(file=sys.stderr, markup=False)
     if adaptive or budget is not None:
         if not adaptive:
             from bridgebench.launch.adaptive import AdaptiveError
@@ -124,7 +125,7 @@ def sweep(
         out["published"] = result.counts.get("published")
         typer.echo(json.dumps({**out, "outputs": {k: str(v) for k, v in result.outputs.items()}}, indent=2))
         return
-    out = Console()
+    out = Console(markup=False)  # names, paths, reasons: data, never rich markup
     out.width = max(out.width, 170)
     t = Table(title=f"sweep {result.name}: stages")
     for c in ("stage", "points", "seconds", "points/s", ""):
@@ -142,7 +143,9 @@ def sweep(
     )
     if not ranked:
         out.print(
-            "[bold red]no point survived the rules and the memory model[/]; see " + str(result.outputs["summary"])
+            Text.assemble(
+                ("no point survived the rules and the memory model", "bold red"), f"; see {result.outputs['summary']}"
+            )
         )
     elif not result.top:
         out.print(f"{ranked:,} points ranked; top K = 0: nothing planned")
@@ -178,8 +181,12 @@ def sweep(
             out.print(f"the recipe's own configuration was not ranked: {place['status']}: {place['reason']}")
         else:
             out.print(
-                f"the recipe's own configuration ranks [bold]{place['rank']}[/] of {place['of']:,}"
-                + (" (ties with the best)" if place["tie"] else " (outside the best point's band)")
+                Text.assemble(
+                    "the recipe's own configuration ranks ",
+                    (str(place["rank"]), "bold"),
+                    f" of {place['of']:,}",
+                    " (ties with the best)" if place["tie"] else " (outside the best point's band)",
+                )
             )
         failed = [r for r in result.top if r["status"] == "plan_failed"]
         for r in failed:
@@ -191,6 +198,7 @@ def _adaptive(overrides, space, name, budget, calibration, per_round, resume, ti
     """``sweep --adaptive``: the rounds (bridgebench.launch.adaptive), printed as a table (or JSON)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from bridgebench.launch.adaptive import run_adaptive
 
@@ -218,7 +226,7 @@ def _adaptive(overrides, space, name, budget, calibration, per_round, resume, ti
     if as_json:
         typer.echo(json.dumps(summary, indent=2, default=str))
         return
-    out = Console()
+    out = Console(markup=False)
     out.width = max(out.width, 160)
     t = Table(title=f"adaptive sweep {res.sweep.name}: rounds (rule: {res.rounds and 'ei'})")
     for c in ("round", "point", "why chosen", "predicted TFLOP/s/GPU", "+-%", "measured step s", "status"):
@@ -229,8 +237,8 @@ def _adaptive(overrides, space, name, budget, calibration, per_round, resume, ti
                   f"{r['band_pct'] or 0:.1f}", meas, str(r["status"]))  # fmt: skip
     out.print(t)
     h = res.gpu_hours
-    out.print(f"stopped: [bold]{res.stop}[/]; GPU-hours {h['spent']:.1f} of a full grid's {h['full_grid']:.1f} "
-              f"({100 * h['share']:.1f} %)")  # fmt: skip
+    out.print(Text.assemble("stopped: ", (str(res.stop), "bold"), f"; GPU-hours {h['spent']:.1f} of a full grid's "
+              f"{h['full_grid']:.1f} ({100 * h['share']:.1f} %)"))  # fmt: skip
     if res.best:
         out.print(f"best measured: {res.best['point_id']} at {res.best['tflops_per_gpu']:.1f} TFLOP/s/GPU "
                   f"(predicted rank {res.best['rank_predicted']})")  # fmt: skip
@@ -366,7 +374,7 @@ def muon_cost(
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
-    out = Console()
+    out = Console(markup=False)  # names, paths, reasons: data, never rich markup
     out.width = max(out.width, 140)
     par = " ".join(f"{k.split('_')[0].upper()}{val}" for k, val in summary["parallelism"].items() if val)
     t = Table(

@@ -6,13 +6,14 @@ precision and peak key, and a published system or model name to bridgebench's.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.mfu import PeakError
-from bridgebench.paths import config_dirs, config_files
+from bridgebench.paths import CONFIG_DIR, config_dirs, config_files
 
 
 class CatalogError(BridgebenchError):
@@ -30,13 +31,21 @@ def _load(group: str, name: str) -> dict[str, Any]:
 
 
 @functools.cache
-def _load_from(group: str, name: str, dirs: tuple) -> dict[str, Any]:
+def _load_from(group: str, name: str, dirs: tuple[Path, ...]) -> dict[str, Any]:
     """One option's YAML (cached per config search path).
 
     Raises:
         CatalogError: the file is not valid YAML or not a mapping.
     """
     path = config_files(group)[name]
+    if not path.is_relative_to(CONFIG_DIR):  # a user file: bounded before it is parsed (config/bounds.py)
+        from bridgebench.config.bounds import BoundsError, check_confined, check_yaml_file
+
+        try:
+            check_confined(path, path.parent.parent)
+            check_yaml_file(path)
+        except BoundsError as err:
+            raise CatalogError(str(err)) from None
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
@@ -86,7 +95,7 @@ def precision(spelling: str) -> dict[str, Any]:
 
 def peak_key(spelling: str) -> str:
     """The ``gpu.peak_tflops`` key of a precision spelling (``FP8-CS`` -> ``fp8``). Raises :class:`CatalogError`."""
-    return precision(spelling)["peak"]
+    return str(precision(spelling)["peak"])
 
 
 #: Values of ``release.published_rounding.*`` (``bridgebench.config.schema.PublishedRoundingSchema``).

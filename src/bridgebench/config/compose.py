@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from bridgebench.config.containers import plain_dict
 from bridgebench.errors import BridgebenchError
 from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.spec import ModelSpec, ModelSpecError
@@ -114,8 +115,15 @@ def check_user_config_dir() -> Path | None:
             f"user_config_dir: {user} has folder(s) {extra} that are not config groups a user may add to; "
             f"allowed: {list(USER_GROUPS)}"
         )
+    from bridgebench.config.bounds import BoundsError, check_confined, check_yaml_file
+
     for group in USER_GROUPS:
         for path in sorted((user / group).glob("*.yaml")) if (user / group).is_dir() else []:
+            try:  # a link out of the folder, a huge file or nested aliases: refused before Hydra reads any of it
+                check_confined(path, user)
+                check_yaml_file(path)
+            except BoundsError as err:
+                raise ConfigError(str(err)) from None
             shipped = CONFIG_DIR / group / path.name
             if shipped.exists():
                 raise ConfigError(
@@ -149,15 +157,34 @@ def normalize_overrides(overrides: Sequence[str]) -> list[str]:
         except HydraException as err:
             raise ConfigError(f"cannot parse override {line!r}: {str(err).splitlines()[0]}") from err
         key = ov.key_or_group.lstrip("/")
-        if ov.package or ov.is_delete() or not is_group(key):
+        if ov.is_delete() or not is_group(key):
             out.append(line)
             continue
         head, raw = line.split("=", 1)
+        if ov.package:  # +model@pkg=<option>: still an option of the group, by name (rule config_name_confined)
+            from bridgebench.config.bounds import BoundsError, check_option_name
+
+            for value in (v.strip().strip("'\"") for v in raw.split(",")):
+                try:
+                    check_option_name(key, value)
+                except BoundsError as err:
+                    raise ConfigError(str(err)) from None
+                if value not in ("null", "None") and value not in group_options(key):
+                    raise ConfigError(f"unknown {key} {value!r}; known {key} options: {group_options(key)}")
+            out.append(line)
+            continue
         items = [v.strip() for v in raw.split(",")]
         if all(_NUMERIC.match(v) for v in items):
             line = head + "=" + ",".join(f"'{v}'" for v in items)
             ov = parser.parse_override(line)
         for value in (v.strip("'\"") for v in items):
+            if value not in ("null", "None") and value not in group_options(key) and ("/" in value or ".." in value):
+                from bridgebench.config.bounds import BoundsError, check_option_name
+
+                try:
+                    check_option_name(key, value)
+                except BoundsError as err:
+                    raise ConfigError(str(err)) from None
             if value not in ("null", "None") and value not in group_options(key):
                 raise ConfigError(f"unknown {key} {value!r}; known {key} options: {group_options(key)}")
         out.append(line)
@@ -185,7 +212,10 @@ def compose(overrides: Sequence[str] = (), *, return_hydra_config: bool = False)
 
     register()
     overrides = normalize_overrides(overrides)
-    return compose_cache.cached(tuple(overrides), return_hydra_config, lambda: _compose(overrides, return_hydra_config))
+    cfg: DictConfig = compose_cache.cached(
+        tuple(overrides), return_hydra_config, lambda: _compose(overrides, return_hydra_config)
+    )
+    return cfg
 
 
 def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
@@ -220,10 +250,11 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
             return cfg
         # `+key=value` appends bypass Hydra's struct flag, and Megatron-Bridge sections are open maps in the Hydra
         # schema: check the result once more (declared fields typed, other keys against Megatron-Bridge's fields).
-        plain = OmegaConf.to_container(cfg, resolve=False)
+        plain = plain_dict(cfg, resolve=False)
         plain.pop("hydra", None)
         check_sections(plain)
         checked = OmegaConf.merge(OmegaConf.structured(RootSchema), plain)
+        assert isinstance(checked, DictConfig)  # a structured mapping merged with a mapping
     except SectionError as err:
         raise ConfigError(str(err)) from err
     except yaml.YAMLError as err:
@@ -233,7 +264,19 @@ def _compose(overrides: list[str], return_hydra_config: bool) -> DictConfig:
         if missing:
             raise ConfigError(unknown_key_message(overrides, missing.group(1))) from err
         raise ConfigError(f"bad override or config: {_explain(err)}") from err
+    from bridgebench.config.env_refs import EnvRefError, shell_references
+
+    try:
+        shell_references(checked)  # ${SLURM_JOB_ID} in an env value: for the job's shell (config/env_refs.py)
+    except EnvRefError as err:
+        raise ConfigError(str(err)) from None
     check_recipe_release(checked)
+    from bridgebench.config.bounds import BoundsError, check_config
+
+    try:
+        check_config(checked)  # sizes, peaks, bandwidths in range before anything is built (rule config_range)
+    except BoundsError as err:
+        raise ConfigError(str(err)) from None
     from bridgebench.config.secrets import pass_by_name
 
     pass_by_name(checked)  # env_vars.NAME=${oc.env:VAR}: never read here, the job reads $VAR (config/secrets.py)
@@ -409,16 +452,17 @@ def variant_provenance(cfg: DictConfig, departures: dict[str, tuple[Any, Any]] |
 
 def _explain(err: BaseException) -> str:
     """One line from an exception and its causes (Hydra wraps OmegaConf's precise message as __cause__)."""
-    parts = []
-    while err is not None:
+    parts: list[str] = []
+    cur: BaseException | None = err
+    while cur is not None:
         text = " ".join(
             line.strip()
-            for line in str(err).splitlines()
+            for line in str(cur).splitlines()
             if line.strip() and not line.strip().startswith(("full_key:", "object_type=", "reference_type="))
         )
         if text and text not in parts and "$VALUE" not in text:
             parts.append(text)
-        err = err.__cause__ or err.__context__
+        cur = cur.__cause__ or cur.__context__
     return " -- ".join(parts)
 
 
@@ -435,16 +479,16 @@ def expand_sweep(cfg_overrides: Sequence[str]) -> list[list[str]]:
     parser = OverridesParser.create()
     fixed: list[str] = []
     axes: list[list[str]] = []
-    swept_keys = set()
+    swept_keys: set[str] = set()
     for ov in parser.parse_overrides(list(cfg_overrides)):
         if ov.is_sweep_override():
             swept_keys.add(ov.key_or_group)
             axes.append([f"{ov.key_or_group}={_quote(v)}" for v in ov.sweep_string_iterator()])
-        else:
+        elif ov.input_line is not None:
             fixed.append(ov.input_line)
     cfg = compose(fixed, return_hydra_config=True)
     params = cfg.hydra.sweeper.get("params")
-    params = OmegaConf.to_container(params, resolve=False) if params else {}
+    params = plain_dict(params, resolve=False) if params else {}
     given = swept_keys | {o.split("=", 1)[0].lstrip("+~") for o in fixed}
     for key, value in params.items():
         if key in given:
@@ -502,7 +546,7 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
         ConfigError: an unknown model field or a value that breaks a rule (from :class:`ModelSpecError`).
     """
     arch = {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"}
-    data = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items() if k in arch}
+    data = {k: v for k, v in plain_dict(cfg.model, resolve=True).items() if k in arch}
     try:
         return ModelSpec.from_mapping(data)
     except (ModelSpecError, TypeError) as err:
@@ -529,16 +573,15 @@ def run_facts(cfg: DictConfig) -> RunFacts:
     ):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"{key} must be a positive integer, got {value!r}")
-    as_dict = lambda node: OmegaConf.to_container(node, resolve=True)  # noqa: E731
     return RunFacts(
         model=model,
         num_gpus=cfg.num_gpus,
         parallel=parallel,
         global_batch_size=cfg.train.global_batch_size,
         micro_batch_size=cfg.train.micro_batch_size,
-        optimizer=as_dict(cfg.optimizer),
-        precision=as_dict(cfg.precision),
-        gpu=as_dict(cfg.gpu),
-        release=as_dict(cfg.release),
-        accounting=as_dict(cfg.accounting),
+        optimizer=plain_dict(cfg.optimizer, resolve=True),
+        precision=plain_dict(cfg.precision, resolve=True),
+        gpu=plain_dict(cfg.gpu, resolve=True),
+        release=plain_dict(cfg.release, resolve=True),
+        accounting=plain_dict(cfg.accounting, resolve=True),
     )

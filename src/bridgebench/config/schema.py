@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from bridgebench.config.containers import plain_dict
 from bridgebench.model.spec import ModelSpec
 
 
@@ -326,8 +327,8 @@ def _declared(schema: type) -> Any:
         for f in dataclasses.fields(schema):
             if f.default is not dataclasses.MISSING:
                 out[f.name] = f.default
-            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                out[f.name] = f.default_factory()  # type: ignore[misc]
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
             else:
                 out[f.name] = MISSING
         return out
@@ -388,7 +389,8 @@ class SectionError(ValueError):
 def mbridge_fields() -> dict[str, Any]:
     """The shipped catalogue of Megatron-Bridge fields: ``{"megatron_bridge": version, "sections": {section:
     {field: {"type": bool|int|float|str|list|dict|any, "nullable": bool}}}}`` (``mbridge_fields.json``)."""
-    return json.loads(FIELDS_FILE.read_text())
+    data: dict[str, Any] = json.loads(FIELDS_FILE.read_text())
+    return data
 
 
 #: Megatron-Bridge fields bridgebench's models read (the sweep engine's memory, time and Newton-Schulz stages) that
@@ -435,7 +437,8 @@ PERF_FILE = Path(__file__).resolve().parent / "mbridge_perf.json"
 def mbridge_perf() -> dict[str, Any]:
     """The shipped perf-recipe settings (``mbridge_perf.json``): ``{"megatron_bridge": version, "recipes": {function:
     {"model", "num_gpus", "gpu", "precision", "variant", "source", "values": {dotted field: value}}}}``."""
-    return json.loads(PERF_FILE.read_text())
+    data: dict[str, Any] = json.loads(PERF_FILE.read_text())
+    return data
 
 
 @functools.cache
@@ -443,7 +446,8 @@ def mbridge_starts() -> dict[str, Any]:
     """The shipped start values of :data:`START_FIELDS` (``mbridge_starts.json``, written by ``bridgebench recipes
     fields`` from the installed Megatron-Bridge): ``{"megatron_bridge": version, "fields": [...], "model": {model
     name: {field: value}}, "mixed_precision": {mixed-precision recipe: {field: value}}}``."""
-    return json.loads(STARTS_FILE.read_text())
+    data: dict[str, Any] = json.loads(STARTS_FILE.read_text())
+    return data
 
 
 def start_values(model: str, mixed_precision_recipe: str) -> dict[str, Any]:
@@ -531,7 +535,7 @@ def check_sections(plain: dict[str, Any]) -> dict[str, Any]:
                 except OmegaConfBaseException as err:
                     msg = str(err).splitlines()[0]
                     raise SectionError(f"{section}.{key}={values[key]} -- {msg}") from err
-            values.update(OmegaConf.to_container(typed, resolve=False))
+            values.update(plain_dict(typed, resolve=False))
         plain[section] = values
     return plain
 

@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
+from bridgebench.config.containers import plain_dict
 from bridgebench.config.rules import RuleError, Violation
 
 #: name words that mark a credential (compared upper-case, per word)
@@ -150,10 +151,13 @@ TOKEN_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):([^/\s@]+)@")
 #: ``NAME=value``, ``"NAME": "value"`` (JSON, Python reprs) and ``NAME: value`` (YAML; upper-case names only, so
 #: that ``secret_in_config: env_vars...`` in a message is not taken for one) where NAME may be a credential's
-_FRAGMENT = r"(?i:[A-Za-z0-9_.-]*(?:token|secret|pass|key|cred|auth|pat|private|cookie|session)[A-Za-z0-9_.-]*)"
+_FRAGMENT = (
+    r"(?i:[A-Za-z0-9_.-]*(?:token|secret|pass|pwd|key|cred|auth|pat|private|cookie|session|bearer|access)"
+    r"[A-Za-z0-9_.-]*)"
+)
 _ASSIGNMENT = re.compile(
     rf"""({_FRAGMENT})(=['"]?|['"]\s*:\s*['"]?)([^\s'",{{}}\[\]]+)"""
-    r"""|(?<![\w.])([A-Z0-9_]*(?:TOKEN|SECRET|PASS|KEY|AUTH|PAT)[A-Z0-9_]*)(: +)([^\s{\[]\S*)"""
+    r"""|(?<![\w.])([A-Z0-9_]*(?:TOKEN|SECRET|PASS|PWD|KEY|AUTH|PAT|BEARER|ACCESS)[A-Z0-9_]*)(: +)([^\s{\[]\S*)"""
 )
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|true|false|null|None|True|False")
@@ -218,7 +222,7 @@ def redact(text: str, known: Any = ()) -> str:
         text = pattern.sub("<redacted>", text)
     text = URL_PASSWORD.sub(r"\1:<redacted>@", text)
 
-    def assignment(m: re.Match) -> str:
+    def assignment(m: re.Match[str]) -> str:
         name, sep, value = m.group(1, 2, 3) if m.group(1) else m.group(4, 5, 6)
         last = name.rsplit(".", 1)[-1]
         if (
@@ -227,8 +231,8 @@ def redact(text: str, known: Any = ()) -> str:
             or _NUMBER.fullmatch(value.rstrip(",;)"))  # a figure (model_flops_per_token: 5.1e9) is no secret
             or last.lower() in _PLACEHOLDER_NAMES  # "expected key=value"
         ):
-            return m.group(0)
-        return name + sep + "<redacted>"
+            return str(m.group(0))
+        return f"{name}{sep}<redacted>"
 
     return _ASSIGNMENT.sub(assignment, text)
 
@@ -292,9 +296,7 @@ def pass_by_name(cfg: Any) -> dict[str, str]:
 
 
 def _raw_strings(cfg: Any) -> Iterator[tuple[str, str]]:
-    from omegaconf import OmegaConf
-
-    plain = OmegaConf.to_container(cfg, resolve=False) if hasattr(cfg, "_get_node") else cfg
+    plain = plain_dict(cfg, resolve=False) if hasattr(cfg, "_get_node") else cfg
     for path, value in _strings({k: v for k, v in plain.items() if k != "hydra"}, ""):
         if "${" in value:
             yield path, value
@@ -325,11 +327,12 @@ def resolver_calls(text: str) -> list[ResolverCall]:
     while stack:
         node = stack.pop()
         if isinstance(node, P.InterpolationResolverContext):
-            rname = node.resolverName()
+            ctx: Any = node  # antlr4 contexts are untyped
+            rname = ctx.resolverName()
             plain_name = not rname.getTypedRuleContexts(P.InterpolationContext)
-            seq = node.sequence()
+            seq = ctx.sequence()
             elements = seq.element() if seq is not None else []
-            first = elements[0] if elements else None
+            first: Any = elements[0] if elements else None
             plain_first = first is not None and not _has_interpolation(first, P)
             calls.append(
                 ResolverCall(rname.getText() if plain_name else None, first.getText().strip() if plain_first else None)
@@ -407,16 +410,24 @@ def resolver_violations(cfg: Any) -> list[Violation]:
 def disk_container(cfg: Any) -> dict[str, Any]:
     """The config as bridgebench writes it (``config.yaml``, records, the config hash): resolved, except the
     ``env_vars`` passed by name, which stay the text ``${oc.env:VAR}``; without the ``hydra`` node."""
-    from omegaconf import OmegaConf
 
     names = by_name_all(cfg)
     if names:
         cfg = cfg.copy()
         for key, var in names.items():
             cfg.env_vars[key] = "\\${oc.env:" + var + "}"
-    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain = plain_dict(cfg, resolve=True)
     plain.pop("hydra", None)
+    env = plain.get("env_vars")
+    if isinstance(env, dict):  # ${NAME} for the job's shell (config/env_refs.py shell_references) stays escaped
+        for key, value in env.items():
+            if isinstance(value, str) and "${" in value:
+                env[key] = _SHELL_REF_OUT.sub(lambda m: "\\${" + m.group(1) + "}", value)
     return plain
+
+
+#: an unescaped ``${NAME}`` (upper-case) in a resolved env value: a reference for the job's shell
+_SHELL_REF_OUT = re.compile(r"(?<!\\)\$\{([A-Z_][A-Z0-9_]*)\}")
 
 
 def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:

@@ -74,9 +74,9 @@ def candidate_of(row: dict[str, Any]) -> refit.Candidate:
 
 
 def _save(path: Path, data: dict[str, Any]) -> None:
-    from bridgebench.launch.sweep import _atomic_write
+    from bridgebench.launch.sweep import atomic_write
 
-    _atomic_write(path, json.dumps(data, indent=2, default=str).encode())
+    atomic_write(path, json.dumps(data, indent=2, default=str).encode())
 
 
 def _measured(store, hashes: dict[str, str]) -> tuple[dict[str, float], dict[str, str]]:
@@ -119,9 +119,7 @@ def run_adaptive(
         bridgebench.launch.sweep.SweepRunError: the sweep exists and ``resume`` is off, or another space.
         bridgebench.launch.submit.SubmitError: the cluster refused a submission (what was submitted is kept).
     """
-    from bridgebench.launch import submit as sub
-    from bridgebench.launch.collect import collect, default_store
-    from bridgebench.launch.plan import PlanError, PlannedRun, plan, prediction_of
+    from bridgebench.launch.collect import default_store
     from bridgebench.launch.sweep import run_sweep
 
     if budget is None or budget < 1:
@@ -132,160 +130,169 @@ def run_adaptive(
     ledger = ledger or Ledger()
     store = store if store is not None else default_store()
     result = run_sweep(
-        overrides,
-        space=space,
-        name=name,
-        top_k=0,
-        calibration=calibration,
-        resume=resume,
-        progress=say,
-        ledger=ledger,
-        store=store,
-    )
-    ranked = sorted(
-        (r for r in result.rows if r["status"] == "ranked" and r.get("step_time_s")), key=lambda r: r["rank"]
-    )
-    rows = {str(r["point_id"]): r for r in ranked}
-    cands = [candidate_of(r) for r in ranked]
-    state_path = result.dir / STATE
-    if state_path.exists():
-        state = json.loads(state_path.read_text())
+        overrides, space=space, name=name, top_k=0, calibration=calibration, resume=resume, progress=say,
+        ledger=ledger, store=store,
+    )  # fmt: skip
+    loop = _Loop(result, _state(result, budget, per_round, calibration), say, ledger, store)
+    while True:
+        loop.submit_pending()  # chosen but not submitted (an interrupt between plan and submit): submit or adopt
+        loop.wait_and_collect(wait_timeout_s, poll_s)
+        post, measured, failed, unsettled = loop.assess()
+        spent = len(loop.state["chosen"])
+        stop = refit.stop_reason(loop.cands, post, spent=spent, budget=budget, exclude=[*failed, *unsettled])
+        if unsettled:
+            stop = "wait_timeout"
+        else:
+            _round_record(loop.state, loop.cands, post, measured, failed)
+        if not stop:
+            picks = refit.choose(
+                loop.cands, post, k=min(per_round, budget - spent), exclude=[*failed, *loop.state["chosen"]]
+            )
+            loop.plan_and_submit(picks, post, calibration)
+            stop = None if picks else "exhausted"
+        if stop:
+            loop.state["stop"] = stop
+            loop.save()
+            break
+    measured, _ = loop.measured()
+    out = AdaptiveResult(result, _rounds_rows(loop.state), loop.state["stop"], loop.best(measured),
+                         _gpu_hours(loop.cands, measured, loop.state))  # fmt: skip
+    out.outputs = _write(result, loop.state, out, loop.cands)
+    return out
+
+
+def _state(result, budget: int, per_round: int, calibration: str) -> dict[str, Any]:
+    """The sweep's adaptive state: loaded (a resume; the budget may change, the calibration may not) or new."""
+    path = result.dir / STATE
+    if path.exists():
+        state = json.loads(path.read_text())
         if state.get("calibration") != calibration:
             raise AdaptiveError(
                 f"adaptive_budget: sweep {result.name!r} was started with calibration {state.get('calibration')!r}; "
                 "resume it with the same one"
             )
-        state["budget"] = budget  # a resumed sweep may be given more (or less) budget
+        state["budget"] = budget
     else:
-        state = {
-            "rule": refit.RULE,
-            "rule_text": refit.RULE_TEXT,
-            "budget": budget,
-            "per_round": per_round,
-            "calibration": calibration,
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "chosen": {},
-            "rounds": [],
-            "stop": None,
-        }
-    _save(state_path, state)
-    plans_root = load_paths().plans / f"sweep-{result.name}"
-    cluster_cfg = None
+        state = {"rule": refit.RULE, "rule_text": refit.RULE_TEXT, "budget": budget, "per_round": per_round,
+                 "calibration": calibration, "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                 "chosen": {}, "rounds": [], "stop": None}  # fmt: skip
+    _save(path, state)
+    return state
 
-    def submitted_ids() -> list[str]:
-        return [rid for c in state["chosen"].values() for rid in c.get("run_ids", [])]
 
-    def adopt_or_submit(pid: str) -> None:
+class _Loop:
+    """One adaptive sweep's rounds: its ranked points, its state (saved after every plan and submission), the
+    ledger and the results store."""
+
+    def __init__(self, result, state: dict[str, Any], say, ledger: Ledger, store: Any):
+        ranked = sorted(
+            (r for r in result.rows if r["status"] == "ranked" and r.get("step_time_s")), key=lambda r: r["rank"]
+        )
+        self.result, self.state, self.say, self.ledger, self.store = result, state, say, ledger, store
+        self.rows = {str(r["point_id"]): r for r in ranked}
+        self.cands = [candidate_of(r) for r in ranked]
+        self.path = result.dir / STATE
+        self.cluster_cfg = None
+
+    def save(self) -> None:
+        _save(self.path, self.state)
+
+    def adopt_or_submit(self, pid: str) -> None:
         """Submit a planned point unless the ledger already has its config (submitted before an interrupt)."""
-        c = state["chosen"][pid]
-        have = ledger.runs_of(c["config_hash"])
+        from bridgebench.launch import submit as sub
+        from bridgebench.launch.plan import PlannedRun
+
+        c = self.state["chosen"][pid]
+        have = self.ledger.runs_of(c["config_hash"])
         if have:
             c["run_ids"] = have
-            c["status"] = "submitted"
-            say.log(f"adopted {pid}: the ledger has its run(s) {have} (submitted before an interrupt)")
+            self.say.log(f"adopted {pid}: the ledger has its run(s) {have} (submitted before an interrupt)")
         else:
             run = PlannedRun(**json.loads((Path(c["plan_dir"]) / c["run"] / "run.json").read_text()))
-            attempts = sub.submit_planned([run], ledger=ledger, progress=say.log)
-            c["run_ids"] = [a.run_id for a in attempts]
-            c["status"] = "submitted"
-        _save(state_path, state)
+            c["run_ids"] = [a.run_id for a in sub.submit_planned([run], ledger=self.ledger, progress=self.say.log)]
+        c["status"] = "submitted"
+        self.save()
 
-    while True:
-        # 1. anything chosen but not submitted yet (an interrupt between plan and submit): submit or adopt it
-        for pid, c in state["chosen"].items():
+    def submit_pending(self) -> None:
+        for pid, c in self.state["chosen"].items():
             if c.get("status") == "planned":
-                adopt_or_submit(pid)
-        # 2. wait for the submitted runs, collect their records
-        open_ids = submitted_ids()
-        if open_ids:
-            if cluster_cfg is None:
-                first = next(iter(state["chosen"].values()))
-                from omegaconf import OmegaConf
+                self.adopt_or_submit(pid)
 
-                cluster_cfg = OmegaConf.load(Path(first["plan_dir"]) / first["run"] / "config.yaml")
-            say.log(f"waiting for {len(open_ids)} run(s)")
-            sub.wait(cluster_cfg, ledger, timeout_s=wait_timeout_s, poll_s=poll_s, run_ids=open_ids, progress=None)
-            try:
-                collect(ledger, store)
-            except BridgebenchError as err:  # a conflicting or refused record: said, the loop goes on without it
-                say.log(f"collect: {err}")
-        hashes = {pid: c["config_hash"] for pid, c in state["chosen"].items()}
-        measured, failed = _measured(store, hashes)
+    def wait_and_collect(self, timeout_s: float, poll_s: float) -> None:
+        """Wait for every submitted run (retries included), then collect the finished attempts' records."""
+        from omegaconf import OmegaConf
+
+        from bridgebench.launch import submit as sub
+        from bridgebench.launch.collect import collect
+
+        open_ids = [rid for c in self.state["chosen"].values() for rid in c.get("run_ids", [])]
+        if not open_ids:
+            return
+        if self.cluster_cfg is None:
+            first = next(c for c in self.state["chosen"].values() if c.get("run_ids"))
+            self.cluster_cfg = OmegaConf.load(Path(first["plan_dir"]) / first["run"] / "config.yaml")
+        self.say.log(f"waiting for {len(open_ids)} run(s)")
+        sub.wait(self.cluster_cfg, self.ledger, timeout_s=timeout_s, poll_s=poll_s, run_ids=open_ids, progress=None)
+        try:
+            collect(self.ledger, self.store)
+        except BridgebenchError as err:  # a conflicting or refused record: said, the loop goes on without it
+            self.say.log(f"collect: {err}")
+
+    def measured(self) -> tuple[dict[str, float], dict[str, str]]:
+        return _measured(self.store, {pid: c["config_hash"] for pid, c in self.state["chosen"].items()})
+
+    def assess(self):
+        """(posterior, measured, failed, still running) after the wait."""
+        measured, failed = self.measured()
         unsettled = [
-            pid
-            for pid, c in state["chosen"].items()
-            if pid not in measured
-            and pid not in failed
-            and any(not a.settled for rid in c.get("run_ids", []) for a in ledger.attempts(rid)[-1:])
-        ]
-        post = refit.refit(cands, measured)
-        spent = len(state["chosen"])
-        stop = refit.stop_reason(cands, post, spent=spent, budget=budget, exclude=[*failed, *unsettled])
-        if unsettled:
-            stop = "wait_timeout"
-        if not unsettled:
-            _round_record(state, cands, post, measured, failed)
-        if stop:
-            state["stop"] = stop
-            _save(state_path, state)
-            break
-        # 3. choose and plan the next round's points
-        k = min(per_round, budget - spent)
-        picks = refit.choose(cands, post, k=k, exclude=[*failed, *state["chosen"]])
-        rnd = len(state["rounds"])  # rounds[0] is the prior; round r's posterior is rounds[r]
+            pid for pid, c in self.state["chosen"].items()
+            if pid not in measured and pid not in failed
+            and any(not a.settled for rid in c.get("run_ids", []) for a in self.ledger.attempts(rid)[-1:])
+        ]  # fmt: skip
+        return refit.refit(self.cands, measured), measured, failed, unsettled
+
+    def plan_and_submit(self, picks: list[refit.Choice], post: refit.Posterior, calibration: str) -> None:
+        """Plan each chosen point (its prediction kept), record it, then submit it (or adopt the ledger's run)."""
+        from bridgebench.launch.plan import PlanError, plan, prediction_of
+
+        rnd = len(self.state["rounds"])  # rounds[0] is the prior; round r's posterior is rounds[r]
+        plans_root = load_paths().plans / f"sweep-{self.result.name}"
         for pick in picks:
-            row = rows[pick.point_id]
-            base = result_bases(result)[row["base"]]
-            ov = engine.point_overrides(base, json.loads(row["delta"]))
+            row = self.rows[pick.point_id]
+            ov = engine.point_overrides(result_bases(self.result)[row["base"]], json.loads(row["delta"]))
             cfg = compose(ov)
-            h = config_hash(cfg)
             mean, sd = post.log_ratio(candidate_of(row))
-            entry = {
-                "round": rnd,
-                "reason": pick.reason,
-                "config_hash": h,
-                "overrides": ov,
-                "predicted_tflops": float(row["tflops_per_gpu"]),
-                "band_pct": row.get("band_pct"),
-                "posterior_tflops": float(row["tflops_per_gpu"]) * math.exp(-mean),
-                "posterior_band_pct": 100 * sd,
-                "status": "planning",
-            }
-            say.log(f"round {rnd}: {pick.point_id} -- {pick.reason}")
-            pred = prediction_of(row, calibration, source=f"adaptive sweep {result.name} round {rnd}")
+            entry = {"round": rnd, "reason": pick.reason, "config_hash": config_hash(cfg), "overrides": ov,
+                     "predicted_tflops": float(row["tflops_per_gpu"]), "band_pct": row.get("band_pct"),
+                     "posterior_tflops": float(row["tflops_per_gpu"]) * math.exp(-mean),
+                     "posterior_band_pct": 100 * sd, "status": "planning"}  # fmt: skip
+            self.say.log(f"round {rnd}: {pick.point_id} -- {pick.reason}")
+            pred = prediction_of(row, calibration, source=f"adaptive sweep {self.result.name} round {rnd}")
             try:
                 plan_dir, runs = plan(
                     ov, plans_root / pick.point_id, composed=cfg, prediction=pred, calibration=calibration
                 )
             except PlanError as err:
                 entry.update(status="plan_failed", reason=f"{pick.reason}; plan failed: {err}")
-                state["chosen"][pick.point_id] = entry
-                _save(state_path, state)
+                self.state["chosen"][pick.point_id] = entry
+                self.save()
                 continue
             entry.update(status="planned", plan_dir=str(plan_dir), run=runs[0].name)
-            state["chosen"][pick.point_id] = entry
-            _save(state_path, state)  # before submitting: a resume adopts or submits it, never twice
-            adopt_or_submit(pick.point_id)
-        if not picks:
-            state["stop"] = "exhausted"
-            _save(state_path, state)
-            break
-    measured, failed = _measured(store, {pid: c["config_hash"] for pid, c in state["chosen"].items()})
-    best = None
-    if measured:
-        by = {c.point_id: c for c in cands}
+            self.state["chosen"][pick.point_id] = entry
+            self.save()  # before submitting: a resume adopts or submits it, never twice
+            self.adopt_or_submit(pick.point_id)
+
+    def best(self, measured: dict[str, float]) -> dict[str, Any] | None:
+        """The best measured point (model TFLOP/s per GPU) with its predicted rank and sizes."""
+        if not measured:
+            return None
+        by = {c.point_id: c for c in self.cands}
         bp = max(measured, key=lambda p: refit.measured_tflops(by[p], measured[p]))
-        best = {
-            "point_id": bp,
-            "tflops_per_gpu": refit.measured_tflops(by[bp], measured[bp]),
-            "step_time_s": measured[bp],
-            "rank_predicted": rows[bp]["rank"],
-            **{k: rows[bp].get(k) for k in ("num_gpus", "precision", "tp", "pp", "vp", "cp", "ep", "mbs", "gbs")},
-        }
-    hours = _gpu_hours(cands, measured, state)
-    out = AdaptiveResult(result, _rounds_rows(state), state["stop"], best, hours)
-    out.outputs = _write(result, state, out, cands)
-    return out
+        row = self.rows[bp]
+        sizes = {k: row.get(k) for k in ("num_gpus", "precision", "tp", "pp", "vp", "cp", "ep", "mbs", "gbs")}
+        tflops = refit.measured_tflops(by[bp], measured[bp])
+        return {"point_id": bp, "tflops_per_gpu": tflops, "step_time_s": measured[bp], "rank_predicted": row["rank"],
+                **sizes}  # fmt: skip
 
 
 def result_bases(result) -> list:
@@ -368,7 +375,7 @@ def _write(result, state, out: AdaptiveResult, cands) -> dict[str, Path]:
     """``rounds.parquet`` and the summary section (appended to ``summary.md``, replacing an older one)."""
     import pandas as pd
 
-    from bridgebench.launch.sweep import _atomic_write
+    from bridgebench.launch.sweep import atomic_write
 
     rounds_path = result.dir / "rounds.parquet"
     frame = pd.DataFrame(out.rounds)
@@ -415,5 +422,5 @@ def _write(result, state, out: AdaptiveResult, cands) -> dict[str, Path]:
     summary = result.dir / "summary.md"
     text = summary.read_text() if summary.exists() else ""
     text = text.split("\n## Adaptive rounds\n")[0].rstrip("\n") + "\n"
-    _atomic_write(summary, (text + "\n".join(lines) + "\n").encode())
+    atomic_write(summary, (text + "\n".join(lines) + "\n").encode())
     return {**result.outputs, "rounds": rounds_path, "summary": summary}

@@ -126,11 +126,6 @@ def render_job(cfg: DictConfig, run_dir: Path, name: str, config_hash: str) -> t
     return job, script, payload
 
 
-def run_name(cfg: DictConfig, config_hash: str) -> str:
-    """A planned run's name: ``<model>-<optimizer family>-<gpu>-<precision>-<hash[:8]>``."""
-    return _run_name(cfg, config_hash)
-
-
 def _run_name(cfg: DictConfig, config_hash: str) -> str:
     """The run's name (plan folder, SLURM job name, ledger, records): what runs. A pretrain run trains the model on
     the recipe's GPU and precision (``<model>-<optimizer>-<gpu>-<precision>-<hash>``); the optimizer-step payload
@@ -178,7 +173,10 @@ def plan(
     final = Path(out_dir) if out_dir else load_paths().plans / f"{experiment}-{stamp}"  # configs/paths: plans
     final = final.absolute()
     if final.exists() and (not final.is_dir() or any(final.iterdir())):
-        raise PlanError(f"plan directory {final} exists and is not an empty directory")
+        raise PlanError(
+            f"out_is_folder: plan directory {final} exists and is not an empty folder (a file, or a folder with "
+            "files); nothing was written: give a new or empty folder with --out"
+        )
     try:
         nemorun.check_path("job folder", load_paths().job_dir)  # before the build: nemo-run cannot quote it
     except ex.LaunchConfigError as err:

@@ -8,7 +8,9 @@ its line; the record's own ``outcome`` is the attempt's, from the scheduler: lau
 ``step_time_s`` / ``tflops_per_gpu`` per logged iteration, for confidence intervals later), ``log_format``,
 ``figures_source`` (``tensorboard`` or ``log``) and ``figures_derived`` (which figures were computed from the run's
 FLOPs model rather than read: tokens/s/GPU = GBS x seq_length / step time / GPUs; TFLOP/s/GPU = model FLOPs per step
-(:func:`bridgebench.config.run_flops.step_flops`) / step time / GPUs / 1e12).
+(:func:`bridgebench.config.run_flops.step_flops`) / step time / GPUs / 1e12). Damaged event files (truncated, or
+failing their CRCs: :func:`bridgebench.logs.events.damage`) add ``events_damaged`` (what is damaged); the figures then
+come from the logs when they have timed steps, else from the events with ``quality`` ``damaged`` -- never ``steady``.
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ def record_figures(job_dir: str | None, logs: list[Path], cfg=None) -> dict[str,
 
     log = _parse_logs(logs)
     source, parsed = "log", log
+    events_damage = None
     tb = tensorboard_dir(job_dir, cfg)
     if tb is not None and tb.is_dir():
-        from bridgebench.logs.events import is_events, parse_events
+        from bridgebench.logs.events import DAMAGED, is_events, parse_events
         from bridgebench.logs.parser import LogReadError
 
         if is_events(tb):
@@ -63,8 +66,13 @@ def record_figures(job_dir: str | None, logs: list[Path], cfg=None) -> dict[str,
                 ev = parse_events(tb)
             except LogReadError:
                 ev = None
+            damaged = ev is not None and ev.quality == DAMAGED
+            if ev is not None and damaged:
+                events_damage = ev.outcome_detail
             if ev is not None and ev.steady["step_time_s"].count:
-                source, parsed = "tensorboard", ev
+                # damaged events: the log's figures when it has timed steps, else the events' marked damaged
+                if not (damaged and log is not None and log.steady["step_time_s"].count):
+                    source, parsed = "tensorboard", ev
     if parsed is None:
         return {
             "log_outcome": None,
@@ -93,6 +101,8 @@ def record_figures(job_dir: str | None, logs: list[Path], cfg=None) -> dict[str,
         "figures_source": source,
         "figures_derived": [],
     }
+    if events_damage:  # newer field: the TensorBoard files were damaged (logs/events.py damage)
+        out["events_damaged"] = events_damage
     if cfg is not None and out["step_time_s"] and str(cfg.job.type) in ("pretrain", "replay"):
         from bridgebench.config.compose import run_facts
         from bridgebench.config.run_flops import step_flops

@@ -277,11 +277,32 @@ def check_word(value: Any, fld: str, where: str = "a SLURM script (quoted)", hos
     return value
 
 
+#: a reference to a variable of the job's shell in an env value, ``${NAME}`` with an upper-case name (``SLURM_JOB_ID``,
+#: ``SLURM_PROCID``, ``HOME`` ...): the one part of an env value the job's shell expands (:func:`shell_word`)
+SHELL_REF = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
+
+
+def shell_word(value: str) -> str:
+    """``value`` as one bash word: literal text single-quoted (``shlex.quote``), each ``${NAME}`` of
+    :data:`SHELL_REF` double-quoted (``"${NAME}"``) so the job's shell expands it there and then -- as a performance
+    engineer writing ``env_vars.TAG=run-${SLURM_JOB_ID}`` means -- and nothing else is expanded, split or run
+    (``'run-'"${SLURM_JOB_ID}"``)."""
+    parts, pos = [], 0
+    for m in SHELL_REF.finditer(value):
+        if m.start() > pos:
+            parts.append(shlex.quote(value[pos : m.start()]))
+        parts.append(f'"${{{m.group(1)}}}"')
+        pos = m.end()
+    if pos < len(value) or not parts:
+        parts.append(shlex.quote(value[pos:]))
+    return "".join(parts)
+
+
 def env_value(value: str) -> str:
-    """An environment value as nemo-run must be given it for ``export NAME=<this>`` to set exactly ``value``:
-    ``shlex.quote`` (bash), then every ``$`` doubled (nemo-run runs ``string.Template.safe_substitute`` over env values,
-    which turns ``$$`` back into ``$``)."""
-    return shlex.quote(value).replace("$", "$$")
+    """An environment value as nemo-run must be given it for ``export NAME=<this>`` to set ``value`` (its
+    ``${NAME}`` references expanded by the job's shell: :func:`shell_word`), then every ``$`` doubled (nemo-run runs
+    ``string.Template.safe_substitute`` over env values, which turns ``$$`` back into ``$``)."""
+    return shell_word(value).replace("$", "$$")
 
 
 def _items(cfg: Any, dotted: str) -> Iterable[tuple[str, Any]]:
@@ -394,7 +415,7 @@ def verify_sbatch(script: str, intent: Intent) -> None:
     for key, value in intent.sbatch.items():
         if key not in flags or flags[key] != value:
             _fail(f"has #SBATCH --{key}={flags.get(key)!r}, meant {value!r}")
-    block = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in intent.env.items())
+    block = "\n".join(f"export {k}={shell_word(v)}" for k, v in intent.env.items())
     if intent.env and f"\n{block}\n" not in script:
         _fail("does not export the environment as meant (a name or value was changed on the way)")
     at = script.find("\n# Command 1\n")

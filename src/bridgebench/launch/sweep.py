@@ -66,30 +66,64 @@ class SweepResult:
 
 
 # ---------------------------------------------------------------------------------------------------- files
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+class SweepDiskError(SweepRunError):
+    """A sweep file could not be written (a full disk, a file-size limit, an I/O error); the message names the file.
+    Nothing is half-written: the file keeps its previous content (or does not exist), and the stage it belongs to is
+    not marked done, so ``--resume`` redoes it once there is room."""
+
+
+def _disk_error(path: Path, err: OSError) -> SweepDiskError:
+    import errno
+
+    why = {
+        errno.ENOSPC: "the disk is full",
+        errno.EDQUOT: "the disk quota is used up",
+        errno.EFBIG: "a file-size limit",
+    }
+    return SweepDiskError(
+        f"cannot write the sweep file {path}: {why.get(err.errno or 0, 'an I/O error')} ({err.strerror or err}); "
+        "nothing was half-written (the file keeps its previous content). Free space there (or point "
+        "BRIDGEBENCH_SWEEPS at a disk with room) and run the same command with --resume: finished stages are kept"
+    )
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed over it (whole or not at all).
+
+    Raises:
+        SweepDiskError: naming ``path`` when the disk is full (nothing half-written).
+    """
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise _disk_error(path, err) from None
         raise
 
 
 def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     import pandas as pd
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+        os.close(fd)
         pd.DataFrame(rows).to_parquet(tmp, index=False)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise _disk_error(path, err) from None
         raise
 
 
@@ -128,9 +162,19 @@ class _Stages:
         if not (self.state.done(stage) and file.exists()):
             return None
         info = self.state.data["stages"][stage]
+        try:
+            rows = _read_rows(file)
+        except Exception as err:  # noqa: BLE001  (pyarrow raises several kinds for a damaged file)
+            # a corrupt or truncated stage file: redo this stage and every later one (they were made from it)
+            self.say.log(
+                f"stage {index} {stage}: its file {file} is corrupt ({type(err).__name__}: "
+                f"{str(err).splitlines()[0] if str(err) else ''}); redoing this stage and the ones after it"
+            )
+            self.state.forget(stage)
+            return None
         self.timings[stage] = {"seconds": info["seconds"], "points": info["points"], "resumed": True}
         self.say.log(f"stage {index} {stage}: done before ({info['points']} points), loaded")
-        return _read_rows(file)
+        return rows
 
     def save(self, stage: str, index: int, rows: list[dict[str, Any]], seconds: float, points: int) -> None:
         file = self._file(stage, index)
@@ -148,10 +192,28 @@ class _State:
 
     @classmethod
     def load(cls, path: Path) -> _State:
-        return cls(path, json.loads(path.read_text()))
+        """Raises :class:`SweepRunError` naming the file when it is not the JSON object a sweep writes."""
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or not isinstance(data.get("stages"), dict):
+                raise ValueError("not a sweep state object")
+        except (OSError, ValueError) as err:
+            raise SweepRunError(
+                f"sweep_state_corrupt: {path} cannot be read ({err}); its stages cannot be trusted. Move the sweep "
+                f"folder aside (mv {path.parent} {path.parent}.corrupt) and run the sweep again, or use --name"
+            ) from None
+        return cls(path, data)
+
+    def forget(self, stage: str) -> None:
+        """Mark ``stage`` and every later pipeline stage not done (their rows are redone)."""
+        later = STAGES[STAGES.index(stage) :]
+        for s in later:
+            if s in engine.STAGES and s in self.data["stages"]:
+                self.data["stages"][s]["done"] = False
+        self.save()
 
     def save(self) -> None:
-        _atomic_write(self.path, json.dumps(self.data, indent=2, default=str).encode())
+        atomic_write(self.path, json.dumps(self.data, indent=2, default=str).encode())
 
     def done(self, stage: str) -> bool:
         return bool(self.data["stages"].get(stage, {}).get("done"))
@@ -281,7 +343,10 @@ def run_sweep(
 
     chosen = [r for r in rows if r.get("rank") is not None and r["rank"] <= len(top)]  # duplicates share ids
     result = SweepResult(name, out, rows, sorted(chosen, key=lambda r: r["rank"]), timings, counts, space=sp)
-    result.outputs = write_outputs(result, state.data, calib)
+    try:
+        result.outputs = write_outputs(result, state.data, calib)
+    except OSError as err:  # a full disk: name the file, leave the previous outputs whole
+        raise _disk_error(Path(err.filename or out), err) from None
     return result
 
 

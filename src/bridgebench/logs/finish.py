@@ -13,7 +13,7 @@ import numpy as np
 from bridgebench.logs.fields import StateFields
 from bridgebench.logs.parsed import ParsedLog
 from bridgebench.logs.signals import OUTCOMES, decide_outcome
-from bridgebench.logs.steady import _Columns, log_interval, segment_starts, steady_state
+from bridgebench.logs.steady import StepColumns, log_interval, segment_starts, steady_state
 from bridgebench.logs.step import Step
 
 #: An iteration number beyond this is invalid data (no run logs 10**15 steps); such records are dropped and counted
@@ -224,7 +224,7 @@ def parsed_from_steps(
     fields.setdefault("memory", {})
     fields.setdefault("ranks_seen", [])
     parsed = ParsedLog(_steps=steps, warmup_steps=warmup_steps, min_steps=min_steps, **fields)
-    cols = _Columns(steps)
+    cols = StepColumns(steps)
     interval = log_interval(steps, cols)
     base = segment_starts(steps, parsed.starts, interval, cols)
     for metric in ("step_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu"):

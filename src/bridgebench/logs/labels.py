@@ -53,7 +53,8 @@ class RankLabels(StateFields):
             uniq, inv = np.unique(packed.view(np.uint64).ravel(), return_inverse=True)
             keys = [u.tobytes()[:width] for u in uniq.view(np.uint8).reshape(-1, 8)]
         else:
-            uniq, inv = np.unique(prefixes, axis=0, return_inverse=True)
+            found = np.unique(prefixes, axis=0, return_inverse=True)  # (rows, inverse): one assignment crashes mypy
+            uniq, inv = found[0], found[1]
             keys = [u.tobytes() for u in uniq]
         labs = np.empty(len(keys), object)
         labs[:] = [self._label_for(k) for k in keys]

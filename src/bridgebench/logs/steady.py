@@ -11,6 +11,8 @@ Always the best available figure: any log with at least one timed step gets a wi
 * ``invalid`` -- the window holds values no measurement can have (:data:`VALID_RANGE`: a step time <= 0, non-finite or
   beyond a day; a throughput <= 0 or non-finite): invalid data, never ``steady``; the statistics are over the valid
   values only and the headline figure is withheld (:func:`bridgebench.logs.parser.to_json`).
+* ``damaged`` -- the figures come from TensorBoard event files that are truncated or fail their CRCs
+  (:func:`bridgebench.logs.events.damage`): what could be read is kept, never called ``steady``.
 
 The outcome (completed, failed, ...) is separate: a failed run's healthy window is still ``steady``; ``window_ok``
 is the strict flag -- a steady window of a completed run without NaN/skipped steps.
@@ -36,7 +38,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-QUALITIES: tuple[str, ...] = ("steady", "short", "excerpt", "incomplete", "invalid")
+QUALITIES: tuple[str, ...] = ("steady", "short", "excerpt", "incomplete", "invalid", "damaged")
 #: Steps of warm-up after an in-job restart (or a resume appended to the same log), counted from the iteration the
 #: attempt resumed at: a restarted process pays its own start-up again (checkpoint load, first-step allocation and
 #: compilation) in its first step -- NeMo's resiliency demo log: 10.26 s for the first step after the restart
@@ -93,7 +95,7 @@ class SteadyState:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-class _Columns:
+class StepColumns:
     """Per-step columns of one step list, shared by its windows: ``its`` / ``segs`` (int64 iteration and segment
     of every step), metric values and which steps still hold an unparsed tail, read once each."""
 
@@ -143,23 +145,23 @@ class _Columns:
 _ITERATION, _SEGMENT = attrgetter("iteration"), attrgetter("segment")
 
 
-def log_interval(steps: list, _cols: _Columns | None = None) -> int:
+def log_interval(steps: list, _cols: StepColumns | None = None) -> int:
     """Smallest positive spacing between consecutive logged iterations of one segment (1 when unknown)."""
     if len(steps) < 2:
         return 1
-    cols = _cols if _cols is not None else _Columns(steps)
+    cols = _cols if _cols is not None else StepColumns(steps)
     d = np.diff(cols.its)
     d = d[(cols.segs[1:] == cols.segs[:-1]) & (d > 0)]
     return int(d.min()) if len(d) else 1
 
 
 def segment_starts(
-    steps: list, starts: dict[int, int] | None = None, interval: int | None = None, _cols: _Columns | None = None
+    steps: list, starts: dict[int, int] | None = None, interval: int | None = None, _cols: StepColumns | None = None
 ) -> dict[int, int]:
     """Start iteration of each segment: ``starts`` where known (Bridge start lines), else 0 (or -1 for 0-based NeMo
     ``global_step``) for segment 0 and ``first logged - log interval`` for later segments."""
     out: dict[int, int] = dict(starts or {})
-    cols = _cols if _cols is not None else _Columns(steps)
+    cols = _cols if _cols is not None else StepColumns(steps)
     interval = interval or log_interval(steps, cols)
     _, first = np.unique(cols.segs, return_index=True)
     for i in np.sort(first).tolist():  # each segment's first step, in log order
@@ -205,7 +207,7 @@ def steady_state(
     starts: dict[int, int] | None = None,
     _base: dict[int, int] | None = None,
     _interval: int | None = None,
-    _cols: _Columns | None = None,
+    _cols: StepColumns | None = None,
 ) -> SteadyState:
     """Window statistics of ``metric`` ('step_time_s', 'tflops_per_gpu', or any numeric Step attribute).
 
@@ -217,7 +219,7 @@ def steady_state(
     values (mean, median, numpy ``std(ddof=1)`` and ``percentile(25, 75)``; one value gives zero spread).
     """
     steps = steps if isinstance(steps, list) else list(steps)
-    cols = _cols if _cols is not None else _Columns(steps)
+    cols = _cols if _cols is not None else StepColumns(steps)
     base = _base if _base is not None else segment_starts(steps, starts, _cols=cols)
     interval = _interval if _interval is not None else log_interval(steps, cols)
     timed, vals = cols.values(metric)

@@ -30,8 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from bridgebench.config.hashing import config_hash  # noqa: F401  (re-exported: bridgebench.mbridge.build.config_hash)
 from bridgebench.config.schema import MB_SECTIONS
-from bridgebench.errors import BridgebenchError
 from bridgebench.mbridge import compat, setup, te_stub
+from bridgebench.mbridge.errors import BuildError  # noqa: F401  (re-exported: bridgebench.mbridge.build.BuildError)
 
 #: Keys of ``cfg.model`` that are bridgebench bookkeeping, not Megatron-Bridge provider fields.
 NOT_PROVIDER_FIELDS = {"name", "display_name", "hf_model_id", "published_name", "activation_func"}
@@ -66,10 +66,6 @@ NODE_ONLY_SETTINGS = [
     ("model", "moe_expert_rank_capacity_factor", None, "needs the flex dispatcher (hybridep / ncclep)"),
     ("model", "moe_paged_stash", False, "needs moe_expert_rank_capacity_factor, i.e. the flex dispatcher"),
 ]
-
-
-class BuildError(BridgebenchError):
-    """Megatron-Bridge rejected the configuration (its message is kept) or a field does not exist there."""
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from typing import Any
 import torch.nn.functional as F
 
 from bridgebench.mbridge import setup
-from bridgebench.mbridge.build import BuildError
+from bridgebench.mbridge.errors import BuildError
 from bridgebench.model.spec import ModelSpec
 
 

@@ -14,7 +14,6 @@ Command: ``bridgebench recipes generate --release 26.08`` (``bridgebench.cli.rec
 
 from __future__ import annotations
 
-import json
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -435,12 +434,6 @@ def field_catalog(provider_classes: list[type] | None = None) -> dict[str, Any]:
             merged.update(fields_of(cls))
         sections[section] = merged
     return {"megatron_bridge": megatron.bridge.__version__.split("+")[0], "sections": sections}
-
-
-def write_catalog(path: Path) -> Path:
-    """Write :func:`field_catalog` as JSON (sorted, stable) to ``path``."""
-    path.write_text(json.dumps(field_catalog(), indent=1, sort_keys=True) + "\n")
-    return path
 
 
 def start_catalog() -> dict[str, Any]:

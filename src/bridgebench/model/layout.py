@@ -33,7 +33,7 @@ def parse_layout_stages(layout: str) -> tuple[tuple[str, ...] | None, str]:
     s = layout.replace(",", "")  # purely cosmetic commas, as in Megatron-Core
     budget = [len(s)]
 
-    def unroll(match: re.Match) -> str:
+    def unroll(match: re.Match[str]) -> str:
         body, times = match.group(1), int(match.group(2))
         budget[0] += len(body) * times
         if budget[0] > LAYOUT_MAX_CHARS:

@@ -260,7 +260,7 @@ def _build_matrices(model: ModelSpec, split_qkv: bool) -> list[MuonMatrix]:
     return mats
 
 
-def _shard(m: MuonMatrix, tp: int) -> tuple[int, int]:
+def shard_of(m: MuonMatrix, tp: int) -> tuple[int, int]:
     """Per-TP-rank shape of a matrix (Megatron-Core column/row parallel linear layers)."""
     if tp == 1 or m.tp_partition_dim is None:
         return m.rows, m.cols
@@ -307,15 +307,15 @@ def per_tp_rank_flops(m: MuonMatrix, tp: int, policy: NSPolicy) -> int:
     if tp == 1 or m.tp_partition_dim is None:
         return ns_flops(m.rows, m.cols, steps, kernel)
     if policy.tp_mode == "blockwise":
-        return ns_flops(*_shard(m, tp), steps, kernel)
+        return ns_flops(*shard_of(m, tp), steps, kernel)
     if policy.tp_mode == "duplicated":
         return ns_flops(m.rows, m.cols, steps, kernel)
-    rows, cols = _shard(m, tp)
+    rows, cols = shard_of(m, tp)
     unsharded, local = (cols, rows) if m.tp_partition_dim == 0 else (rows, cols)
     return ns_flops_distributed(unsharded, local, steps, kernel)
 
 
-def _pp_stage_of_layer(model: ModelSpec, par: Parallelism) -> list[int]:
+def pp_stage_of_layer(model: ModelSpec, par: Parallelism) -> list[int]:
     """Pipeline stage holding each decoder layer (and MTP layers).
 
     With a ``pipeline_model_parallel_layout`` (e.g. Kimi K2's ``"Et*4|(t*4|)*14tL"``) the layout decides: its i-th
@@ -388,7 +388,7 @@ def ns_load(model: ModelSpec, par: Parallelism, policy: NSPolicy = NSPolicy()) -
         raise NSError(f"num_moe_experts {model.num_moe_experts} is not divisible by EP {par.ep}")
     if model.query_groups % par.tp:
         raise NSError(f"num_query_groups {model.query_groups} is not divisible by TP {par.tp}")
-    stage_of = _pp_stage_of_layer(model, par)
+    stage_of = pp_stage_of_layer(model, par)
     mats = muon_matrices(model, split_qkv=policy.split_qkv)
     experts_per_rank = (model.num_moe_experts // par.ep) if model.is_moe else 0
 
@@ -406,7 +406,7 @@ def ns_load(model: ModelSpec, par: Parallelism, policy: NSPolicy = NSPolicy()) -
     def cost_of(m: MuonMatrix, tp: int) -> tuple[int, int, int]:
         key = (m.rows, m.cols, m.tp_partition_dim, tp)
         if key not in cost:
-            r, c = _shard(m, tp)
+            r, c = shard_of(m, tp)
             full = ns_flops(m.rows, m.cols, policy.num_ns_steps, policy.kernel)
             cost[key] = (full, per_tp_rank_flops(m, tp, policy), r * c)
         return cost[key]

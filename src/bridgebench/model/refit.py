@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -163,7 +163,7 @@ class Posterior:
         m, sd = self.log_ratio(c)
         return c.step_s * math.exp(m), sd
 
-    def to_mapping(self) -> dict:
+    def to_mapping(self) -> dict[str, Any]:
         """Plain data (a calibration file's ``cluster_refit`` node): names, mean, covariance, band scale, prior,
         measured step times."""
         return {
@@ -176,7 +176,7 @@ class Posterior:
         }
 
     @classmethod
-    def from_mapping(cls, data: Mapping) -> Posterior:
+    def from_mapping(cls, data: Mapping[str, Any]) -> Posterior:
         """The inverse of :meth:`to_mapping`.
 
         Raises:

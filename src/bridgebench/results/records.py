@@ -294,8 +294,3 @@ def load_blog_table1(path: Path = BLOG_CSV) -> pd.DataFrame:
             "source": df["source"],
         }
     )
-
-
-def records_frame(records: list[RunRecord]) -> pd.DataFrame:
-    """Records as a DataFrame (one row per record, ``provenance`` kept as a dict column)."""
-    return pd.DataFrame([r.to_dict() for r in records])

@@ -23,13 +23,19 @@ OTHER_REASONS = {
 
 
 def _replace(path: Path, write) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    os.close(fd)
+    """Write ``path`` through a temporary file renamed over it: whole or not at all. An ``OSError`` (a full disk)
+    comes back with ``filename`` set to ``path``, so the caller can name the file."""
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+        os.close(fd)
         write(tmp)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from err
         raise
     return path
 

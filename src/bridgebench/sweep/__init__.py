@@ -22,7 +22,7 @@ from bridgebench.sweep.pipeline import (
     run_pipeline,
     summarize,
 )
-from bridgebench.sweep.points import _rule_point, candidates, check_rules, enumerate_points
+from bridgebench.sweep.points import candidates, check_rules, enumerate_points, rule_point
 from bridgebench.sweep.scoring import (
     OPTSTEP_BYTES_PER_ELEMENT,
     grad_reduce_in_fp32,
@@ -50,7 +50,7 @@ __all__ = [
     "Space",
     "StageStore",
     "SweepError",
-    "_rule_point",
+    "rule_point",
     "base_of",
     "candidates",
     "check_rules",

@@ -14,13 +14,14 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from bridgebench.config import rules
-from bridgebench.config.compose import ConfigError, compose, model_spec, normalize_overrides
+from bridgebench.config.bounds import BoundsError, check_value
+from bridgebench.config.compose import ConfigError, compose, is_group, model_spec, normalize_overrides
 from bridgebench.config.hashing import config_hash
 from bridgebench.config.schema import MB_SECTIONS, START_FIELDS, SectionError, check_sections, start_values
 from bridgebench.model.spec import ModelSpec, ModelSpecError
 from bridgebench.model.steptime.config import GpuFacts
 from bridgebench.sweep.keys import AUTO, INTERPOLATION, KEYS, POSITIVE, RULE_ENV
-from bridgebench.sweep.space import Axis, Space, SweepError, _is_group, _values_of, space_names
+from bridgebench.sweep.space import Axis, Space, SweepError, space_names, values_of
 
 _ARCH = {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"}
 
@@ -105,8 +106,8 @@ def compose_bases(space: Space, progress: Callable[[int, int], None] | None = No
     given = {a.key for a in space.axes} | {o.split("=", 1)[0].lstrip("+~") for o in space.fixed}
     for key, value in params.items():
         if key not in given:
-            vals = _values_of(key, value)
-            space.axes.append(Axis(key, tuple(str(v) for v in vals) if _is_group(key) else vals, _is_group(key)))
+            vals = values_of(key, value)
+            space.axes.append(Axis(key, tuple(str(v) for v in vals) if is_group(key) else vals, is_group(key)))
     if not space.axes:
         raise SweepError(
             "empty search space: give sweep overrides (e.g. model.tensor_model_parallel_size=1,2,4) or --space NAME "
@@ -191,6 +192,10 @@ def _check_field_axes(space: Space, base: Base) -> None:
                         f"positive_int: {axis.key} must be a positive integer{' or null' if optional else ''}, "
                         f"got {value!r} in the space"
                     )
+            try:  # sizes under their stated caps before any point is built (config/bounds.py)
+                check_value(axis.key, value)
+            except BoundsError as err:
+                raise SweepError(str(err)) from None
             if axis.key in (KEYS["layout"], KEYS["sequence_parallel"]) and value == AUTO:
                 continue
             try:
@@ -238,7 +243,7 @@ def effective(base: Base, delta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _arch_spec(base: Base, delta: dict[str, Any], cache: dict) -> ModelSpec:
+def arch_spec(base: Base, delta: dict[str, Any], cache: dict) -> ModelSpec:
     arch = {k[6:]: v for k, v in delta.items() if k.startswith("model.") and k[6:] in _ARCH}
     if not arch:
         return base.spec

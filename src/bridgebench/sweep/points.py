@@ -13,12 +13,12 @@ from typing import Any, Callable, Iterable, Sequence
 from bridgebench.config import rules
 from bridgebench.model.layout import LayoutError, auto_split
 from bridgebench.model.spec import ModelSpec
-from bridgebench.sweep.bases import Base, _arch_spec, effective
+from bridgebench.sweep.bases import Base, arch_spec, effective
 from bridgebench.sweep.keys import AUTO, KEYS
 from bridgebench.sweep.space import Space
 
 
-def _rule_point(v: dict[str, Any], spec: ModelSpec, env: dict[str, Any] | None = None) -> rules.Point:
+def rule_point(v: dict[str, Any], spec: ModelSpec, env: dict[str, Any] | None = None) -> rules.Point:
     return rules.Point(
         **(env or {}),
         num_gpus=v["num_gpus"],
@@ -178,7 +178,7 @@ def enumerate_points(
     arch_cache: dict = {}
     done = 0
     for base, delta in pairs:
-        spec = _arch_spec(base, delta, arch_cache)
+        spec = arch_spec(base, delta, arch_cache)
         v = effective(base, delta)
         status, rule, reason = "enumerated", None, ""
         if isinstance(spec, Exception):
@@ -210,9 +210,9 @@ def check_rules(
     for i, row in enumerate(todo, 1):
         base = bases[row["base"]]
         delta = json.loads(row["delta"])
-        spec = _arch_spec(base, delta, cache)
+        spec = arch_spec(base, delta, cache)
         v = effective(base, delta)
-        found = rules.check(_rule_point(v, spec, base.rule_env(delta)))
+        found = rules.check(rule_point(v, spec, base.rule_env(delta)))
         if found:
             row.update(status="invalid", rule=found[0].rule, reason="; ".join(str(f) for f in found))
         elif row["point_id"] in seen:

@@ -16,7 +16,7 @@ from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError
 from bridgebench.model.steptime.predict import predict_time
-from bridgebench.sweep.bases import Base, _arch_spec, effective
+from bridgebench.sweep.bases import Base, arch_spec, effective
 
 
 # ---------------------------------------------------------------------------------------------------- stage 2, 3
@@ -146,7 +146,7 @@ def ns_policy(v: dict[str, Any]) -> NSPolicy:
 
 def _point_state(base: Base, row: dict[str, Any], cache: dict) -> tuple[ModelSpec, dict[str, Any]]:
     delta = json.loads(row["delta"])
-    spec = _arch_spec(base, delta, cache)
+    spec = arch_spec(base, delta, cache)
     return (base.spec if isinstance(spec, Exception) else spec), effective(base, delta)
 
 

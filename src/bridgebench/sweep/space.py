@@ -22,6 +22,43 @@ from bridgebench.sweep.keys import AUTO, KEYS
 SWEEP_DIR = CONFIG_DIR / "sweep"
 
 
+#: most points a search space may hold (rule ``sweep_space_cap``): counted from the axes' lengths before any value
+#: list or point is built. Every stage keeps its point rows in memory: measured peak RSS of ``bridgebench sweep
+#: --space kimi_k2_256 --top-k 0`` is 549 MB for its 30,720 points and 317 MB for 7,680 (TP fixed), about 10 kB per
+#: point over a ~240 MB base, so a space at the cap stays within about 2.3 GB.
+MAX_SWEEP_POINTS = 200_000
+
+
+def _sweep_length(ov: Any) -> int | None:
+    """Values a Hydra sweep override will give, without building them: a ``range(start, stop, step)`` by
+    arithmetic, a choice list by its length; None when Hydra's sweep is of another kind."""
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
+
+    value = ov.value()
+    if isinstance(value, RangeSweep):
+        start, stop, step = value.start, value.stop, value.step or 1
+        if start is None or stop is None:
+            return None
+        return max(0, math.ceil((stop - start) / step))
+    if isinstance(value, ChoiceSweep):
+        return len(value.list)
+    return None
+
+
+def check_size(count: int, what: str) -> None:
+    """Refuse a space (or one axis of it) of more than :data:`MAX_SWEEP_POINTS` points (rule ``sweep_space_cap``).
+
+    Raises:
+        SweepError: naming the count, the cap and what to do.
+    """
+    if count > MAX_SWEEP_POINTS:
+        raise SweepError(
+            f"sweep_space_cap: {what} has {count:,} points, more than the {MAX_SWEEP_POINTS:,} a sweep may hold "
+            "(every stage keeps its points in memory); fix more keys, or sweep in parts (e.g. one optimizer or "
+            "GPU count at a time)"
+        )
+
+
 class SweepError(ConfigError):
     """A search space that cannot be swept (empty, unknown field, wrong type, non-positive size); nothing is
     written."""
@@ -79,7 +116,7 @@ def _is_group(key: str) -> bool:
     return is_group(key)
 
 
-def _values_of(key: str, raw: Any) -> tuple:
+def values_of(key: str, raw: Any) -> tuple:
     """Typed values of one axis: a YAML list as is, a string in Hydra's sweep grammar parsed by Hydra."""
     if isinstance(raw, list):
         return tuple(raw)
@@ -91,6 +128,8 @@ def _values_of(key: str, raw: Any) -> tuple:
         ov = OverridesParser.create().parse_override(f"{key}={text}")
     except HydraException as err:
         raise SweepError(f"cannot parse the values of {key!r}: {str(err).splitlines()[0]}") from err
+    if ov.is_sweep_override() and (n := _sweep_length(ov)) is not None:
+        check_size(n, f"axis {key}")
     return tuple(ov.sweep_iterator()) if ov.is_sweep_override() else (ov.value(),)
 
 
@@ -134,7 +173,7 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
     for line in normalize_overrides([str(o) for o in file_data.get("overrides") or []]):
         fixed[line.split("=", 1)[0].lstrip("+~")] = line
     for key, raw in (file_data.get("space") or {}).items():
-        values = _values_of(key, raw)
+        values = values_of(key, raw)
         axes[key] = Axis(key, values, _is_group(key))
     points = _points_of(file_data.get("points"), str(path)) if space and "points" in file_data else None
     parser = OverridesParser.create()
@@ -148,6 +187,8 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
         if points is not None and any(key in p for p in points):
             raise SweepError(f"sweep_points_or_axes: {key!r} is set by the points of space {space!r}")
         if ov.is_sweep_override():
+            if (n := _sweep_length(ov)) is not None:
+                check_size(n, f"axis {key}")
             values = tuple(ov.sweep_iterator())
             if ov.is_delete() or ov.package:
                 raise SweepError(f"cannot sweep {ov.input_line!r}: deletions and package overrides are not sweepable")
@@ -167,6 +208,10 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
     for axis in axes.values():
         if not axis.values:
             raise SweepError(f"axis {axis.key!r} has no values (empty search space)")
+    if points is None:  # the product of the axes, counted before any point is built
+        check_size(math.prod(len(a.values) for a in axes.values()), "the search space")
+    else:
+        check_size(len(points), "the list of points")
     group_axes = [a for a in axes.values() if a.group]
     for axis in group_axes:
         axes[axis.key] = Axis(axis.key, tuple(str(v) for v in axis.values), True)

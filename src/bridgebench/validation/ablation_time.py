@@ -8,6 +8,7 @@ quantity it measured (step time, per-layer time, tokens/s/GPU, TFLOP/s/GPU or MF
 from __future__ import annotations
 
 import re
+from typing import Any, overload
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.calibration import Calibration
@@ -17,6 +18,10 @@ from bridgebench.model.steptime.predict import layer_time, predict_time
 TORCHTITAN_SEQ = 8192  # torchtitan's Llama 3.1 training default (torchtitan/models/llama3/train_configs: seq_len 8192)
 
 
+@overload
+def _int(text: str) -> int | None: ...
+@overload
+def _int(text: str, default: int) -> int: ...
 def _int(text: str, default: int | None = None) -> int | None:
     m = re.match(r"\s*(\d+)", text or "")
     return int(m.group(1)) if m else default
@@ -51,7 +56,7 @@ SHIPPED = {"llama 3.1 405b": "llama31_405b", "llama 3.1 70b": "llama3_70b", "qwe
            "qwen3-235b-a22b": "qwen3_235b_a22b"}  # fmt: skip
 
 
-def spec_of(r: dict) -> ModelSpec:
+def spec_of(r: dict[str, str]) -> ModelSpec:
     """The row's architecture: GPT-3 / GPT (Megatron papers) are GeLU MLPs with MHA, Llama / Qwen / Grok gated."""
     model = r["model"]
     gated = not model.upper().startswith(("GPT", "MT-NLG"))
@@ -74,7 +79,7 @@ def spec_of(r: dict) -> ModelSpec:
     )
 
 
-def point_of(r: dict, gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
+def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
     """The row as a :class:`TimeConfig`, with the assumptions made where the source is silent."""
     notes = []
     n = int(r["num_gpus"])
@@ -163,7 +168,7 @@ def paper_flops(spec: ModelSpec, cfg: TimeConfig, recompute: bool) -> float:
     return 72 * b * s * n * h * h * (1 + s / (6 * h) + v / (12 * n * h))
 
 
-def predicted_metric(r: dict, spec: ModelSpec, cfg: TimeConfig, cal: Calibration) -> float:
+def predicted_metric(r: dict[str, str], spec: ModelSpec, cfg: TimeConfig, cal: Calibration) -> float:
     """The row's measured quantity as the time model predicts it, in the row's ``measured_unit``: s/step (or s),
     ms per layer (forward + backward; Korthikanti et al. 2022 Table 4), tokens/s/GPU, TFLOP/s/GPU (the Megatron
     papers' formula for Narayanan et al. 2021, Megatron-Bridge's otherwise) or MFU in % (model FLOPs at the peak).
@@ -188,7 +193,7 @@ def predicted_metric(r: dict, spec: ModelSpec, cfg: TimeConfig, cal: Calibration
     raise ValueError(f"unit {unit!r}")
 
 
-def config_key(r: dict, cfg: TimeConfig) -> tuple:
+def config_key(r: dict[str, str], cfg: TimeConfig) -> tuple[Any, ...]:
     """What makes two rows the same configuration for the time model (rows that differ only in software features
     it does not see -- torch.compile, CUDA graphs -- share a key)."""
     return (r["model"], r["num_layers"], r["seq_length"], cfg.gpu.name, cfg.peak_key, cfg.num_gpus, cfg.tp, cfg.pp,

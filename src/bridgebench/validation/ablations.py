@@ -45,7 +45,7 @@ GIB = 2**30
 
 #: what each ablation set's framework did where a row does not say (the pipeline needs a value for each):
 #: optimizer sharding, sequence parallelism, recompute, gradient precision; ``None`` = take the row's column.
-FRAMEWORK = {
+FRAMEWORK: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021 (arXiv 2104.04473): no distributed optimizer yet (the 18 B/param of its Sec. 3.3 memory
     # footprint), every FLOP/s figure with activation recomputation (the set's README caveat), no SP (2022)
     "narayanan2021_t1_weak_scaling": dict(distopt=False, sp=False, recompute="full"),
@@ -74,6 +74,18 @@ def _int(text: str) -> int | None:
     return int(float(text)) if text and text[0].isdigit() else None
 
 
+def _need(row: dict[str, str], column: str) -> int:
+    """A cell every ablation row states (a whole number).
+
+    Raises:
+        ValueError: the cell is empty or not a number (names the column and the row's model).
+    """
+    value = _int(row[column])
+    if value is None:
+        raise ValueError(f"ablation row {row.get('model')!r}: {column} {row[column]!r} is not a whole number")
+    return value
+
+
 def _precision(text: str) -> str:
     t = text.lower()
     if "mxfp8" in t:
@@ -93,9 +105,9 @@ def _gpu(text: str) -> str:
     raise ValueError(f"unknown ablation GPU {text!r}")
 
 
-def model_yaml(row: dict) -> tuple[str, dict]:
+def model_yaml(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     """A model YAML (configs/model schema) for one ablation row's architecture."""
-    layers, h = _int(row["num_layers"]), _int(row["hidden_size"])
+    layers, h = _need(row, "num_layers"), _need(row, "hidden_size")
     name = "abl_" + "".join(c if c.isalnum() else "_" for c in row["model"].lower()).strip("_") + f"_l{layers}"
     heads = _int(row["num_attention_heads"])
     data = {
@@ -123,12 +135,12 @@ def model_yaml(row: dict) -> tuple[str, dict]:
     return name, data
 
 
-def ablation_point(set_id: str, row: dict) -> tuple[list[str], dict]:
+def ablation_point(set_id: str, row: dict[str, str]) -> tuple[list[str], dict[str, Any]]:
     """(base overrides, point values) of one ablation row."""
     fw = FRAMEWORK[set_id]
     tp, pp, cp, ep = (_int(row[k]) or 1 for k in ("tp", "pp", "cp", "ep"))
     vp = _int(row["vp"])
-    num_gpus = _int(row["num_gpus"])
+    num_gpus = _need(row, "num_gpus")
     dp = num_gpus // (tp * pp * cp)
     mbs = _int(row["mbs"]) or 1
     gbs = _int(row["gbs"]) or mbs * dp
@@ -197,7 +209,7 @@ def ablations(calib: ModelCalibration, only: tuple[str, ...] | None = None) -> l
         old = os.environ.get("BRIDGEBENCH_CONFIG_DIR")
         os.environ["BRIDGEBENCH_CONFIG_DIR"] = tmp
         try:
-            bases: dict[tuple, engine.Base] = {}
+            bases: dict[tuple[str, ...], engine.Base] = {}
             pairs = []
             for set_id, r in rows:
                 ov, delta = ablation_point(set_id, r)

@@ -54,7 +54,7 @@ class GoldenCase:
         return self.hardware.replace("dgx_", "").replace("_2nd", "")
 
 
-def _median(values: dict) -> float:
+def _median(values: dict[str, Any]) -> float:
     return statistics.median(v for v in values.values() if isinstance(v, (int, float)) and v == v)
 
 

@@ -34,13 +34,14 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Sequence
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import registry
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import TimeConfig
 from bridgebench.model.steptime.muon import adam_counterpart
-from bridgebench.model.steptime.predict import _flops, predict_time
+from bridgebench.model.steptime.predict import predict_time, step_flops_of
 
 #: bounds of the fit (ns_efficiency, kappa in s).
 NS_BOUNDS = (0.05, 1.0)
@@ -89,7 +90,7 @@ def _blog_points() -> list[MuonPoint]:
         muon_tf = float(rows[(label, "Muon")]["model_tflops_per_gpu"])
         base = engine.base_of([f"+table1_run={run}", "optimizer=muon"])
         cfg = engine.time_config(engine.effective(base, {}), base.gpu)
-        flops = _flops(registry.handle(base.spec), cfg.gbs, cfg.tp, cfg.flops_formula)
+        flops = step_flops_of(registry.handle(base.spec), cfg.gbs, cfg.tp, cfg.flops_formula)
         adam_s = flops / cfg.num_gpus / (adam_tf * 1e12)
         out.append(MuonPoint(f"blog {label}", base.spec, cfg, adam_s * (adam_tf / muon_tf - 1), adam_s,
                              "blog_table1.csv"))  # fmt: skip
@@ -175,12 +176,12 @@ def fit_muon(cal: Calibration, points: tuple[MuonPoint, ...] | None = None, *, g
         raise ValueError("no measured Muon / AdamW pair to fit ns_efficiency and kappa on")
     measured = [1 + p.delta_s / p.adam_s for p in pts]
 
-    def at(x) -> Calibration:
+    def at(x: Sequence[float]) -> Calibration:
         return dataclasses.replace(cal, ns_efficiency=float(x[0]), kappa=float(x[1]) * 1e-4)
 
     sigma = [noise_of(p, pts) for p in pts]
 
-    def resid(x) -> list[float]:
+    def resid(x: Sequence[float]) -> list[float]:
         c = at(x)
         return [(predicted_ratio(p, c) - m) / s for p, m, s in zip(pts, measured, sigma)]
 
@@ -191,3 +192,73 @@ def fit_muon(cal: Calibration, points: tuple[MuonPoint, ...] | None = None, *, g
     best = at(sol.x)
     res = tuple((p.name, 1 + p.delta_s / p.adam_s, predicted_ratio(p, best)) for p in every)
     return MuonFit(round(float(sol.x[0]), 4), round(float(sol.x[1]) * 1e-4, 7), res)
+
+
+#: the GPU measurement shipped with the repository (issue 22 item 6; ``results/reference/SOURCES.md``).
+GPU_MEASUREMENT = "gpu/h200_2026-11-27"
+
+
+@dataclass(frozen=True)
+class GpuNsFit:
+    """Newton-Schulz cost fitted on one GPU's measurement: ``ns_efficiency`` (fraction of the GPU's dense BF16
+    peak) and ``call_s`` (seconds per NS call beyond its FLOPs: launches) from the per-shape NS timings at fp32
+    matmul precision ``medium`` (the recipes' ``muon_fp32_matmul_prec``); ``kappa_s`` the per-matrix cost of the
+    whole Muon step (kernels per parameter x measured launch latency); the count-weighted NS rate of each model's
+    matrices as a fraction of the peak (``weighted``); the GPU, torch and the residuals (shape, measured s,
+    predicted s)."""
+
+    gpu: str
+    torch: str
+    ns_efficiency: float
+    call_s: float
+    kappa_s: float
+    kernels_per_param: float
+    launch_s: float
+    weighted: dict[str, float]
+    residuals: tuple[tuple[str, float, float], ...]
+
+
+def gpu_ns_fit(folder: str = GPU_MEASUREMENT) -> GpuNsFit:
+    """Fit ``time = NS FLOPs / (ns_efficiency x BF16 peak) + call_s`` on the measured NS timings of every shape
+    (least squares in log time, scipy.optimize.least_squares); the peak from ``configs/gpu/<gpu>.yaml``. The
+    measurement is on an H200 in a VM whose kernel launches take 8.1 us (about twice bare metal), so ``call_s`` and
+    ``kappa_s`` are the VM's; ``ns_efficiency`` is a property of the GEMMs.
+
+    Raises:
+        bridgebench.validation.data.ReferenceDataMissing: the measurement is absent.
+    """
+    import json
+
+    from scipy.optimize import least_squares
+
+    from bridgebench.config.catalog import load_gpu
+    from bridgebench.validation.data import require
+
+    root = require("reference") / folder
+    if not (root / "gpu_measurements.json").is_file():
+        require("reference", f"{folder}/gpu_measurements.json")
+    data = json.loads((root / "gpu_measurements.json").read_text())
+    extra = json.loads((root / "gpu_measurements2.json").read_text())
+    device = str(data["meta"]["device"])
+    gpu = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100"}.get(device, device.lower().split()[-1])
+    peak = float(load_gpu(gpu)["peak_tflops"]["bf16"]) * 1e12
+    rows = [r for r in data["newton_schulz"] if r["fp32_matmul_prec"] == "medium"]
+
+    def resid(x) -> list[float]:
+        e, c = float(x[0]), float(x[1]) * 1e-6
+        return [math.log((r["ns_flops"] / (e * peak) + c) / r["median_s"]) for r in rows]
+
+    sol = least_squares(resid, (0.6, 50.0), bounds=((0.05, 0.0), (1.0, 1e4)))
+    e, c = float(sol.x[0]), float(sol.x[1]) * 1e-6
+    weighted = {}
+    for model in sorted({r["model"] for r in rows}):
+        mine = [r for r in rows if r["model"] == model]
+        flops = sum(r["ns_flops"] * r["count"] for r in mine)
+        weighted[model] = flops / sum(r["median_s"] * r["count"] for r in mine) / peak
+    muon = extra["muon_medium"]
+    launch = float(extra["launch_s_per_kernel"])
+    res = tuple(
+        (f"{r['model']} {r['rows']}x{r['cols']}", float(r["median_s"]), r["ns_flops"] / (e * peak) + c) for r in rows
+    )
+    return GpuNsFit(gpu, str(data["meta"]["torch"]), round(e, 4), c, float(muon["kernels_per_param"]) * launch,
+                    float(muon["kernels_per_param"]), launch, weighted, res)  # fmt: skip

@@ -50,7 +50,7 @@ def _release_formula(release: str) -> str:
     return str(catalog_release(release)["flops_formula"])
 
 
-def _model(name: str, cache: dict) -> ModelSpec:
+def _model(name: str, cache: dict[str, ModelSpec]) -> ModelSpec:
     if name not in cache:
         cache[name] = model_spec(compose([f"model={name}"]))
     return cache[name]
@@ -64,10 +64,12 @@ def check_published(records: list[RunRecord] | None = None) -> tuple[pd.DataFram
     within_rounding, group_consistent.
     """
     records = [r for r in (records or load_published()) if r.model and r.model_tflops_per_gpu]
-    models: dict = {}
-    formulas: dict = {}
+    models: dict[str, ModelSpec] = {}
+    formulas: dict[str, str] = {}
     rows = []
     for r in records:
+        assert r.model is not None and r.model_tflops_per_gpu is not None  # kept above
+        assert r.tokens_per_sec_per_gpu is not None, r.provenance  # every table row with TFLOP/s prints tokens/s
         base = _model(r.model, models)
         mtp = 0 if "w/o MTP" in r.note else base.mtp_num_layers
         spec = base.replace(seq_length=r.seq_length, mtp_num_layers=mtp)

@@ -23,7 +23,7 @@ coverage at 50 / 68 / 90 % (LORO and LOCO), rows within their band, rows that fi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -58,7 +58,7 @@ class ModelsSummary:
     loco_mape_by_distance: dict[str, float] = field(default_factory=dict)
 
 
-def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict[tuple, dict]:
+def _memory_verdicts(rows: list[Row], calib: calib_mod.ModelCalibration) -> dict[tuple[Any, ...], dict[str, Any]]:
     """Memory verdicts of the published rows behind ``rows`` through the sweep pipeline, by (release, model, system,
     GPUs, GBS, published TFLOP/s) -- not the sizes: a release's own settings may replace printed sizes or the MBS
     (``published_settings.yaml``), and the time row carries the replaced ones."""
@@ -114,7 +114,7 @@ def check_models(
     memory = _memory_verdicts(rows, calib)
     cb = calib.time.conformal
 
-    def bands(tiers) -> dict[int, float]:
+    def bands(tiers: Any) -> dict[int, float]:
         if cb is None or not tiers:
             return {lv: float("nan") for lv in LEVELS}
         return {lv: cb.half_width(tiers, lv) for lv in LEVELS}
@@ -125,8 +125,8 @@ def check_models(
         band_loro, band_loco = bands(lt), bands(qt)
         if cb is not None:
             band = band_loro[68]
-        c = r.cfg
-        key = (r.release, r.spec.name, r.system, c.num_gpus, c.gbs, r.tflops)
+        rc = r.cfg
+        key = (r.release, r.spec.name, r.system, rc.num_gpus, rc.gbs, r.tflops)
         verdict = memory.get(key)
         replaced = None
         if verdict is None:
@@ -139,8 +139,8 @@ def check_models(
         qerr = None if q is None else metrics.rel_error(q, r.tflops)
         out.append({
             "release": r.release, "model": r.model, "system": r.system, "precision": r.precision,
-            "num_gpus": c.num_gpus, "tp": c.tp, "pp": c.pp, "vp": c.vp, "cp": c.cp, "ep": c.ep, "etp": c.etp_,
-            "mbs": c.mbs, "gbs": c.gbs, "published_tflops": r.tflops, "predicted_tflops": p, "rel_error": err,
+            "num_gpus": rc.num_gpus, "tp": rc.tp, "pp": rc.pp, "vp": rc.vp, "cp": rc.cp, "ep": rc.ep, "etp": rc.etp_,
+            "mbs": rc.mbs, "gbs": rc.gbs, "published_tflops": r.tflops, "predicted_tflops": p, "rel_error": err,
             "band": band, "within_band": metrics.within_band(err, band),
             "memory_gb": m / 1e9, "usable_gb": usable / 1e9, "fits": fits,
             "memory_error": "" if fits else merr, "inconsistent": inconsistent, "printed_replaced": replaced,
@@ -149,6 +149,11 @@ def check_models(
             **{f"loco_band_{lv}": band_loco[lv] for lv in LEVELS},
         })  # fmt: skip
     df = pd.DataFrame(out)
+    return df, _summary(df, releases, calibration)
+
+
+def _summary(df: pd.DataFrame, releases: list[str], calibration: str) -> ModelsSummary:
+    """The summary of a :func:`check_models` table (figures from :mod:`bridgebench.validation.metrics`)."""
     errs = df["rel_error"].tolist()
     by_rel = {
         rel: metrics.mape(df.loc[df.release == rel, "rel_error"])
@@ -180,4 +185,4 @@ def check_models(
         coverage=coverage,
         loco_mape_by_distance=by_distance,
     )
-    return df, summary
+    return summary

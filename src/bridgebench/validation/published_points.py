@@ -91,7 +91,8 @@ SETTINGS_FILE = Path(__file__).resolve().parent / "published_settings.yaml"
 def release_settings() -> list[dict[str, Any]]:
     """``published_settings.yaml``: per-release settings of published runs that 0.6.2's perf recipes do not give
     (each entry: ``releases``, ``model``, ``gpu``, ``precision``, optional ``fsdp``, ``settings``, ``source``)."""
-    return yaml.safe_load(SETTINGS_FILE.read_text())
+    entries: list[dict[str, Any]] = yaml.safe_load(SETTINGS_FILE.read_text())
+    return entries
 
 
 def release_entries(r: RunRecord, precision: str, fsdp: bool | None) -> list[dict[str, Any]]:

@@ -51,16 +51,18 @@ import csv
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from bridgebench.config.catalog import load_gpu, peak_key
-from bridgebench.config.compose import RECIPES_DIR, ConfigError, compose, model_spec, recipe_releases
+from bridgebench.config.compose import ConfigError, compose, model_spec, recipe_releases
 from bridgebench.model.layout import balanced_layout
+from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig
 from bridgebench.model.steptime.fit import Row, calibrate, calibrate_with_bands
 from bridgebench.model.steptime.predict import predict_time
 from bridgebench.model.steptime.release import release_index
+from bridgebench.paths import RECIPES_DIR
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 from bridgebench.validation import metrics
 from bridgebench.validation.published_points import fsdp_cells, perf_match, precision_of, record_point
@@ -85,7 +87,7 @@ DISPATCHER_BY_GPU = {
 }
 
 
-def _formula(release: str, cache: dict) -> str:
+def _formula(release: str, cache: dict[str, str]) -> str:
     if release not in cache:
         cache[release] = str(compose([f"release='{release}'"]).release.flops_formula)
     return cache[release]
@@ -122,8 +124,8 @@ SHARED_KNOBS = (
 
 
 def _knobs_of(
-    model: str, system: str, precision: str, release: str, optimizer: str, sizes: frozenset
-) -> tuple[bool, dict] | None:
+    model: str, system: str, precision: str, release: str, optimizer: str, sizes: frozenset[tuple[Any, ...]]
+) -> tuple[bool, dict[str, Any]] | None:
     """(own, knobs): whether they are the group's own recipe's, and the knobs of a group's rows at a release: its
     own recipe's at the release; else its own recipe's at the nearest release (later on a tie) where that recipe
     has the sizes of one of the group's rows at this release (``sizes``, tuples of :data:`SIZES`: the same tuned
@@ -180,13 +182,13 @@ SIZES = ("num_gpus", "tp", "pp", "vp", "cp", "ep", "etp_", "mbs", "gbs")
 def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     """Calibration rows from published records (see the module docstring); rows of models without a
     ``configs/model`` entry or without a TFLOP/s figure are left out."""
-    specs: dict = {}
-    gpus: dict = {}
-    formulas: dict = {}
+    specs: dict[str, ModelSpec] = {}
+    gpus: dict[str, GpuFacts] = {}
+    formulas: dict[str, str] = {}
     fsdp = _fsdp_rows()
     cells = fsdp_cells()
     out: list[Row] = []
-    pending: list[tuple[tuple, Row]] = []
+    pending: list[tuple[tuple[str, str, str, str, str], Row, dict[str, Any]]] = []
     for r in records if records is not None else load_published():
         if not r.model or not r.model_tflops_per_gpu or not r.system:
             continue
@@ -238,7 +240,7 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
         key = (r.model, r.system, precision, r.release, "muon" if muon else "adamw")
         pending.append((key, Row(spec, cfg, float(r.model_tflops_per_gpu), r.release, r.model_label, r.system,
                                  precision), _unprinted(r, cells)))  # fmt: skip
-    sizes: dict[tuple, set] = {}
+    sizes: dict[tuple[str, str, str, str, str], set[tuple[Any, ...]]] = {}
     for key, row, _ in pending:
         sizes.setdefault(key, set()).add(tuple(getattr(row.cfg, k) for k in SIZES))
     knobs = {key: _knobs_of(*key, frozenset(v)) for key, v in sizes.items()}
@@ -290,7 +292,7 @@ PERF_COMM = {
 _FLAGS = ("use_megatron_fsdp", "grad_reduce_in_fp32", "fp8_param_gather", *PERF_COMM.values())
 
 
-def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
+def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict[str, Any]:
     """TimeConfig fields of the settings the published row ``r`` does not print, from the point the memory check
     builds for it (:func:`bridgebench.validation.published_points.record_point`, its 0.6.2 perf-recipe match and the
     release's own settings) -- empty when the row has no perf-recipe match (only the base recipe)."""
@@ -316,7 +318,7 @@ def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict:
     return out
 
 
-def muon_constants(rows: list[Row]):
+def muon_constants(rows: list[Row]) -> tuple[float, float, Any]:
     """(``kappa``, ``ns_efficiency``, the :class:`bridgebench.validation.muon_fit.MuonFit`): Muon's constants fitted on
     the blog's Table 1 pairs at a calibration of ``rows`` with the first-principles constants (the GEMM rates do not
     enter the Muon delta: :mod:`bridgebench.validation.muon_fit`)."""

@@ -30,7 +30,7 @@ def check(p: Point) -> list[Violation]:
     ):
         if type(v) is not int or v < 1:
             return _slow_path(p)
-    for v in (
+    for opt in (
         p.vp,
         p.etp,
         p.num_query_groups,
@@ -38,7 +38,7 @@ def check(p: Point) -> list[Violation]:
         p.num_layers_in_first_pipeline_stage,
         p.num_layers_in_last_pipeline_stage,
     ):
-        if v is not None and (type(v) is not int or v < 1):
+        if opt is not None and (type(opt) is not int or opt < 1):
             return _slow_path(p)
     mtp = p.mtp_num_layers
     if mtp is None:

@@ -40,7 +40,7 @@ def _is_int(v: Any) -> bool:
 def size_violations(p: Point) -> tuple[list[Violation], Point | None]:
     """Slow path: name every bad size; or, when all are integral (e.g. numpy ints), a copy with plain ints."""
     out = []
-    fixed = {}
+    fixed: dict[str, Any] = {}
     for name in _REQUIRED_POSITIVE:
         v = getattr(p, name)
         if not _is_int(v) or v < 1:

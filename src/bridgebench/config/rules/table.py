@@ -233,6 +233,41 @@ RULES: dict[str, Rule] = {
             "an attempt collect cannot read (symlink loop, a result file that is not the payload's object, logs not "
             "fetched, a clashing record) is set aside with its reason; the rest are collected; exit code 5",
         ),
+        Rule(
+            "yaml_bounds",
+            "bridgebench config/bounds.py (PyYAML 6 yaml.compose node graph; 'billion laughs', CVE-2003-1564 class)",
+            "a user config file is at most 1 MiB and expands to at most 100,000 YAML nodes with its aliases followed",
+        ),
+        Rule(
+            "config_name_confined",
+            "bridgebench config/bounds.py (Hydra 1.3 loads <group>/<option>.yaml from the search path as named)",
+            "an option name is a file name of its group (no '/' or '..', also with @package); a user config file or "
+            "group folder does not link out of $BRIDGEBENCH_CONFIG_DIR",
+        ),
+        Rule(
+            "config_range",
+            "bridgebench config/bounds.py (pydantic); megatron/core/transformer/transformer_config.py __post_init__ "
+            "(kv_channels = hidden_size // num_attention_heads; num_attention_heads % num_query_groups)",
+            "model sizes positive and under stated caps (4096 layers, 2^20 hidden, 2^16 experts ...), hidden_size "
+            "divisible by num_attention_heads without kv_channels; GPU peaks, memory and bandwidths positive; "
+            "cluster counts in range",
+        ),
+        Rule(
+            "sweep_space_cap",
+            "bridgebench config/sweep/space.py (each stage keeps its point rows in memory)",
+            "a search space holds at most 200,000 points, counted from the axes' lengths before any is built",
+        ),
+        Rule(
+            "out_is_folder",
+            "bridgebench cli/app.py out_folder",
+            "--out names a folder; an existing file there is refused, never written over",
+        ),
+        Rule(
+            "sweep_state_corrupt",
+            "bridgebench launch/sweep.py (state.json: which stages are done, what was planned and submitted)",
+            "sweep --resume refuses a state.json that is not the JSON object a sweep writes (a corrupt stage file "
+            "is redone instead)",
+        ),
     )
 }
 
@@ -249,5 +284,11 @@ NON_POINT_RULES = frozenset(
         "cluster_gpus",
         "cluster_container",
         "collect_partial",
+        "yaml_bounds",
+        "config_name_confined",
+        "config_range",
+        "sweep_space_cap",
+        "out_is_folder",
+        "sweep_state_corrupt",
     }
 )

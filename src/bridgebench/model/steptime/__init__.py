@@ -16,7 +16,9 @@ module                    what it prices
 ``optimizer``             AdamW; Muon's Newton-Schulz, layer-wise deal, TP mode, param all-gather
 ``release``               the software level of a release (Gaussian process over published releases)
 ``calibration``           the fitted and hand-set constants
-``fit``                   fitting on the published tables, cross-validated bands
+``fit``                   fitting on the published tables, held-out experiments (leave one release / configuration
+                          / group / model and GPU / model / GPU out)
+``bands``                 conformal bands by distance from the calibration (50 / 68 / 90 %)
 ``predict``               :func:`predict_time`: all terms of one point, TFLOP/s/GPU, band, release
 ``muon``                  :func:`muon_cost`: Muon's overhead and its what-ifs
 ========================  =========================================================================================

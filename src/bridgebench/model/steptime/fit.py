@@ -28,14 +28,14 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import registry
 from bridgebench.model.steptime.bands import HeldOut, Seen, conformal_bands, novelty
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import TimeConfig, TimeModelError, config_key, family, group_key
-from bridgebench.model.steptime.predict import _flops, evaluate, point_release_index, predict_time
+from bridgebench.model.steptime.predict import evaluate, point_release_index, predict_time, step_flops_of
 from bridgebench.model.steptime.release import GroupLevel, LevelTable
 
 #: grid of ``c_layer`` values (s per layer per microbatch) tried by :func:`calibrate`.
@@ -66,7 +66,7 @@ def implied_level(r: Row, eff: float, c_layer: float, kappa: float, ns_efficienc
     the level-independent terms alone exceed its step)."""
     from scipy.optimize import brentq
 
-    flops = _flops(registry.handle(r.spec), r.cfg.gbs, r.cfg.tp, r.cfg.flops_formula)
+    flops = step_flops_of(registry.handle(r.spec), r.cfg.gbs, r.cfg.tp, r.cfg.flops_formula)
     target = flops / r.cfg.num_gpus / (r.tflops * 1e12)
 
     def gap(log_level: float) -> float:
@@ -82,7 +82,9 @@ def implied_level(r: Row, eff: float, c_layer: float, kappa: float, ns_efficienc
     return math.exp(brentq(gap, lo, hi, xtol=1e-6))
 
 
-def fit_levels(rows: Sequence[Row], ys: Sequence[float]) -> tuple[dict[tuple[str, str, str], GroupLevel], dict]:
+def fit_levels(
+    rows: Sequence[Row], ys: Sequence[float]
+) -> tuple[dict[tuple[str, str, str], GroupLevel], dict[str, Any]]:
     """Each group's mean log level per published release and each family's mean log level, from the log levels
     ``ys`` of ``rows`` (:mod:`bridgebench.model.steptime.release`)."""
     by: dict[tuple[str, str, str], dict[float, list[float]]] = {}
@@ -135,7 +137,7 @@ def calibrate(
     Raises:
         TimeModelError: no row whose rate-independent terms leave room for compute.
     """
-    best: tuple[float, Calibration, list] | None = None
+    best: tuple[float, Calibration, list[Any]] | None = None
     keys = [(r.cfg.gpu.name, r.cfg.precision_class) for r in rows]
     grid = list(c_grid)
     for c in grid:
@@ -206,8 +208,8 @@ def bands_from(rows: Sequence[Row], held_out: Sequence[float | None], cal: Calib
     def band(sq: float, n: float) -> float:
         return math.exp(math.sqrt(sq / n)) - 1.0
 
-    by_group: dict = {}
-    by_gpu: dict = {}
+    by_group: dict[str, Any] = {}
+    by_gpu: dict[str, Any] = {}
     every = []
     for r, p in zip(rows, held_out):
         if p is None or p <= 0:

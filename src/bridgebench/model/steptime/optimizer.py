@@ -30,15 +30,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from bridgebench.model.newton_schulz import (
     MuonMatrix,
     NSPolicy,
     Parallelism,
-    _pp_stage_of_layer,
-    _shard,
     muon_matrices,
     per_tp_rank_flops,
+    pp_stage_of_layer,
+    shard_of,
 )
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import collectives, registry
@@ -77,17 +78,19 @@ def _first_expert_matrices(sid: int, split_qkv: bool) -> tuple[MuonMatrix, ...]:
 
 
 @lru_cache(maxsize=512)
-def _layer_params(sid: int, split_qkv: bool, tp: int, etp: int, steps: int, kernel: str, tp_mode: str) -> dict:
+def _layer_params(
+    sid: int, split_qkv: bool, tp: int, etp: int, steps: int, kernel: str, tp_mode: str
+) -> dict[str, Any]:
     """Per layer: (dense params, one routed expert's params), each a tuple of :class:`_Param` in matrix order."""
     policy = NSPolicy(num_ns_steps=steps, kernel=kernel, tp_mode=tp_mode, split_qkv=split_qkv)
-    per_layer: dict[int, tuple[dict, dict]] = {}
+    per_layer: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     for m in _first_expert_matrices(sid, split_qkv):
         dense, expert = per_layer.setdefault(m.layer, ({}, {}))
         if m.is_expert:
             key, t, target = m.param.rsplit("weight", 1)[0], etp, expert
         else:
             key, t, target = m.param, tp, dense
-        r, c = _shard(m, t)
+        r, c = shard_of(m, t)
         sharded = t > 1 and m.tp_partition_dim is not None
         unsharded = (c if m.tp_partition_dim == 0 else r) if sharded else 0
         f, n, k, g, gr, s = target.get(key, (0, 0, 0, 0.0, 0.0, 0))
@@ -118,7 +121,7 @@ def _deal(runs: list[tuple[_Param, int]], group: int, mode: str) -> list[tuple[i
     least-loaded rank (LPT; Megatron-LM PR #6379); ``replicated``: every rank does every param (plain ``muon``).
     """
 
-    def add(acc: list, p: _Param, times: int) -> None:
+    def add(acc: list[Any], p: _Param, times: int) -> None:
         acc[0] += times * p.flops
         acc[1] += times * p.pieces
         acc[2] += times * p.gathered
@@ -172,12 +175,12 @@ class MuonRankLoads:
 def _muon_rank_loads(sid: int, par: Parallelism, policy: NSPolicy, assignment: str) -> MuonRankLoads:
     spec = registry.get(sid)
     dp, edp = par.dp, par.expert_dp  # validates the grids
-    stage_of = _pp_stage_of_layer(spec, par)
+    stage_of = pp_stage_of_layer(spec, par)
     layers = _layer_params(sid, policy.split_qkv, par.tp, par.etp, policy.num_ns_steps, policy.kernel, policy.tp_mode)
     local_experts = spec.num_moe_experts // par.ep if spec.is_moe else 0
     mode = assignment if policy.layer_wise else "replicated"
-    dense_items: list[list] = [[] for _ in range(par.pp)]
-    expert_items: list[list] = [[] for _ in range(par.pp)]
+    dense_items: list[list[Any]] = [[] for _ in range(par.pp)]
+    expert_items: list[list[Any]] = [[] for _ in range(par.pp)]
     for layer, (dense, expert) in sorted(layers.items()):
         st = stage_of[layer]
         dense_items[st] += [(p, 1) for p in dense]
@@ -185,7 +188,7 @@ def _muon_rank_loads(sid: int, par: Parallelism, policy: NSPolicy, assignment: s
             expert_items[st] += [(p, local_experts) for p in expert]
     group = dp * par.cp
     per_stage = par.num_gpus // par.pp
-    cols: list[list] = [[], [], [], [], []]
+    cols: list[list[Any]] = [[], [], [], [], []]
     for st in range(par.pp):
         d_loads = _deal(dense_items[st], group, mode)
         e_loads = _deal(expert_items[st], edp, mode) if expert_items[st] else [_ZERO] * edp

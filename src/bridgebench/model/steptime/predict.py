@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from bridgebench.model import memory
 from bridgebench.model.flops import model_flops
@@ -153,7 +154,7 @@ class TimeBreakdown:
 
 # ---------------------------------------------------------------------------------------------------- structure
 @lru_cache(maxsize=8192)
-def rank_layers(sid: int, pp_size: int, vp: int | None, layout: str | None) -> tuple:
+def rank_layers(sid: int, pp_size: int, vp: int | None, layout: str | None) -> tuple[Any, ...]:
     """Per pipeline rank: ((layer kind, count), ...), whether it holds the loss, and its layer count. Kinds:
     ``dense``, ``moe``, ``mtp_dense``, ``mtp_moe`` (megatron-core pipeline assignment:
     :func:`bridgebench.model.memory.stage_chunks`)."""
@@ -178,12 +179,14 @@ def rank_layers(sid: int, pp_size: int, vp: int | None, layout: str | None) -> t
 
 
 @lru_cache(maxsize=8192)
-def _flops(sid: int, gbs: int, tp: int, formula: str) -> float:
+def step_flops_of(sid: int, gbs: int, tp: int, formula: str) -> float:
     return float(model_flops(registry.get(sid), gbs, tensor_model_parallel_size=tp, formula=formula).total)
 
 
 @lru_cache(maxsize=8192)
-def local_params(sid: int, tp: int, pp_size: int, vp: int | None, ep: int, etp: int, layout: str | None) -> tuple:
+def local_params(
+    sid: int, tp: int, pp_size: int, vp: int | None, ep: int, etp: int, layout: str | None
+) -> tuple[Any, ...]:
     """(dense params, routed-expert params) on one GPU of each pipeline rank (elements)."""
     spec = registry.get(sid)
     cfg = memory.MemoryConfig(
@@ -197,7 +200,7 @@ def layer_shape(cfg: TimeConfig) -> LayerShape:
     return LayerShape(cfg.tp, cfg.cp, cfg.ep, cfg.etp_, cfg.mbs, cfg.sp, cfg.peak_key, cfg.fp8_dot_product_attention)
 
 
-def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate: float, hbm: float) -> dict:
+def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate: float, hbm: float) -> dict[str, Any]:
     """Seconds per microbatch of one layer of ``kind`` by term, at GEMM rate multiplier ``rate`` and effective
     element-wise bandwidth ``hbm`` (bytes/s)."""
     gem = dict(layer_gemm_seconds(sid, gid, kind, sh))
@@ -257,8 +260,8 @@ def evaluate(
     sh = layer_shape(cfg)
     hbm = cfg.gpu.hbm_bandwidth * HBM_EFFICIENCY * (rate if elem_rate is None else elem_rate)
     share = recompute.share_of_layers(spec, cfg) if cfg.recompute_granularity == "full" else 1.0
-    per_kind: dict[str, dict] = {}
-    best: tuple[float, int, dict] | None = None
+    per_kind: dict[str, dict[str, Any]] = {}
+    best: tuple[float, int, dict[str, Any]] | None = None
     scale_out = False
     for r, (kinds, loss, n_layers) in enumerate(rank_layers(sid, cfg.pp, cfg.vp, cfg.pipeline_model_parallel_layout)):
         acc = dict.fromkeys(("compute", "elementwise", "tp_comm", "cp_comm", "ep_a2a", "recompute"), 0.0)
@@ -337,7 +340,7 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
     else:
         band, band_src = calib.band(key, cfg.gpu.name, pclass)
     band = round(band * 100.0, 6)  # percent
-    flops = _flops(registry.handle(spec), cfg.gbs, cfg.tp, cfg.flops_formula)
+    flops = step_flops_of(registry.handle(spec), cfg.gbs, cfg.tp, cfg.flops_formula)
     release = cfg.release or ("unspecified: group mean level" if level_src == "group" else "unspecified")
     return TimeBreakdown(
         terms, flops, cfg.num_gpus, band, release, rate, eff_src, level, level_src, band_src, opt, rank,

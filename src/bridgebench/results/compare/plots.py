@@ -18,14 +18,6 @@ if TYPE_CHECKING:
 UP, DOWN = "tab:green", "tab:red"
 
 
-def _plt():
-    """pyplot for notebooks that draw with :func:`draw_history` / :func:`draw_heatmap` on their own axes (the files
-    bridgebench writes are built without pyplot: :func:`bridgebench.results.plot_canvas.new_figure`)."""
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def draw_history(ax, bx, h: History, legend: bool = True) -> None:
     """One key on two axes: ``ax`` model TFLOP/s/GPU (interval bars, chained index, marks, change points shaded,
     FLOPs-formula changes dotted, your runs with CI bars); ``bx`` tokens/s/GPU with its rounding interval.
