@@ -84,7 +84,7 @@ def _group_figure(title: str, frames: list) -> Any:
 def build(page: Page, sel) -> None:
     from bridgebench.config.catalog import release_sort_key
     from bridgebench.results.compare import published_history, published_keys
-    from bridgebench.results.records import load_published, records_frame
+    from bridgebench.results.records import load_published
 
     records = load_published(infer_precision=True)
     page.sources.append("results/reference/published_pretrain_throughput.csv")
@@ -115,36 +115,34 @@ def build(page: Page, sel) -> None:
         page.h(2, " ".join(g), f"g-{i}")
         page.figure(_group_figure(" / ".join(g), frames), height=330)
     page.h(2, "All published rows", "rows")
-    df = records_frame([r for r in records if _matches(r, sel)])
-    df["reference"] = [(p or {}).get("reference") for p in df["provenance"]]
     cols = [
-        c
-        for c in (
-            "release",
-            "model_label",
-            "model",
-            "system",
-            "precision",
-            "num_gpus",
-            "optimizer",
-            "tp",
-            "pp",
-            "vp",
-            "cp",
-            "ep",
-            "etp",
-            "mbs",
-            "gbs",
-            "seq_length",
-            "tokens_per_sec_per_gpu",
-            "model_tflops_per_gpu",
-            "source",
-            "note",
-            "reference",
-        )
-        if c in df.columns
+        "release",
+        "model_label",
+        "model",
+        "system",
+        "precision",
+        "num_gpus",
+        "optimizer",
+        "tp",
+        "pp",
+        "vp",
+        "cp",
+        "ep",
+        "etp",
+        "mbs",
+        "gbs",
+        "seq_length",
+        "tokens_per_sec_per_gpu",
+        "model_tflops_per_gpu",
+        "source",
+        "note",
     ]
-    page.table(df[cols].to_dict("records"), cols, ident="published")
+    rows = [
+        {**{c: getattr(r, c, None) for c in cols}, "reference": (r.provenance or {}).get("reference")}
+        for r in records
+        if _matches(r, sel)
+    ]
+    page.table(rows, [*cols, "reference"], ident="published")
 
 
 def _matches(r, sel) -> bool:

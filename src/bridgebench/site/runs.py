@@ -49,11 +49,7 @@ def _prov(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def build(page: Page, store_records: list[dict], store_root: str, notes: list[str], sel) -> None:
-    import plotly.graph_objects as go
-
-    from bridgebench.results import vs_predicted
     from bridgebench.results.compare.own_runs import run_matches
-    from bridgebench.results.outcomes import outcome_of, tally
 
     page.sources.append(f"{store_root} ({len(store_records)} records)")
     records = [r for r in store_records if not sel.items or run_matches(r, sel)]
@@ -70,6 +66,17 @@ def build(page: Page, store_records: list[dict], store_root: str, notes: list[st
         "run's median step (pretrain) or the optimizer step of the run's optimizer (optimizer-step payload). "
         "Median and spread over completed repeats only; the other outcomes are counted beside them."
     )
+    _repeats(page, records)
+    _predicted(page, records)
+    _records(page, records)
+
+
+def _repeats(page: Page, records: list[dict]) -> None:
+    """Per experiment: completed repeats' median and spread, outcome counts; one box per experiment."""
+    import plotly.graph_objects as go
+
+    from bridgebench.results.outcomes import outcome_of, tally
+
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         groups[str(r.get("name") or r.get("run_id") or r["record_id"])].append(r)
@@ -113,6 +120,14 @@ def build(page: Page, store_records: list[dict], store_root: str, notes: list[st
         )
         page.figure(fig)
     page.table(summary, ident="experiments", formats={"median step s": ".4g", "IQR lo": ".4g", "IQR hi": ".4g"})
+
+
+def _predicted(page: Page, records: list[dict]) -> None:
+    """Measured median step vs the plan's prediction and band (records that carry one)."""
+    import plotly.graph_objects as go
+
+    from bridgebench.results import vs_predicted
+
     pred = vs_predicted.rows(records)
     page.h(2, "Measured vs predicted", "predicted")
     if pred:
@@ -141,6 +156,12 @@ def build(page: Page, store_records: list[dict], store_root: str, notes: list[st
             "No completed record carries a prediction (pretrain and replay runs planned by `bridgebench plan` "
             "do; optimizer-step runs have none)."
         )
+
+
+def _records(page: Page, records: list[dict]) -> None:
+    """Every record: outcome, step, and its provenance (commit, container, SLURM job, log sha256)."""
+    from bridgebench.results.outcomes import outcome_of
+
     page.h(2, "Records and provenance", "records")
     rows = []
     for r in sorted(records, key=lambda r: r["record_id"]):

@@ -59,7 +59,7 @@ def _published(tables: Path) -> tuple[list[dict[str, Any]], str, list[tuple[str,
         p = predict_time(r.spec, r.cfg, cal.time)
         err = 100 * (p.tflops_per_gpu / r.tflops - 1)
         lv = p.band_levels or {}
-        row = {
+        row: dict[str, Any] = {
             "release": r.release,
             "model": r.model,
             "system": r.system,
@@ -99,7 +99,8 @@ def _ablations() -> tuple[list[dict[str, Any]], list[tuple[str, str]], str]:
         return [], [], str(err)
     cal = calib_mod.load("default").time
     gpus: dict[str, GpuFacts] = {}
-    out, used = [], []
+    out: list[dict[str, Any]] = []
+    used: list[tuple[str, str]] = []
     for path in files:
         used.append((f"ablations/{path.name}", hashlib.sha256(path.read_bytes()).hexdigest()))
         for r in read_set(path):
@@ -132,7 +133,6 @@ def _ablations() -> tuple[list[dict[str, Any]], list[tuple[str, str]], str]:
 
 
 def build(page: Page, tables: Path, sel) -> list[tuple[str, str]]:
-    import plotly.graph_objects as go
 
     from bridgebench.validation import metrics
 
@@ -149,6 +149,17 @@ def build(page: Page, tables: Path, sel) -> list[tuple[str, str]]:
         f"<p>MAPE {100 * metrics.mape(errs):.1f} %, median |error| {100 * metrics.median_abs(errs):.1f} %, "
         f"max |error| {100 * metrics.max_abs(errs):.1f} %.</p>"
     )
+    _scatter(page, rows)
+    _errors(page, rows)
+    _coverage(page, rows)
+    used += _ablation_section(page)
+    return used
+
+
+def _scatter(page: Page, rows: list[dict[str, Any]]) -> None:
+    """Predicted vs published, one trace per model, the 68 % band as error bars."""
+    import plotly.graph_objects as go
+
     fig = go.Figure()
     by_model: dict[str, list] = defaultdict(list)
     for r in rows:
@@ -177,6 +188,14 @@ def build(page: Page, tables: Path, sel) -> list[tuple[str, str]]:
         xaxis_title="published model TFLOP/s/GPU", yaxis_title="predicted (68 % band)", title="predicted vs published"
     )
     page.figure(fig, height=520)
+
+
+def _errors(page: Page, rows: list[dict[str, Any]]) -> None:
+    """Error by release (boxes) and by (model, GPU, precision) group (table)."""
+    import plotly.graph_objects as go
+
+    from bridgebench.validation import metrics
+
     page.h(2, "Error by release and by group", "errors")
     by_rel: dict[str, list[float]] = defaultdict(list)
     by_grp: dict[str, list[float]] = defaultdict(list)
@@ -200,6 +219,12 @@ def build(page: Page, tables: Path, sel) -> list[tuple[str, str]]:
         for g, v in sorted(by_grp.items())
     ]
     page.table(grp, ident="by-group", formats={"MAPE %": ".1f", "median error %": "+.1f"})
+
+
+def _coverage(page: Page, rows: list[dict[str, Any]]) -> None:
+    """Observed coverage of the 50 / 68 / 90 % bands against nominal, then every row."""
+    import plotly.graph_objects as go
+
     page.h(2, "Band coverage", "coverage")
     cov = []
     for level in LEVELS:
@@ -239,9 +264,14 @@ def build(page: Page, tables: Path, sel) -> list[tuple[str, str]]:
             "band 90 %": ".1f",
         },
     )
+
+
+def _ablation_section(page: Page) -> list[tuple[str, str]]:
+    """The published ablation sets, predicted in their own units; returns the files read with their sha256."""
+    import plotly.graph_objects as go
+
     page.h(2, "Published ablations", "ablations")
-    abl, abl_used, missing = _ablations()
-    used += abl_used
+    abl, used, missing = _ablations()
     if missing:
         page.note(f"Ablation sets not available: {missing}")
         return used
