@@ -239,6 +239,43 @@ BAD = [
         ["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64", "8 GPUs"],
     ),
     ("nvlink_env_matches_gpu", BASE.replace(nvlink_domain=72, env_use_mnnvl="yes"), ["USE_MNNVL='yes'"]),
+    # upstream start-up assertions (config/rules/upstream.py; more cases in tests/config/test_upstream_rules.py)
+    ("moe_tp_needs_sp", BASE.replace(sequence_parallel=False), ["TP = 2", "sequence parallelism"]),
+    (
+        "hybridep_ep_domain",
+        BASE.replace(
+            num_gpus=256,
+            gpus_per_node=4,
+            tp=1,
+            sequence_parallel=False,
+            pp=2,
+            ep=128,
+            etp=1,
+            gbs=1024,
+            nvlink_domain=72,
+            moe_token_dispatcher_type="flex",
+            moe_flex_dispatcher_backend="hybridep",
+        ),
+        ["EP = 128", "72-rank NVLink domain"],
+    ),  # fmt: skip
+    (
+        "hybridep_ranks_per_domain",
+        BASE.replace(
+            num_gpus=256,
+            gpus_per_node=4,
+            tp=1,
+            sequence_parallel=False,
+            pp=4,
+            ep=64,
+            etp=1,
+            gbs=1024,
+            nvlink_domain=72,
+            segment_policy="packed",
+            moe_token_dispatcher_type="flex",
+            moe_flex_dispatcher_backend="hybridep",
+        ),
+        ["72-GPU domains", "40/24"],
+    ),  # fmt: skip
 ]
 
 

@@ -74,6 +74,8 @@ def test_kimi_muon_run_is_the_published_configuration(table1_plan):
         f"export BRIDGEBENCH_CONFIG_HASH={kimi['config_hash']}",
     ):
         assert line in submit, line
+    # the segment submit.sh sends is the one the time model priced: four 64-GPU racks (bridgebench.model.placement)
+    assert kimi["segment"] == kimi["segment_priced"] == 16 and kimi["domain_gpus_priced"] == 64
     payload = (run_dir / "payload.sh").read_text()
     assert "bridgebench.payloads.pretrain --config" in payload and "config.yaml" in payload
     assert kimi["newton_schulz_flops_per_step"] > 0 and kimi["model_flops_per_step"] > 0
@@ -90,6 +92,14 @@ def test_kimi_muon_run_is_the_published_configuration(table1_plan):
             "muon_dist_optimizer",
         ),
         (["experiment=table1", "release=27.01"], "unknown release '27.01'"),
+        (
+            ["recipe=qwen3_30b_a3b_gb300_mxfp8", "model.tensor_model_parallel_size=2", "model.sequence_parallel=false"],
+            "moe_tp_needs_sp: a MoE model with TP = 2 needs sequence parallelism",
+        ),
+        (
+            ["recipe=qwen3_30b_a3b_gb300_mxfp8", "model.recompute_granularity=selectiv"],
+            "did you mean 'selective'?",
+        ),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "+env_vars.HF_TOKEN=abc"], "secret_in_config: env_vars.HF_TOKEN"),
         (["recipe=qwen3_30b_a3b_gb300_mxfp8", "release=26.02,26.04"], "--multirun"),
     ],

@@ -126,10 +126,24 @@ def plan(
 
 
 def _warn_cluster(runs, console) -> None:
-    """The plan is a dry run for any cluster; say which runs its cluster could not start (submit refuses them)."""
+    """The plan is a dry run for any cluster; say which runs its cluster could not start (submit refuses them),
+    the ``--segment`` each run sends and the placement the time model priced, and where the two differ."""
     for r in runs:
         for problem in r.cluster_can_run:
             console.print(f"cluster {r.cluster} cannot run {r.name}: {problem} (submit would refuse)", style="yellow")
+        priced = getattr(r, "segment_priced", None)
+        if priced and getattr(r, "segment", None) == priced:
+            console.print(
+                f"{r.name}: sbatch --segment {priced} ({r.domain_gpus_priced}-GPU NVLink domains, as the time model "
+                "priced it)"
+            )
+        elif priced:
+            console.print(
+                f"{r.name}: the time model priced sbatch --segment {priced} ({r.domain_gpus_priced}-GPU NVLink "
+                f"domains), but cluster {r.cluster} cannot request segments (supports_segment: false): ranks may "
+                "straddle racks",
+                style="yellow",
+            )
 
 
 def _cluster_cfg(overrides: list[str]):

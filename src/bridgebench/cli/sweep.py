@@ -117,7 +117,10 @@ def sweep(
     }
     cols = ("rank", "status", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "recompute_granularity",
             "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "band_source", "tie",
-            "twins", "published", "ep_span", "ep_leaves_nvlink", "tight", "config_hash", "plan_dir",
+            "twins", "published", "ep_span", "ep_leaves_nvlink", "ep_domains", "ep_split", "ep_cross_copies",
+            "domain_gpus", "segment_nodes", "dispatcher", "dispatcher_note", "ep_overlap", "shared_expert_overlap",
+            "tp_comm_overlap", "recompute", "cuda_graph_impl", "cuda_graph_scope", "knobs_source", "tight",
+            "config_hash", "plan_dir",
             "run_ids")  # fmt: skip
     if as_json:
         top = [{k: r.get(k) for k in cols} for r in result.top]
@@ -138,6 +141,11 @@ def sweep(
     out.print("points by status: " + ", ".join(f"{k} {v:,}" for k, v in result.counts["by_status"].items()))
     if result.counts["by_rule"]:
         out.print("pruned by: " + ", ".join(f"{k} {v:,}" for k, v in result.counts["by_rule"].items()))
+    if result.counts.get("upstream_rules"):
+        out.print(
+            "upstream start-up assertions broken (a point counts under each it breaks): "
+            + ", ".join(f"{k} {v:,}" for k, v in result.counts["upstream_rules"].items())
+        )
     ranked = result.counts["by_status"].get("ranked", 0) + sum(
         result.counts["by_status"].get(s, 0) for s in ("planned", "plan_failed", "submitted", "skipped")
     )

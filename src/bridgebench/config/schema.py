@@ -155,6 +155,9 @@ class GPUSchema:
     gpus_per_node: int = MISSING
     compute_capability: Optional[float] = None  # CUDA compute capability (9.0 Hopper, 10.0 / 10.3 Blackwell)
     nvlink_domain: int = MISSING
+    # how the scheduler fills NVLink domains (bridgebench.model.placement.SEGMENT_POLICIES): nvidia_launcher =
+    # sbatch --segment as Megatron-Bridge's launcher sets it, packed = whole domains in order, node = one node
+    segment_policy: str = "node"
     peak_tflops: Dict[str, Optional[float]] = field(default_factory=dict)
     hbm_gb: float = MISSING  # HBM capacity per GPU, GB (1e9 B), as the datasheet prints it
     hbm_total_mib: Optional[int] = None  # total memory the driver reports (nvidia-smi), MiB; the pruner's capacity
@@ -498,9 +501,13 @@ def check_sections(plain: dict[str, Any]) -> dict[str, Any]:
     other key must be a field of the installed Megatron-Bridge section, with a value of the field's plain type.
 
     Raises:
-        SectionError: an unknown key (with the closest known names) or a value of the wrong type.
+        SectionError: an unknown key (with the closest known names), a value of the wrong type, or an enum value
+            upstream does not have (rule ``enum_value``, with a did-you-mean:
+            :func:`bridgebench.config.rules.upstream.enum_errors`).
     """
     from omegaconf import OmegaConf
+
+    from bridgebench.config.rules.upstream import enum_errors
 
     catalog = mbridge_fields()
     version = catalog["megatron_bridge"]
@@ -510,6 +517,9 @@ def check_sections(plain: dict[str, Any]) -> dict[str, Any]:
         declared = {f.name for f in dataclasses.fields(schema)} if schema else set()
         known = catalog["sections"].get(section, {})
         for key, value in values.items():
+            bad = enum_errors(f"{section}.{key}", value)
+            if bad:
+                raise SectionError(bad[0])
             if key in declared or (section == "model" and key in MODEL_BOOKKEEPING):
                 continue
             if key not in known:

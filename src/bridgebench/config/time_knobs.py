@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridgebench.config.rules import upstream
 from bridgebench.model.optimizer import OptimizerKind
 
 #: short name -> config key of the time model's knobs (added to the sweep engine's ``KEYS``).
@@ -44,13 +45,13 @@ def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
     def flag(key: str, default: bool) -> bool:
         return default if v.get(key) is None else bool(v[key])
 
-    backend = v.get("moe_flex_dispatcher_backend")
+    dtype, backend, _ = dispatcher_of(v)
     muon = OptimizerKind(str(v.get("optimizer") or "adam")).is_muon
     return {
         "release": None if v.get("release") is None else str(v["release"]),
         "tp_comm_overlap": flag("tp_comm_overlap", False),
         "cp_comm_type": v.get("cp_comm_type"),
-        "moe_token_dispatcher_type": v.get("moe_token_dispatcher_type") or ("flex" if backend else "alltoall"),
+        "moe_token_dispatcher_type": dtype or ("flex" if backend else "alltoall"),
         "moe_flex_dispatcher_backend": backend,
         "overlap_moe_expert_parallel_comm": flag("overlap_moe_expert_parallel_comm", False),
         "moe_shared_expert_overlap": flag("moe_shared_expert_overlap", False),
@@ -64,4 +65,57 @@ def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
         "use_megatron_fsdp": flag("use_megatron_fsdp", False),
         "fp8_dot_product_attention": flag("fp8_dot_product_attention", False),
         "muon_assignment": v.get("muon_assignment") or "ping_pong",
+    }
+
+
+def dispatcher_of(v: dict[str, Any]) -> tuple[str | None, str | None, str]:
+    """``(moe_token_dispatcher_type, moe_flex_dispatcher_backend, note)`` that run for a point: as configured, except
+    DeepEP on GB200 / GB300, which Megatron-Bridge replaces by ``alltoall`` (rule ``deepep_falls_back``,
+    :func:`bridgebench.config.rules.upstream.effective_dispatcher`; the note says so)."""
+    return upstream.effective_dispatcher(
+        v.get("moe_token_dispatcher_type"), v.get("moe_flex_dispatcher_backend"), str(v.get("gpu") or ""),
+        v.get("compute_capability"),
+    )  # fmt: skip
+
+
+#: the knobs users do not type, as shown by ``predict`` (text, ``--json`` ``knobs``) and ``points.parquet`` (one
+#: column each): short name -> what it is
+SHOWN_KNOBS = {
+    "dispatcher": "MoE token dispatcher that runs (alltoall, allgather, deepep, hybridep, ncclep)",
+    "ep_overlap": "comm_overlap.overlap_moe_expert_parallel_comm (EP all-to-all under the other microbatch)",
+    "shared_expert_overlap": "model.moe_shared_expert_overlap",
+    "tp_comm_overlap": "comm_overlap.tp_comm_overlap (TE userbuffers)",
+    "recompute": "model.recompute_granularity (modules)",
+    "cuda_graph_impl": "model.cuda_graph_impl",
+    "cuda_graph_scope": "model.cuda_graph_scope",
+}
+
+
+def shown_knobs(v: dict[str, Any], spec_is_moe: bool = True) -> dict[str, Any]:
+    """The knobs of :data:`SHOWN_KNOBS` of a point (values as they run; Megatron-Core's default where the config
+    leaves one unset), with ``knobs_source`` (the recipe and release they come from, or the defaults) and
+    ``dispatcher_note`` (the DeepEP fallback, else empty)."""
+    dtype, backend, note = dispatcher_of(v)
+    dispatcher = upstream.requested_backend(dtype, backend) if spec_is_moe else None
+    mods = v.get("recompute_modules")
+    gran = v.get("recompute_granularity")
+    if gran == "selective" and not mods:
+        mods = ["core_attn"]  # megatron-core 0.19.2 TransformerConfig.__post_init__ default
+    recompute = "none" if not gran else gran + (f" ({','.join(mods)})" if gran == "selective" and mods else "")
+    scope = v.get("cuda_graph_scope")
+    recipe = v.get("recipe")
+    return {
+        "dispatcher": dispatcher,
+        "dispatcher_note": note,
+        "ep_overlap": bool(v.get("overlap_moe_expert_parallel_comm") or False),
+        "shared_expert_overlap": bool(v.get("moe_shared_expert_overlap") or False),
+        "tp_comm_overlap": bool(v.get("tp_comm_overlap") or False),
+        "recompute": recompute,
+        "cuda_graph_impl": str(v.get("cuda_graph_impl") or "none"),
+        "cuda_graph_scope": (",".join(map(str, scope)) or None)
+        if isinstance(scope, (list, tuple))
+        else (scope or None),
+        "knobs_source": f"recipe {recipe} @ {v.get('recipe_release')}"
+        if recipe
+        else "Megatron-Core / Megatron-Bridge defaults (no recipe)",
     }

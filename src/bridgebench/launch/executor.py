@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from bridgebench.launch import shellsafe
 from bridgebench.launch.shellsafe import LaunchConfigError, ShellValueError  # noqa: F401  (re-exported)
+from bridgebench.model import placement
 from bridgebench.paths import REPO_ROOT
 
 #: the grammars of :mod:`bridgebench.launch.shellsafe` (kept here for callers of the old names)
@@ -91,17 +92,15 @@ def payload_command(
     return f"{head} bridgebench.payloads.pretrain --config {shlex.quote(config_path)}"
 
 
-def segment_for(nodes: int, gpus_per_node: int) -> int | None:
-    """``sbatch --segment`` as Megatron-Bridge's perf launcher sets it: for 4-GPU (NVL72) nodes, all nodes when
-    <= 18, else the largest divisor of the node count <= 18; None otherwise.
+def segment_for(nodes: int, gpus_per_node: int, policy: str = "nvidia_launcher") -> int | None:
+    """``sbatch --segment`` as Megatron-Bridge's perf launcher sets it (4-GPU NVL72 nodes: all nodes when <= 18, else
+    the largest divisor of the node count <= 18; None otherwise) -- the same segment the time model prices
+    (:func:`bridgebench.model.placement.segment_nodes`, declared once there; ``policy`` = the GPU's
+    ``segment_policy``).
 
     Source: Megatron-Bridge v0.3.1 ``scripts/performance/utils/executors.py::slurm_executor``.
     """
-    if gpus_per_node != 4:
-        return None
-    if nodes <= 18:
-        return nodes
-    return next(s for s in range(18, 0, -1) if nodes % s == 0)
+    return placement.segment_nodes(nodes, gpus_per_node, policy)
 
 
 def job_dir(cluster: Mapping[str, Any]) -> Path:

@@ -77,7 +77,9 @@ def job_spec(cfg: DictConfig) -> JobSpec:
         tasks_per_node=per_node,
         gpus_per_node=gpus if cfg.job.type == "pretrain" and cfg.cluster.gpus_per_node_request else None,
         container_image=str(cfg.release.container_image) if container else None,
-        segment=ex.segment_for(nodes, gpus) if cfg.cluster.supports_segment and cfg.job.type == "pretrain" else None,
+        segment=ex.segment_for(nodes, gpus, str(cfg.gpu.get("segment_policy") or "node"))
+        if cfg.cluster.supports_segment and cfg.job.type == "pretrain"
+        else None,
         exclusive=bool(cfg.cluster.exclusive),
         wrapper=list(cfg.job.wrapper),  # checked by shellsafe.check_config: a list of strings
     )

@@ -99,9 +99,29 @@ class PlannedRun:
     policies: list[str] = field(default_factory=list)  # bridgebench run policies applied (build.apply_policies)
     #: TensorBoard events: <the attempt's out folder, BRIDGEBENCH_OUT_DIR>/<job.tensorboard_subdir> (None: off)
     tensorboard_subdir: str | None = None
+    #: ``#SBATCH --segment`` of submit.sh (None: none) and the segment / NVLink-domain block the time model priced
+    #: (bridgebench.model.placement: the GPU's segment_policy); they differ only where the cluster cannot ask SLURM
+    #: for segments, and the plan then warns
+    segment: int | None = None
+    segment_priced: int | None = None
+    domain_gpus_priced: int | None = None
     #: what the time model predicted for this run when it was planned (:func:`_prediction`): step_time_s,
     #: tflops_per_gpu, band_pct, release, calibration, calibration_sha256, source; None for the optimizer-step payload
     prediction: dict | None = None
+
+
+def _priced_placement(cfg: DictConfig, nodes: int) -> dict[str, int | None]:
+    """The segment and NVLink-domain block the time model prices a pretrain run with
+    (:func:`bridgebench.model.placement.segment_nodes` / ``domain_gpus`` under the GPU's ``segment_policy``)."""
+    from bridgebench.model import placement
+
+    if cfg.job.type != "pretrain" or cfg.gpu.get("nvlink_domain") is None:
+        return {"segment_priced": None, "domain_gpus_priced": None}
+    gpn, policy = int(cfg.gpu.gpus_per_node), str(cfg.gpu.get("segment_policy") or "node")
+    return {
+        "segment_priced": placement.segment_nodes(nodes, gpn, policy),
+        "domain_gpus_priced": placement.domain_gpus(int(cfg.num_gpus), gpn, int(cfg.gpu.nvlink_domain), policy),
+    }
 
 
 def nodes_and_tasks(cfg: DictConfig) -> tuple[int, int]:
@@ -301,6 +321,8 @@ def plan(
                 variant_note=provenance[1],
                 policies=result.policies if result else [],
                 tensorboard_subdir=cfg.job.tensorboard_subdir if cfg.job.type == "pretrain" else None,
+                segment=job.spec.segment,
+                **_priced_placement(cfg, nodes),
                 prediction=predictions.get(h) if predictions.get(h) is not None else _prediction(ov, cfg, calibration),
             )
             (run_dir / "run.json").write_text(json.dumps(asdict(run), indent=2))

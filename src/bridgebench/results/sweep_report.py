@@ -109,6 +109,31 @@ def _trust_lines(rows: list[dict[str, Any]], counts: dict[str, Any]) -> list[str
     return out
 
 
+def _upstream_lines(rows: list[dict[str, Any]], counts: dict[str, Any], space: Any) -> list[str]:
+    """Which of upstream's start-up assertions removed how many points (every rule a point breaks counts, so a
+    point can count under several), what was set for the user and said (``sequence_parallel: auto``), and which
+    points are priced with a dispatcher other than the one asked for (DeepEP on GB200/GB300)."""
+    ups = counts.get("upstream_rules") or {}
+    out = ["", "## Upstream's start-up assertions", ""]
+    if ups:
+        out += ["| rule | points breaking it | first rule of | source |", "|---|---:|---:|---|"]
+        for rule, n in ups.items():
+            first = counts["by_rule"].get(rule, 0)
+            out.append(f"| `{rule}` | {n:,} | {first:,} | {RULES[rule].source if rule in RULES else ''} |")
+    else:
+        out.append("No point broke an upstream start-up assertion.")
+    if space is not None and any(a.key == "model.sequence_parallel" and "auto" in a.values for a in space.axes):
+        out.append(
+            "- `model.sequence_parallel: auto` set sequence parallelism on every point with TP > 1 (Megatron-Core "
+            "requires it for MoE with TP > 1: rule `moe_tp_needs_sp`)"
+        )
+    notes = {r["dispatcher_note"] for r in rows if r.get("dispatcher_note")}
+    for note in sorted(notes):
+        n = sum(1 for r in rows if r.get("dispatcher_note") == note)
+        out.append(f"- {n:,} points: {note}")
+    return out
+
+
 def summary_markdown(result: Any, state: dict[str, Any], calib: Any) -> str:
     """The Markdown summary of a sweep (see the module docstring)."""
     rows = result.rows
@@ -142,6 +167,7 @@ def summary_markdown(result: Any, state: dict[str, Any], calib: Any) -> str:
             what = RULES[rule].summary if rule in RULES else OTHER_REASONS.get(rule, "")
             example = next((r["reason"] for r in rows if r.get("rule") == rule), "")
             lines.append(f"| `{rule}` | {n:,} | {what} | {example[:160]} |")
+    lines += _upstream_lines(rows, counts, sp)
     top = result.top
     lines += ["", "## How far to trust the ranking", ""]
     lines += _trust_lines(rows, counts)

@@ -23,13 +23,18 @@ layer adds ``planned``, ``plan_failed``, ``submitted`` and ``skipped`` for the t
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
+from bridgebench.config import rules
 from bridgebench.config.calibration import ModelCalibration
-from bridgebench.sweep.bases import Base, base_of, compose_bases
-from bridgebench.sweep.points import check_rules, enumerate_points
-from bridgebench.sweep.scoring import score_memory, score_time
+from bridgebench.config.time_knobs import shown_knobs
+from bridgebench.model.placement import PlacementError
+from bridgebench.model.steptime.config import TimeModelError
+from bridgebench.sweep.bases import Base, arch_spec, base_of, compose_bases, effective
+from bridgebench.sweep.points import check_rules, enumerate_points, rule_point
+from bridgebench.sweep.scoring import placement_json, score_memory, score_time, time_config
 from bridgebench.sweep.space import Space, parse_space
 from bridgebench.sweep.trust import published_place, rank_and_annotate
 
@@ -142,11 +147,16 @@ def predict(overrides: Sequence[str], calib: ModelCalibration) -> dict[str, Any]
     a validity rule refuses is still scored for memory and time where the models can (its row says so in
     ``pruned_by``), so the numbers that would have mattered are shown.
 
+    The row also carries ``knobs`` (:func:`bridgebench.config.time_knobs.shown_knobs`: the settings users do not
+    type, as they run) and ``placement`` (:func:`bridgebench.sweep.scoring.placement_json`).
+
     Raises:
         bridgebench.config.compose.ConfigError: bad overrides, or an override that sweeps values.
+        bridgebench.config.rules.RuleError: a rule with a known fix is broken (:func:`_refuse_with_fix`).
     """
     base = base_of(overrides)
     row = run_pipeline([base], calib, pairs=[(base, {})], total=1)[0]
+    _refuse_with_fix(base, row)
     if row["status"] == "invalid" and row.get("rule") not in ("model_spec", "memory_model", "time_model"):
         probe = {**row, "status": "valid"}
         score_memory([probe], [base], calib)
@@ -155,15 +165,50 @@ def predict(overrides: Sequence[str], calib: ModelCalibration) -> dict[str, Any]
         row.update({k: v for k, v in probe.items() if k.startswith(("mem_", "t_", "hbm_")) or k in _TIME_KEYS})
     row["fits"] = row["status"] in ("ranked", "fits", "indistinct")
     row["pruned_by"] = None if row["fits"] else {"rule": row.get("rule"), "reason": row.get("reason")}
+    delta = json.loads(row["delta"])
+    v = effective(base, delta)
+    spec = arch_spec(base, delta, {})
+    spec = base.spec if isinstance(spec, Exception) else spec
+    row["knobs"] = shown_knobs(v, spec.is_moe)
+    try:
+        row["placement"] = placement_json(time_config(v, base.gpu), spec)
+    except (TimeModelError, PlacementError, TypeError, ValueError):
+        row["placement"] = None
     return row
 
+
+def _refuse_with_fix(base: Base, row: dict[str, Any]) -> None:
+    """``predict`` refuses (as ``plan`` does) a point whose broken rules all have a known fix -- MoE with TP > 1 and
+    no sequence parallelism, HybridEP beyond its NVLink domain, layers that do not split over PP x VP -- naming the
+    override that fixes each, instead of pricing what upstream would refuse. A point that also breaks a rule
+    without a fix stays a pruned row (``pruned_by`` lists every rule, fixes included).
+
+    Raises:
+        bridgebench.config.rules.RuleError: the violations that have a fix.
+    """
+    if row["status"] != "invalid" or row.get("rule") in ("model_spec", "memory_model", "time_model", None):
+        return
+    delta = json.loads(row["delta"])
+    spec = arch_spec(base, delta, {})
+    if isinstance(spec, Exception):
+        return
+    found = rules.check(rule_point(effective(base, delta), spec, base.rule_env(delta)))
+    if found and all(f.fix for f in found):
+        raise rules.RuleError(found)
+
+
+#: rule ids that are upstream's start-up assertions (Megatron-Core, Megatron-Bridge's launcher, the dispatchers):
+#: every rule of the table but bridgebench's own
+UPSTREAM_IDS = frozenset(k for k, r in rules.RULES.items() if not r.source.startswith("bridgebench"))
 
 _TIME_KEYS = ("step_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "band_pct", "time_release", "score")
 
 
 def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Counts per status and per pruning rule, the ties with the best, the points whose expert group leaves the
-    NVLink domain, and where the recipe's own configuration landed (:func:`published_place`)."""
+    """Counts per status and per pruning rule (``by_rule``: the first rule a point breaks; ``upstream_rules``: every
+    upstream start-up assertion a point breaks, :data:`UPSTREAM_IDS`), the ties with the best, the points whose
+    expert group leaves the NVLink domain, and where the recipe's own configuration landed
+    (:func:`published_place`)."""
     rows = list(rows)
     by_status: dict[str, int] = {}
     by_rule: dict[str, int] = {}
@@ -171,9 +216,15 @@ def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         by_status[r["status"]] = by_status.get(r["status"], 0) + 1
         if r.get("rule"):
             by_rule[r["rule"]] = by_rule.get(r["rule"], 0) + 1
+    upstream: dict[str, int] = {}
+    for r in rows:
+        for rule in (r.get("rules") or "").split(","):
+            if rule in UPSTREAM_IDS:
+                upstream[rule] = upstream.get(rule, 0) + 1
     return {
         "by_status": by_status,
         "by_rule": dict(sorted(by_rule.items(), key=lambda x: -x[1])),
+        "upstream_rules": dict(sorted(upstream.items(), key=lambda x: -x[1])),
         "ties": sum(1 for r in rows if r.get("tie") and r.get("rank") is not None),
         "ep_leaves_nvlink": sum(1 for r in rows if r.get("ep_leaves_nvlink") and r.get("rank") is not None),
         "published": published_place(rows),

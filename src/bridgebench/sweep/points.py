@@ -54,6 +54,9 @@ def rule_point(v: dict[str, Any], spec: ModelSpec, env: dict[str, Any] | None = 
         compute_capability=v["compute_capability"],
         min_compute_capability=v["min_compute_capability"],
         nvlink_domain=v["nvlink_domain"],
+        segment_policy=str(v["segment_policy"] or "node"),
+        moe_token_dispatcher_type=v["moe_token_dispatcher_type"],
+        moe_flex_dispatcher_backend=v["moe_flex_dispatcher_backend"],
     )
 
 
@@ -201,7 +204,8 @@ def check_rules(
     rows: list[dict[str, Any]], bases: Sequence[Base], progress: Callable[[int, int], None] | None = None
 ) -> list[dict[str, Any]]:
     """Stage 2 (in place): :func:`bridgebench.config.rules.check` on every ``enumerated`` row (status ``invalid``,
-    column ``rule`` = the first broken rule's id, ``reason`` = every broken rule's message), then points with the
+    column ``rule`` = the first broken rule's id, ``rules`` = every broken rule's id, ``reason`` = every broken
+    rule's message with its fix where one is known), then points with the
     same effective values (``point_id``) kept once (``duplicate``, ``reason`` = the point it duplicates); the rest
     become ``valid``."""
     seen: dict[str, str] = {}
@@ -214,7 +218,12 @@ def check_rules(
         v = effective(base, delta)
         found = rules.check(rule_point(v, spec, base.rule_env(delta)))
         if found:
-            row.update(status="invalid", rule=found[0].rule, reason="; ".join(str(f) for f in found))
+            row.update(
+                status="invalid",
+                rule=found[0].rule,
+                rules=",".join(dict.fromkeys(f.rule for f in found)),
+                reason="; ".join(str(f) for f in found),
+            )
         elif row["point_id"] in seen:
             row.update(status="duplicate", reason=f"same effective values as point {seen[row['point_id']]}")
         else:

@@ -8,8 +8,9 @@ import json
 from typing import Any, Callable, Sequence
 
 from bridgebench.config.calibration import ModelCalibration
-from bridgebench.config.time_knobs import time_knobs
+from bridgebench.config.time_knobs import shown_knobs, time_knobs
 from bridgebench.model import memory as mem
+from bridgebench.model import placement as pl
 from bridgebench.model.layout import LayoutError
 from bridgebench.model.newton_schulz import NSError, NSPolicy, muon_matrices, ns_flops
 from bridgebench.model.optimizer import OptimizerKind
@@ -131,6 +132,42 @@ def time_config(v: dict[str, Any], gpu: GpuFacts) -> TimeConfig:
         recompute_modules=mods,
         **time_knobs(v),
     )
+
+
+def placement_columns(cfg: TimeConfig, spec: ModelSpec, dispatcher: str) -> dict[str, Any]:
+    """Where a point's ranks land (:attr:`bridgebench.model.steptime.config.TimeConfig.placement`): ``domain_gpus``
+    (consecutive ranks per NVLink domain as the scheduler fills them), ``segment_nodes`` (``sbatch --segment``,
+    None = none), ``ep_domains`` (most domains one EP group touches), ``ep_split`` (its members per domain, e.g.
+    ``48/16``), ``ep_cross_copies`` (copies of a token leaving the sender's domain, worst rank,
+    :func:`bridgebench.model.placement.cross_domain_copies` for the dispatcher that runs) and ``groups_crossing``
+    (the group kinds some group of which spans domains, e.g. ``pp,dp_cp``)."""
+    placed = cfg.placement
+    ep = placed.group("ep")
+    worst = max(ep.splits, key=len)
+    topk = spec.moe_router_topk if spec.is_moe else 0
+    return {
+        "domain_gpus": placed.domain_gpus,
+        "segment_nodes": placed.segment,
+        "ep_domains": ep.domains,
+        "ep_split": "/".join(str(m) for m in worst),
+        "ep_cross_copies": pl.cross_domain_copies(ep, topk, dispatcher) if spec.is_moe else 0.0,
+        "groups_crossing": ",".join(g.kind for g in placed.groups if g.crosses and g.size > 1) or None,
+    }
+
+
+def placement_json(cfg: TimeConfig, spec: ModelSpec) -> dict[str, Any]:
+    """``predict --json`` ``placement``: the domains, the segment, and per group kind its size, stride, domains
+    touched and member splits, with the EP group's cross-domain copies per token (:func:`placement_columns`)."""
+    placed = cfg.placement
+    return {
+        "domain_gpus": placed.domain_gpus,
+        "domains": placed.domains,
+        "segment_nodes": placed.segment,
+        "segment_policy": cfg.gpu.segment_policy,
+        "groups": {g.kind: g.as_dict() for g in placed.groups},
+        "ep_cross_domain_copies_per_token": placement_columns(cfg, spec, cfg.dispatcher)["ep_cross_copies"],
+        "dispatcher": cfg.dispatcher if spec.is_moe else None,
+    }
 
 
 def ns_policy(v: dict[str, Any]) -> NSPolicy:
@@ -265,8 +302,11 @@ def score_time(
                 row["score"] = -t
                 row["band_pct"] = None
             else:
-                b = predict_time(spec, time_config(v, base.gpu), calib.time)
+                cfg = time_config(v, base.gpu)
+                b = predict_time(spec, cfg, calib.time)
                 row.update({f"t_{name}_s": float(value) for name, value in b.terms.items()})
+                row.update(placement_columns(cfg, spec, cfg.dispatcher))
+                row.update(shown_knobs(v, spec.is_moe))
                 seq = v["seq_length"] or spec.seq_length
                 row.update(
                     step_time_s=b.total,

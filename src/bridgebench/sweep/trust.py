@@ -10,8 +10,9 @@
 - ``published``: the point is NVIDIA's own configuration: its base is Megatron-Bridge's perf recipe of the release
   with that optimizer, and every swept key has the base's value.
 - ``ep_span`` / ``ep_leaves_nvlink``: the expert group (ETP x EP consecutive ranks, Megatron-Core's default order
-  ``tp-cp-ep-dp-pp``) and whether it is larger than the GPU's NVLink domain (``configs/gpu`` ``nvlink_domain``), so
-  its all-to-all runs over the scale-out network.
+  ``tp-cp-ep-dp-pp``) and whether some EP group spans more than one NVLink domain as the scheduler places the job
+  (:mod:`bridgebench.model.placement`: 256 GB300 are four 64-GPU segments), so part of its all-to-all runs over the
+  scale-out network.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 from typing import Any, Sequence
 
 from bridgebench.config.compose import variant_provenance
+from bridgebench.model import placement as pl
 from bridgebench.sweep.bases import Base
 from bridgebench.sweep.keys import KEYS
 
@@ -54,6 +56,24 @@ def _is_published(base: Base, delta: dict[str, Any]) -> bool:
     return True
 
 
+def _ep_crosses(row: dict[str, Any], base: Base) -> bool:
+    """Some EP group of the point spans more than one NVLink domain as the scheduler places the job
+    (``ep_domains`` of the time stage, else :func:`bridgebench.model.placement.place` on the row's sizes)."""
+    if row.get("ep_domains") is not None:
+        return bool(row["ep_domains"] > 1)
+    g = base.gpu
+    if row.get("num_gpus") is None:  # a row without its sizes: the group's span against the GPU's domain
+        return bool(row["ep_span"] > g.nvlink_domain)
+    try:
+        n = int(row["num_gpus"])
+        domain = pl.domain_gpus(n, g.gpus_per_node, g.nvlink_domain, g.segment_policy)
+        sizes = {k: int(row.get(k) or 1) for k in ("tp", "cp", "pp", "ep")}
+        placed = pl.place(n, **sizes, etp=int(row.get("etp") or sizes["tp"]), domain=domain)
+    except (pl.PlacementError, TypeError, ValueError):
+        return False
+    return placed.group("ep").crosses
+
+
 def rank_and_annotate(rows: list[dict[str, Any]], bases: Sequence[Base]) -> list[dict[str, Any]]:
     """Rank the ``ranked`` rows and add ``rank``, ``twins``, ``collapsed_into``, ``tie``, ``published``,
     ``ep_span`` and ``ep_leaves_nvlink`` (see the module docstring). In place; returns ``rows``."""
@@ -65,7 +85,7 @@ def rank_and_annotate(rows: list[dict[str, Any]], bases: Sequence[Base]) -> list
         base = bases[row["base"]]
         span = (row.get("etp") or row.get("tp") or 1) * (row.get("ep") or 1)
         row["ep_span"] = span
-        row["ep_leaves_nvlink"] = bool(span > base.gpu.nvlink_domain)
+        row["ep_leaves_nvlink"] = _ep_crosses(row, base)
         row["published"] = _is_published(base, json.loads(row["delta"])) if row["status"] != "duplicate" else False
     ranked = sorted((r for r in rows if r["status"] == "ranked"), key=lambda r: (-r["score"], r["mem_total_gb"]))
     kept: dict[tuple, dict[str, Any]] = {}

@@ -18,6 +18,8 @@ module          what it holds
 ``sizes``       ``positive_int`` on the slow path (non-int or non-positive sizes, named)
 ``pipeline``    layout strings and the layer split over PP x VP
 ``system``      GPU x precision x system (compute capability, NVLink env vars)
+``upstream``    upstream start-up assertions (HybridEP, MoE + TP needs SP, DeepEP's fallback, enum values) with
+                the file and tag each came from; the layout a non-dividing split gets suggested
 ==============  ======================================================================================================
 """
 

@@ -10,6 +10,7 @@ from bridgebench.config.rules.pipeline import layout_violations, split_violation
 from bridgebench.config.rules.point import Point, RuleError, Violation
 from bridgebench.config.rules.sizes import size_violations
 from bridgebench.config.rules.system import system_violations
+from bridgebench.config.rules.upstream import upstream_violations
 from bridgebench.model.optimizer import family as optimizer_family
 
 
@@ -55,6 +56,7 @@ def check(p: Point) -> list[Violation]:
     out.extend(_batch_violations(p, dp, vp))
     out.extend(_optimizer_violations(p))
     out.extend(system_violations(p))
+    out.extend(upstream_violations(p, p.tp if p.etp is None else p.etp, out))
     return out
 
 

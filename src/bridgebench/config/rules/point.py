@@ -12,13 +12,15 @@ from bridgebench.errors import BridgebenchError
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """One broken rule: ``rule`` is a stable id from :data:`RULES`, ``message`` names the rule and its numbers."""
+    """One broken rule: ``rule`` is a stable id from :data:`RULES`, ``message`` names the rule and its numbers,
+    ``fix`` the override that makes the point valid where one does (None otherwise)."""
 
     rule: str
     message: str
+    fix: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.rule}: {self.message}"
+        return f"{self.rule}: {self.message}" + (f" -- fix: {self.fix}" if self.fix else "")
 
 
 class RuleError(BridgebenchError):
@@ -81,6 +83,9 @@ class Point:
     compute_capability: float | None = None
     min_compute_capability: float | None = None
     nvlink_domain: int | None = None
+    segment_policy: str = "node"  # configs/gpu segment_policy (bridgebench.model.placement)
+    moe_token_dispatcher_type: str | None = None
+    moe_flex_dispatcher_backend: str | None = None
     env_nvlink_domain_size: Any = None
     env_use_mnnvl: Any = None
     env_hybrid_ep_ranks_per_nvlink_domain: Any = None
@@ -127,6 +132,9 @@ class Point:
             compute_capability=cfg.gpu.get("compute_capability"),
             min_compute_capability=cfg.precision.get("min_compute_capability"),
             nvlink_domain=cfg.gpu.get("nvlink_domain"),
+            segment_policy=str(cfg.gpu.get("segment_policy") or "node"),
+            moe_token_dispatcher_type=m.get("moe_token_dispatcher_type"),
+            moe_flex_dispatcher_backend=m.get("moe_flex_dispatcher_backend"),
             env_nvlink_domain_size=env_value(cfg, "NVLINK_DOMAIN_SIZE"),
             env_use_mnnvl=env_value(cfg, "USE_MNNVL"),
             env_hybrid_ep_ranks_per_nvlink_domain=env_value(cfg, "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"),

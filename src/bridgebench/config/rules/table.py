@@ -233,6 +233,49 @@ RULES: dict[str, Rule] = {
             "an attempt collect cannot read (symlink loop, a result file that is not the payload's object, logs not "
             "fetched, a clashing record) is set aside with its reason; the rest are collected; exit code 5",
         ),
+        # upstream start-up assertions judged by bridgebench.config.rules.upstream (Megatron-Core, Megatron-Bridge's
+        # performance launcher, the MoE dispatchers)
+        Rule(
+            id="hybridep_ep_domain",
+            source="Megatron-Bridge v0.3.1 scripts/performance/perf_plugins.py PerfEnvPlugin._set_nvl_domain_size "
+            "('assert ep_size <= 72'); HEAD 067f987d scripts/performance/utils/utils.py "
+            "apply_target_topology_environment and utils/overrides.py (ValueError 'HybridEP expert parallel size must "
+            "not exceed the 72-rank NVLink domain.')",
+            summary="HybridEP on an NVL72 system (GB200/GB300): EP <= the 72-GPU NVLink domain",
+        ),
+        Rule(
+            id="hybridep_ranks_per_domain",
+            source="DeepEP hybrid-ep branch deep_ep/hybrid_ep_buffer.py HybridEPBuffer.__init__ (assert group size % "
+            "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN == 0; the env overrides the detected value); megatron-core "
+            "0.19.2 transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher (group = expert TP x EP ranks); "
+            "the env as Megatron-Bridge v0.3.1 perf_plugins.py _set_nvl_domain_size sets it (EP on NVL72, "
+            "min(EP, 8) on NVL8)",
+            summary="HybridEP: the ETP x EP group is a multiple of the ranks per NVLink domain, and as the scheduler "
+            "places the job every domain holds a multiple of them (bridgebench.model.placement)",
+        ),
+        Rule(
+            id="moe_tp_needs_sp",
+            source="megatron-core 0.19.2 transformer/moe/moe_layer.py MoELayer.forward (ValueError in training when "
+            "the attention TP group > 1 without sequence_parallel); training/yaml_arguments.py ('When using MoE and "
+            "tensor parallelism, sequence parallelism must be used.'); model_parallel_config.py warns for EP > 1",
+            summary="a MoE model with TP > 1 needs model.sequence_parallel=true",
+        ),
+        Rule(
+            id="deepep_falls_back",
+            source="Megatron-Bridge 0.6.2 / v0.3.1 src/megatron/bridge/training/flex_dispatcher_backend.py "
+            "apply_flex_dispatcher_backend (DeepEP only on compute capability 8.x / 9.x or NVIDIA B200 / B300; other "
+            "GPUs: a rank-0 warning and 'Falling back to alltoall'); NVIDIA-NeMo/Megatron-Bridge#5992",
+            summary="DeepEP requested on GB200 / GB300 runs the alltoall dispatcher: priced as alltoall and said so "
+            "(never a prune)",
+        ),
+        Rule(
+            id="enum_value",
+            source="megatron-core 0.19.2 transformer/transformer_config.py (Literal field types and __post_init__: "
+            "recompute_granularity, recompute_method, recompute_modules allowed set, moe_token_dispatcher_type, "
+            "moe_flex_dispatcher_backend, cuda_graph_impl; cp_comm_type docstring and Transformer Engine's attention)",
+            summary="enum settings take one of upstream's values (did-you-mean on a misspelling), checked before "
+            "anything is priced",
+        ),
         Rule(
             "yaml_bounds",
             "bridgebench config/bounds.py (PyYAML 6 yaml.compose node graph; 'billion laughs', CVE-2003-1564 class)",
@@ -284,6 +327,8 @@ NON_POINT_RULES = frozenset(
         "cluster_gpus",
         "cluster_container",
         "collect_partial",
+        "enum_value",  # config/schema.py check_sections, at compose and for every swept value
+        "deepep_falls_back",  # a pricing note (config/time_knobs.py), never a violation
         "yaml_bounds",
         "config_name_confined",
         "config_range",

@@ -21,6 +21,8 @@ collective to fit them on.
 
 from __future__ import annotations
 
+from bridgebench.model.placement import GroupPlacement
+
 #: Fraction of the datasheet link bandwidth a large NCCL collective reaches (bus bandwidth / link bandwidth):
 #: nccl-tests all-reduce on DGX H100 reports ~360-370 GB/s bus bandwidth on 450 GB/s NVLink 4 per direction and
 #: ~42-45 GB/s on a 400 Gb/s NDR NIC (NVIDIA DGX H100 / nccl-tests published results): ~0.8.
@@ -80,3 +82,26 @@ def send(bytes_: float, bandwidth: float, step_alpha: float) -> float:
     if bytes_ <= 0:
         return 0.0
     return step_alpha + bytes_ / (bandwidth * BUS_EFFICIENCY)
+
+
+def placed_ring(bytes_: float, group: GroupPlacement, nvlink_bw: float, network_bw: float, passes: int = 1) -> float:
+    """:func:`group_ring` over a group as the scheduler placed it (:class:`bridgebench.model.placement.
+    GroupPlacement`): for each way a group splits over domains, ``m_j`` members in domain ``j``, the inside-domain
+    ring of the largest piece at NVLink bandwidth plus, per pass, ``d - 1`` network steps and the ``(n - m_j) / n x
+    V`` domain ``j`` imports through its ``m_j`` NICs (the slowest domain sets the pace); the worst split counts.
+    Equals :func:`group_ring` when the groups split evenly and aligned."""
+    n = group.size
+    if n <= 1 or bytes_ <= 0:
+        return 0.0
+    worst = 0.0
+    for split in group.splits:
+        if len(split) == 1:
+            t = ring(bytes_, n, nvlink_bw, NVLINK_ALPHA, passes)
+        else:
+            big = max(split)
+            inside = ring(bytes_, big, nvlink_bw, NVLINK_ALPHA, passes) if big > 1 else 0.0
+            share = max((n - m) / n / m for m in split)
+            d = len(split)
+            t = inside + passes * ((d - 1) * NETWORK_ALPHA + share * bytes_ / (network_bw * BUS_EFFICIENCY))
+        worst = max(worst, t)
+    return worst

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from bridgebench.errors import BridgebenchError
+from bridgebench.model import placement as pl
 from bridgebench.model.newton_schulz import NSPolicy, Parallelism
 from bridgebench.model.parallel import ParallelSizes
 from bridgebench.model.spec import ModelSpec
@@ -38,8 +39,9 @@ class TimeModelError(BridgebenchError):
 class GpuFacts:
     """One GPU kind (``configs/gpu/<name>.yaml``): dense tensor-core peaks in TFLOP/s by peak key, HBM capacity
     (bytes) and bandwidth (bytes/s), NVLink and scale-out bandwidth per GPU per direction (bytes/s), NVLink domain
-    size (GPUs), GPUs per node and CUDA compute capability (9.0 Hopper, 10.x Blackwell; decides the GEMM tile of
-    :mod:`bridgebench.model.steptime.gemm`)."""
+    size (GPUs), GPUs per node, CUDA compute capability (9.0 Hopper, 10.x Blackwell; decides the GEMM tile of
+    :mod:`bridgebench.model.steptime.gemm`) and how the scheduler fills NVLink domains (``segment_policy``,
+    :mod:`bridgebench.model.placement`)."""
 
     name: str
     peak_tflops: Mapping[str, float | None]
@@ -50,12 +52,13 @@ class GpuFacts:
     nvlink_domain: int
     gpus_per_node: int = 8
     compute_capability: float | None = None
+    segment_policy: str = "node"
 
     @classmethod
     def from_mapping(cls, gpu: Mapping[str, Any]) -> GpuFacts:
         """From a ``configs/gpu`` mapping (``hbm_gb``, ``hbm_bandwidth_tb_s``, ``nvlink_bandwidth_gb_s``,
-        ``network_bandwidth_gb_s``, ``nvlink_domain``, ``peak_tflops``; ``gpus_per_node`` and
-        ``compute_capability`` optional). Raises :class:`TimeModelError` on a missing key."""
+        ``network_bandwidth_gb_s``, ``nvlink_domain``, ``peak_tflops``; ``gpus_per_node``, ``compute_capability``
+        and ``segment_policy`` optional). Raises :class:`TimeModelError` on a missing key."""
         try:
             cc = gpu.get("compute_capability")
             return cls(
@@ -68,6 +71,7 @@ class GpuFacts:
                 nvlink_domain=int(gpu["nvlink_domain"]),
                 gpus_per_node=int(gpu.get("gpus_per_node") or 8),
                 compute_capability=None if cc is None else float(cc),
+                segment_policy=str(gpu.get("segment_policy") or "node"),
             )
         except KeyError as err:
             raise TimeModelError(f"gpu {gpu.get('name')!r} lacks {err.args[0]!r} (configs/gpu)") from err
@@ -161,6 +165,22 @@ class TimeConfig(ParallelSizes):
             raise TimeModelError(f"cp_comm_type must be one of {CP_COMM_TYPES}, got {self.cp_comm_type!r}")
         if self.muon_assignment not in MUON_ASSIGNMENTS:
             raise TimeModelError(f"muon_assignment must be one of {MUON_ASSIGNMENTS}, got {self.muon_assignment!r}")
+
+    @property
+    def placement(self) -> pl.Placement:
+        """Where the job's ranks land: NVLink domains as the scheduler fills them (the GPU's ``segment_policy``)
+        and every group kind's split over them (:func:`bridgebench.model.placement.place`, cached)."""
+        g = self.gpu
+        domain = pl.domain_gpus(self.num_gpus, g.gpus_per_node, g.nvlink_domain, g.segment_policy)
+        seg = pl.segment_nodes(max(1, self.num_gpus // g.gpus_per_node), g.gpus_per_node, g.segment_policy)
+        return pl.place(self.num_gpus, tp=self.tp, cp=self.cp, pp=self.pp, ep=self.ep, etp=self.etp, domain=domain,
+                        segment=seg)  # fmt: skip
+
+    def link_of(self, kind: str) -> float:
+        """Bandwidth (bytes/s per GPU per direction) of a group kind: NVLink when every group of that kind lies in
+        one NVLink domain as placed, else the scale-out network."""
+        crosses = self.placement.group(kind).crosses
+        return self.gpu.network_bandwidth if crosses else self.gpu.nvlink_bandwidth
 
     @property
     def dispatcher(self) -> str:

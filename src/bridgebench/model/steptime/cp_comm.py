@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from bridgebench.model.placement import GroupPlacement
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import collectives, registry
 from bridgebench.model.steptime.gemm import LayerShape, tokens
@@ -40,16 +41,22 @@ def _widths(spec: ModelSpec, tp: int) -> tuple[float, float, float]:
 
 
 @lru_cache(maxsize=4096)
-def layer_terms(sid: int, gid: int, sh: LayerShape, comm_type: str) -> tuple[str, float, float, int, float]:
+def layer_terms(
+    sid: int, gid: int, sh: LayerShape, comm_type: str, group: GroupPlacement | None = None
+) -> tuple[str, float, float, int, float]:
     """One attention layer's CP communication per microbatch: (kind, forward step seconds, backward step seconds,
     ring steps, non-overlappable seconds); kind ``none`` (CP = 1), ``ring`` (``p2p``, ``a2a+p2p``), ``gather``
-    (``all_gather``: one overlapped collective each way) or ``a2a`` (nothing overlapped)."""
+    (``all_gather``: one overlapped collective each way) or ``a2a`` (nothing overlapped). ``group``: the CP group
+    as placed on NVLink domains (:attr:`TimeConfig.placement`; None: the ``TP x CP`` consecutive ranks from 0)."""
     if sh.cp <= 1:
         return ("none", 0.0, 0.0, 0, 0.0)
     spec, gpu = registry.get(sid), registry.get(gid)
     t, _ = tokens(spec, sh)
     q, kv, o = _widths(spec, sh.tp)
-    bw = gpu.link(sh.tp * sh.cp)
+    if group is None:
+        bw = gpu.link(sh.tp * sh.cp)
+    else:
+        bw = gpu.network_bandwidth if group.crosses else gpu.nvlink_bandwidth
     a = collectives.alpha(bw, gpu.nvlink_bandwidth)
     if comm_type == "a2a":
         share = (sh.cp - 1) / sh.cp
@@ -57,9 +64,12 @@ def layer_terms(sid: int, gid: int, sh: LayerShape, comm_type: str) -> tuple[str
         return ("a2a", 0.0, 0.0, 0, 2 * fwd)  # backward: the gradients of the same tensors
     if comm_type == "all_gather":
         full = t * kv * BYTES * sh.cp
-        step = collectives.group_ring(
-            full, sh.cp, sh.tp, gpu.nvlink_domain, gpu.nvlink_bandwidth, gpu.network_bandwidth
-        )
+        if group is None:
+            step = collectives.group_ring(
+                full, sh.cp, sh.tp, gpu.nvlink_domain, gpu.nvlink_bandwidth, gpu.network_bandwidth
+            )
+        else:
+            step = collectives.placed_ring(full, group, gpu.nvlink_bandwidth, gpu.network_bandwidth)
         return ("gather", step, step, 1, 0.0)
     chunk = t * kv * BYTES
     return ("ring", collectives.send(chunk, bw, a), collectives.send(2 * chunk, bw, a), sh.cp - 1, 0.0)

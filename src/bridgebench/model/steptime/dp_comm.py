@@ -52,19 +52,18 @@ def bucket_params(cfg: TimeConfig) -> float:
 
 
 def dense_ring(cfg: TimeConfig, bytes_: float, passes: int = 1) -> float:
-    """A ring collective of ``bytes_`` over the dense DP x CP group (members ``TP`` ranks apart)."""
+    """A ring collective of ``bytes_`` over the dense DP x CP group (members ``TP`` ranks apart), as placed on the
+    NVLink domains (:attr:`TimeConfig.placement`, :func:`~bridgebench.model.steptime.collectives.placed_ring`)."""
     g = cfg.gpu
-    return collectives.group_ring(
-        bytes_, cfg.dp * cfg.cp, cfg.tp, g.nvlink_domain, g.nvlink_bandwidth, g.network_bandwidth, passes
-    )
+    group = cfg.placement.group("dp_cp")
+    return collectives.placed_ring(bytes_, group, g.nvlink_bandwidth, g.network_bandwidth, passes)
 
 
 def expert_ring(cfg: TimeConfig, bytes_: float, passes: int = 1) -> float:
-    """A ring collective of ``bytes_`` over the expert-DP group (members ``ETP x EP`` ranks apart)."""
+    """A ring collective of ``bytes_`` over the expert-DP group (members ``ETP x EP`` ranks apart), as placed."""
     g = cfg.gpu
-    return collectives.group_ring(
-        bytes_, cfg.edp, cfg.etp_ * cfg.ep, g.nvlink_domain, g.nvlink_bandwidth, g.network_bandwidth, passes
-    )
+    group = cfg.placement.group("edp")
+    return collectives.placed_ring(bytes_, group, g.nvlink_bandwidth, g.network_bandwidth, passes)
 
 
 def dp_comm(

@@ -3,10 +3,12 @@ when the expert group fits the NVLink domain and over the scale-out network when
 
 Per GPU ``T_sp`` tokens (its sequence shard) are routed to ``topk`` experts each (balanced routing, as NVIDIA's perf
 recipes force with ``moe_router_force_load_balancing``). The EP group is ``EP`` ranks at stride ``ETP``, a block of
-``ETP x EP`` consecutive ranks (expert rank order etp-ep-edp-pp, megatron-core 0.19.2 ``parallel_state.py``); with a
-domain of ``D`` GPUs a fraction ``D / (ETP x EP)`` of the destinations is in the own domain when the block spans
-several domains. BF16 tokens (``2 h`` bytes). One exchange each way in the forward (dispatch, combine) and in the
-backward (the gradient of combine, then of dispatch): 4 exchanges per layer per microbatch.
+``ETP x EP`` consecutive ranks (expert rank order etp-ep-edp-pp, megatron-core 0.19.2 ``parallel_state.py``), placed
+on NVLink domains as the scheduler fills them (:mod:`bridgebench.model.placement`): with ``m_j`` of the ``EP`` ranks in
+domain ``j``, a rank in domain ``o`` reaches ``(m_o - 1) / EP`` of the destinations over NVLink and the rest over the
+network (an EP 64 group split 48 / 16 over two domains is not NVLink-only). BF16 tokens (``2 h`` bytes). One
+exchange each way in the forward (dispatch, combine) and in the backward (the gradient of combine, then of
+dispatch): 4 exchanges per layer per microbatch.
 
 Bytes leaving a GPU per exchange, by dispatcher (megatron-core ``transformer/moe/token_dispatcher.py``):
 
@@ -16,8 +18,8 @@ Bytes leaving a GPU per exchange, by dispatcher (megatron-core ``transformer/moe
 - ``deepep`` / ``hybridep`` / ``ncclep`` (flex dispatcher over the TP x EP group; DeepEP, Zhao et al. 2025,
   github.com/deepseek-ai/DeepEP; HybridEP and NCCL EP in Megatron-Core 0.16+ / 0.19): a token goes once to each
   distinct destination GPU, not once per expert: ``E[GPUs hit] = EP (1 - (1 - 1/EP)^topk)`` under uniform routing;
-  across domains once per distinct remote domain, ``(n - 1)(1 - (1 - 1/n)^topk)`` for ``n`` domains, and is forwarded
-  over NVLink inside the remote domain.
+  across domains once per distinct remote domain, ``sum_j (1 - (1 - m_j / EP)^topk)`` over the remote domains
+  (:func:`bridgebench.model.placement.cross_domain_copies`), and is forwarded over NVLink inside the remote domain.
 
 Time per exchange: ``max(NVLink bytes / NVLink bw, network bytes / network bw)`` at the bus efficiency of
 :mod:`bridgebench.model.steptime.collectives`, plus a message latency. Exposure: all of it by default; with
@@ -31,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from bridgebench.model import placement
+from bridgebench.model.placement import GroupPlacement
 from bridgebench.model.steptime import collectives, registry
 from bridgebench.model.steptime.gemm import LayerShape, tokens
 
@@ -61,43 +65,54 @@ def _hit(n: float, k: int) -> float:
 
 
 @lru_cache(maxsize=4096)
-def layer_exchange(sid: int, gid: int, sh: LayerShape, dispatcher: str) -> Exchange:
-    """The token exchange of one MoE layer per microbatch (see the module docstring). EP = ETP = 1: no exchange."""
+def layer_exchange(
+    sid: int, gid: int, sh: LayerShape, dispatcher: str, group: GroupPlacement | None = None
+) -> Exchange:
+    """The token exchange of one MoE layer per microbatch (see the module docstring). EP = ETP = 1: no exchange.
+
+    ``group``: the EP group as the scheduler placed it (:attr:`TimeConfig.placement` ``ep``: EP ranks ``ETP``
+    apart, and how they split over NVLink domains); None = the ``ETP x EP`` consecutive ranks from rank 0 on the
+    GPU's NVLink domains. The busiest rank of the worst split sets the time: the one whose domain holds the fewest
+    of its group's ranks."""
     spec, gpu = registry.get(sid), registry.get(gid)
     if not spec.is_moe or sh.ep * sh.etp <= 1:
         return Exchange(0.0, 0.0, 0.0, 0.0, False)
     _, tsp = tokens(spec, sh)
     k, h, ep = spec.moe_router_topk, spec.hidden_size, sh.ep
-    span = sh.etp * ep
-    domain = gpu.nvlink_domain
-    local = min(1.0, domain / span)
-    scale_out = span > domain
+    if group is None:
+        domain = gpu.nvlink_domain
+        group = placement.place(sh.etp * ep, tp=1, ep=ep, etp=sh.etp, domain=domain).group("ep")
+    scale_out = group.crosses
     token = h * BYTES
     if dispatcher == "allgather":
-        group = sh.tp * ep
-        bw = gpu.link(group * max(1, sh.etp // sh.tp))
+        grp = sh.tp * ep
+        bw = gpu.network_bandwidth if scale_out else gpu.nvlink_bandwidth
         a = collectives.alpha(bw, gpu.nvlink_bandwidth)
-        one = collectives.ring(tsp * group * token, group, bw, a)
-        nvl, net = (tsp * group * token, 0.0) if not scale_out else (0.0, tsp * group * token)
-    else:
-        if dispatcher == "alltoall":
-            out = tsp * k * (ep - 1) / ep * token
-            nvl, net = out * local, out * (1 - local)
-        else:  # deepep / hybridep / ncclep: once per distinct GPU, once per distinct remote domain
-            gpus = _hit(ep, k) * (ep - 1) / ep
-            if scale_out:
-                n = span / domain
-                net = tsp * _hit(n, k) * (n - 1) / n * token
-                nvl = tsp * gpus * token
-            else:
-                nvl, net = tsp * gpus * token, 0.0
-        t_nvl = nvl / (gpu.nvlink_bandwidth * collectives.BUS_EFFICIENCY)
-        t_net = net / (gpu.network_bandwidth * collectives.BUS_EFFICIENCY)
-        lat = collectives.NETWORK_ALPHA if scale_out else collectives.NVLINK_ALPHA
-        one = max(t_nvl, t_net) + lat
-        if sh.etp > 1 and dispatcher == "alltoall":  # all-gather the received copies over ETP (RS in combine)
-            bw = gpu.link(sh.etp)
-            one += collectives.ring(tsp * k * sh.etp * token, sh.etp, bw, collectives.alpha(bw, gpu.nvlink_bandwidth))
+        one = collectives.ring(tsp * grp * token, grp, bw, a)
+        nvl, net = (tsp * grp * token, 0.0) if not scale_out else (0.0, tsp * grp * token)
+        return Exchange(EXCHANGES * one, one, nvl, net, scale_out)
+    # per split and per own domain: (NVLink bytes, network bytes) leaving one GPU per exchange
+    cases = []
+    for split in group.splits:
+        for own in range(len(split)) if len(split) > 1 else (0,):
+            if dispatcher == "alltoall":
+                nvl = tsp * k * (split[own] - 1) / ep * token
+                net = tsp * k * (ep - split[own]) / ep * token
+            else:  # deepep / hybridep / ncclep: once per distinct GPU, once per distinct remote domain
+                nvl = tsp * _hit(ep, k) * (ep - 1) / ep * token
+                net = tsp * sum(1.0 - (1.0 - m / ep) ** k for j, m in enumerate(split) if j != own) * token
+            cases.append((nvl, net))
+    lat = collectives.NETWORK_ALPHA if scale_out else collectives.NVLINK_ALPHA
+    eff = collectives.BUS_EFFICIENCY
+
+    def seconds(c: tuple[float, float]) -> float:
+        return float(max(c[0] / (gpu.nvlink_bandwidth * eff), c[1] / (gpu.network_bandwidth * eff)))
+
+    nvl, net = max(cases, key=seconds)
+    one = seconds((nvl, net)) + lat
+    if sh.etp > 1 and dispatcher == "alltoall":  # all-gather the received copies over ETP (RS in combine)
+        bw = gpu.link(sh.etp)
+        one += collectives.ring(tsp * k * sh.etp * token, sh.etp, bw, collectives.alpha(bw, gpu.nvlink_bandwidth))
     return Exchange(EXCHANGES * one, one, nvl, net, scale_out)
 
 

@@ -278,7 +278,7 @@ def optimizer_step(
     ns, per_matrix = ns_flops / rate, kappa * nmat
     tp_mode = 0.0
     if cfg.tp > 1 or cfg.etp_ > 1:
-        bw = cfg.gpu.link(max(cfg.tp, cfg.etp_))
+        bw = cfg.link_of("tp" if cfg.tp >= cfg.etp_ else "etp")
         a = collectives.alpha(bw, cfg.gpu.nvlink_bandwidth)
         t = max(cfg.tp, cfg.etp_)
         if cfg.ns_policy.tp_mode == "duplicated" and loads.gathered[b]:

@@ -29,7 +29,7 @@ def bubble(per_microbatch: float, cfg: TimeConfig) -> float:
 def transfer_seconds(spec: ModelSpec, cfg: TimeConfig) -> float:
     """One stage-to-stage transfer of one microbatch's activation (or its gradient) from one GPU."""
     tokens = cfg.mbs * spec.seq_length / cfg.cp / (cfg.tp if cfg.sp else 1)
-    bw = cfg.gpu.link(cfg.num_gpus)
+    bw = cfg.link_of("pp")  # NVLink only when every stage-to-stage pair shares a domain as placed
     return collectives.send(tokens * spec.hidden_size * BYTES, bw, collectives.alpha(bw, cfg.gpu.nvlink_bandwidth))
 
 

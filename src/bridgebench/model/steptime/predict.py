@@ -207,14 +207,16 @@ def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate:
     attn_f, attn_b = gem.pop("core_attn_fwd") / rate, gem.pop("core_attn_bwd") / rate
     gem = {k: v / rate for k, v in gem.items()}
     elem = {k: b / hbm for k, b in layer_bytes(sid, kind, sh)}
-    blocks = tp_comm.layer_blocks(sid, gid, kind, sh)
+    placed = cfg.placement
+    blocks = tp_comm.layer_blocks(sid, gid, kind, sh, placed.group("tp").crosses)
     tp_x = tp_comm.exposed(blocks, rate, cfg.tp_comm_overlap and sh.sp)
-    cp_x = cp_comm.exposed(cp_comm.layer_terms(sid, gid, sh, cfg.cp_comm_type or "p2p"), attn_f, attn_b, sh.cp)
+    cp_terms = cp_comm.layer_terms(sid, gid, sh, cfg.cp_comm_type or "p2p", placed.group("cp"))
+    cp_x = cp_comm.exposed(cp_terms, attn_f, attn_b, sh.cp)
     compute = sum(gem.values()) + attn_f + attn_b
     ep_x = ep_fwd = 0.0
     scale_out = False
     if kind.endswith("moe"):
-        ex = ep_comm.layer_exchange(sid, gid, sh, cfg.dispatcher)
+        ex = ep_comm.layer_exchange(sid, gid, sh, cfg.dispatcher, placed.group("ep"))
         shared = gem.get("shared_experts", 0.0) / 3
         ep_x = ep_comm.exposed(ex, compute, shared, cfg.overlap_moe_expert_parallel_comm, cfg.moe_shared_expert_overlap)
         ep_fwd, scale_out = ex.seconds / 2, ex.scale_out

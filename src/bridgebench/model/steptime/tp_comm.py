@@ -39,15 +39,18 @@ BYTES = 2.0
 
 
 @lru_cache(maxsize=4096)
-def layer_blocks(sid: int, gid: int, kind: str, sh: LayerShape) -> tuple[tuple[float, float], ...]:
+def layer_blocks(
+    sid: int, gid: int, kind: str, sh: LayerShape, crosses: bool | None = None
+) -> tuple[tuple[float, float], ...]:
     """Per tensor-parallel block of a layer of ``kind``: (collective seconds forward + backward per microbatch,
-    the block's GEMM seconds at efficiency 1 that can hide them). Empty with TP = 1."""
+    the block's GEMM seconds at efficiency 1 that can hide them). Empty with TP = 1. ``crosses``: the TP group
+    leaves its NVLink domain as placed (:attr:`TimeConfig.placement`; None: TP consecutive ranks from rank 0)."""
     if sh.tp <= 1 or kind == "logits":
         return ()
     spec, gpu = registry.get(sid), registry.get(gid)
     t, _ = tokens(spec, sh)
     h = spec.hidden_size
-    bw = gpu.link(sh.tp)
+    bw = gpu.link(sh.tp) if crosses is None else (gpu.network_bandwidth if crosses else gpu.nvlink_bandwidth)
     a = collectives.alpha(bw, gpu.nvlink_bandwidth)
 
     def block(w_in: float, w_out: float) -> float:
