@@ -44,6 +44,7 @@ def _records() -> list[dict]:
             r = pretrain_record(f"c1/{100 + i}/{opt}/pretrain", optimizer=opt, step=step, rng=rng)
             r["name"] = f"qwen3_30b_a3b-{opt}-gb300-mxfp8-abc"
             r["run_id"] = f"{opt}hash-r{i}"
+            r["quality"] = "steady"  # Table 1 takes steady windows only (results/table1.py measured_step_times)
             r["predicted"] = {"step_time_s": step * 1.02, "band_pct": 3.4, "release": "26.02", "calibration": "default"}
             r["provenance"] |= {
                 "git_commit": "0123456789abcdef0123",
@@ -122,6 +123,7 @@ def test_pages_show_what_the_data_says(site):
     t1 = pages["table1.html"]
     assert t1.count("independent check") >= 2 and t1.count("derived from the blog") >= 2
     assert "MFU BF16 (model only)" in t1 and "MFU BF16 (with NS)" in t1
+    assert t1.count("your run c1/10") == 2 and 'id="tbl-table1-mine"' in t1  # your runs beside NVIDIA's
     runs = pages["runs.html"]
     assert "TIMEOUT 1, completed 4" in runs  # outcome counts of the muon pretrain experiment
     assert runs.count('class="plot"') == 2  # repeats (optimizer-step ones included) and measured vs predicted
@@ -130,6 +132,7 @@ def test_pages_show_what_the_data_says(site):
     assert "DUE TO TIME LIMIT" in runs
     sw = pages["sweeps.html"]
     assert "enumerated" in sw and "fits (memory per GPU)" in sw and "NVLink domain" in sw
+    assert "EP group members per NVLink domain" in sw  # placement of the expert groups (ep_split columns)
     assert "world_size 16" in sw, "the rule that pruned TP=3 (8 GPUs), with its count"
     rel = pages["releases.html"]
     assert "published_pretrain_throughput.csv#" in rel and "config diff" in rel

@@ -36,7 +36,8 @@ def sweep_files(root: Path) -> list[Path]:
 def _label(r: dict[str, Any]) -> str:
     vp = r.get("vp")
     vp = "-" if vp is None or vp != vp else int(vp)
-    rc = r.get("recompute_granularity") or "none"
+    rc = r.get("recompute_granularity")
+    rc = rc if isinstance(rc, str) and rc else "none"  # None or NaN in the parquet: no recompute
     return f"TP{r['tp']} PP{r['pp']} VP{vp} CP{r['cp']} EP{r['ep']} ETP{r['etp']} MBS{r['mbs']} rc:{rc}"
 
 
@@ -176,34 +177,62 @@ def _terms(page: Page, top: list[dict]) -> None:
 
 
 def _placement(page: Page, top: list[dict], gpu: str, has_span: bool) -> None:
+    """Where one expert group of each top point lies: its members per NVLink domain (``ep_split``, e.g. ``48/16``,
+    from :func:`bridgebench.sweep.scoring.placement_columns`) stacked, one colour per domain; sweeps written before
+    those columns show the group's span (``ep_span``) against the domain size instead."""
     import plotly.graph_objects as go
 
     from bridgebench.config.catalog import load_gpu
 
     page.h(3, "Expert groups on NVLink domains")
     domain = int(load_gpu(gpu).get("nvlink_domain") or 0)
-    if has_span:
-        ef = go.Figure(
-            go.Bar(
-                x=[f"#{int(r['rank'])} EP{r['ep']} {_label(r)}" for r in top[:12]],
-                y=[r["ep_span"] for r in top[:12]],
-                marker_color=["#c0392b" if r["ep_leaves_nvlink"] else "#3b6ea8" for r in top[:12]],
+    pts = top[:12]
+    labels = [f"#{int(r['rank'])} EP{r['ep']} {_label(r)}" for r in pts]
+    if pts and pts[0].get("ep_split"):
+        splits = [[int(m) for m in str(r["ep_split"]).split("/") if m] for r in pts]
+        fig = go.Figure()
+        for k in range(max(len(sp) for sp in splits)):
+            fig.add_bar(
+                name=f"domain {k + 1}",
+                x=labels,
+                y=[sp[k] if k < len(sp) else 0 for sp in splits],
                 hovertext=[
-                    f"an expert group spans {r['ep_span']} GPUs; NVLink domain {domain}; leaves NVLink: "
-                    f"{r['ep_leaves_nvlink']}"
-                    for r in top[:12]
+                    f"EP group split {r['ep_split']} over {r.get('ep_domains')} domain(s) of "
+                    f"{r.get('domain_gpus')} GPUs; cross-domain copies per token {r.get('ep_cross_copies')}; "
+                    f"groups crossing domains: {r.get('groups_crossing') or 'none'}"
+                    for r in pts
                 ],
+                hoverinfo="text",
+            )
+        fig.update_layout(
+            barmode="stack",
+            yaxis_title="EP group members per NVLink domain",
+            xaxis_tickangle=-40,
+            title="one expert group of each top point: its members per domain (more than one colour: it crosses)",
+        )
+        page.figure(fig, height=440)
+    elif has_span:
+        fig = go.Figure(
+            go.Bar(
+                x=labels,
+                y=[r["ep_span"] for r in pts],
+                marker_color=["#c0392b" if r["ep_leaves_nvlink"] else "#3b6ea8" for r in pts],
+                hovertext=[f"an expert group spans {r['ep_span']} GPUs; NVLink domain {domain}" for r in pts],
                 hoverinfo="text",
             )
         )
         if domain:
-            ef.add_hline(y=domain, line_dash="dash", annotation_text=f"NVLink domain ({domain} GPUs)")
-        ef.update_layout(
+            fig.add_hline(y=domain, line_dash="dash", annotation_text=f"NVLink domain ({domain} GPUs)")
+        fig.update_layout(
             yaxis_title="GPUs spanned by one expert group",
             xaxis_tickangle=-40,
             title="red: the expert all-to-all leaves the NVLink domain",
         )
-        page.figure(ef, height=420)
+        page.figure(fig, height=420)
+    else:
+        page.note("This sweep's points.parquet has no placement columns.")
+        return
+    page.note(f"NVLink domain of {gpu}: {domain} GPUs (configs/gpu/{gpu}.yaml).")
 
 
 def _ranked_table(page: Page, i: int, ranked: Any, path: Path) -> None:
@@ -224,6 +253,10 @@ def _ranked_table(page: Page, i: int, ranked: Any, path: Path) -> None:
         "published",
         "ep_span",
         "ep_leaves_nvlink",
+        "ep_domains",
+        "ep_split",
+        "ep_cross_copies",
+        "groups_crossing",
     ]
     cols = [c for c in cols if c in ranked.columns]
     page.table(
