@@ -316,6 +316,7 @@ class PathsSchema:
     hf_cache: str = MISSING
     job_dir: str = MISSING
     sweeps: str = MISSING
+    site: str = MISSING
     cache: str = MISSING
     debug_log: str = MISSING
 

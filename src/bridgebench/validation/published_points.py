@@ -168,6 +168,13 @@ def _vp(r: RunRecord) -> int | None:
     return r.vp if (r.vp and r.vp > 1 and (r.pp or 1) > 1) else None
 
 
+def _launcher_sp(v: dict[str, Any], tp: int) -> bool:
+    """``sequence_parallel`` as the launcher runs a matched recipe at TP ``tp``: its ``-tp`` sets it to TP > 1
+    (Megatron-Bridge v0.3.1 ``scripts/performance/utils/overrides.py``); the recipe's own flag holds at its own TP."""
+    own_tp = v.get("model.tensor_model_parallel_size")
+    return tp > 1 and (bool(v.get("model.sequence_parallel", True)) if own_tp in (None, tp) else True)
+
+
 def record_point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any], str]:
     """(base overrides, point values, where the unprinted settings came from) of one published record."""
     precision = precision_of(r)
@@ -202,11 +209,7 @@ def record_point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any
         delta["ddp.use_megatron_fsdp"] = fsdp
         if fsdp:
             delta["ddp.data_parallel_sharding_strategy"] = "optim_grads_params"
-    # the launcher's -tp sets sequence_parallel = TP > 1 (Megatron-Bridge v0.3.1 scripts/performance/utils/
-    # overrides.py); the matched recipe's own flag holds only at its own TP
-    own_tp = v.get("model.tensor_model_parallel_size")
-    sp = bool(v.get("model.sequence_parallel", True)) if own_tp in (None, tp) else True
-    delta["model.sequence_parallel"] = tp > 1 and sp
+    delta["model.sequence_parallel"] = _launcher_sp(v, tp)
     source = _apply_release_settings(r, precision, fsdp, delta, match.source)
     etp = r.etp
     if etp is None and v and (v["model.tensor_model_parallel_size"], v["model.expert_model_parallel_size"]) == (tp, ep):
