@@ -230,3 +230,26 @@ def test_every_page_in_headless_chromium_offline(site):
     shots = sorted(p.name for p in screens.glob("*.png"))
     assert shots == sorted(f"{f.removesuffix('.html')}.png" for f, _ in PAGES)
     (screens / "marks.json").write_text(json.dumps(counts, indent=1))
+
+
+def test_a_selection_narrows_the_releases_page():
+    from bridgebench.results.compare.selection import parse_selection
+    from bridgebench.site import releases
+
+    page = Page("releases.html", "Releases")
+    releases.build(page, parse_selection(["model=kimi_k2"]))
+    text = "\n".join(page.parts)
+    assert page.figures >= 1 and "kimi" in text.lower()
+    assert "qwen" not in text.lower() and "llama" not in text.lower()  # only Kimi K2's histories and rows
+
+
+def test_empty_store_and_no_sweep_say_how_to_fill_them(tmp_path):
+    from bridgebench.results.compare.selection import Selection
+    from bridgebench.site import runs, sweeps
+
+    page = Page("runs.html", "Your runs")
+    runs.build(page, [], "results/runs", [], Selection())
+    assert page.figures == 0 and "bridgebench submit experiment=optstep_local" in "".join(page.parts)
+    page = Page("sweeps.html", "Sweeps")
+    assert sweeps.build(page, tmp_path / "none", "results/sweeps") == []
+    assert "bridgebench sweep --space" in "".join(page.parts)
