@@ -22,7 +22,6 @@ DATA_TABLES: frozenset[str] = frozenset()
 NOT_YET_SPLIT_MODULES: frozenset[str] = frozenset()
 NOT_YET_SPLIT_FUNCTIONS = frozenset(
     {
-        "bridgebench.cli.analysis.check_published_cmd",
         "bridgebench.cli.analysis.table",
         "bridgebench.cli.compare._print",
         "bridgebench.cli.compare.compare",
