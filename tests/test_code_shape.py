@@ -43,9 +43,7 @@ NOT_YET_SPLIT_FUNCTIONS = frozenset(
         "bridgebench.model.memory.estimate.estimate_memory",
         "bridgebench.model.newton_schulz.ns_load",
         "bridgebench.payloads.optstep.run_optstep",
-        "bridgebench.results.compare.plots.draw_history",
         "bridgebench.results.compare_stats.runs.compare_runs",
-        "bridgebench.results.records.load_published",
         "bridgebench.results.table1.reproduce",
         "bridgebench.sweep.space.parse_space",
     }
