@@ -21,7 +21,14 @@ from bridgebench.results.compare.histories import (
     reference_provenance,
     speedup_matrix,
 )
-from bridgebench.results.compare.own_runs import OwnHistory, SidesResult, attach_own_runs, compare_sides, own_histories
+from bridgebench.results.compare.own_runs import (
+    OwnHistory,
+    Side,
+    SidesResult,
+    attach_own_runs,
+    compare_sides,
+    own_histories,
+)
 from bridgebench.results.compare.selection import METRICS, SOURCES, Selection
 from bridgebench.results.compare_stats import CompareError, RunComparison
 from bridgebench.results.records import PUBLISHED_CSV, load_published
@@ -71,33 +78,14 @@ class CompareResult:
                     )
                 )
             for side in (self.sides.a, self.sides.b):
-                for r, v in zip(side.records, side.values):
-                    values.append(
-                        {
-                            "side": side.name,
-                            "record_id": r["record_id"],
-                            "iterations": len(v),
-                            "median": float(np.median(v)),
-                            "mean": float(np.mean(v)),
-                        }
-                    )
+                values += _value_rows(side, side=side.name)
         for h in self.own:
             for x, y, c in h.steps:
                 rows.append(
                     _comparison_row(c, comparison=f"{y} vs {x}", metric=h.metric, a=x, b=y, key="/".join(h.key))
                 )
             for rel, side in h.groups.items():
-                for r, v in zip(side.records, side.values):
-                    values.append(
-                        {
-                            "side": rel,
-                            "key": "/".join(h.key),
-                            "record_id": r["record_id"],
-                            "iterations": len(v),
-                            "median": float(np.median(v)),
-                            "mean": float(np.mean(v)),
-                        }
-                    )
+                values += _value_rows(side, side=rel, key="/".join(h.key))
         for h in self.histories:
             for x, y, c in h.own_steps:
                 rows.append(
@@ -288,3 +276,12 @@ def _add_published(
     }
     prov["change_points"] = {h.key.label(): h.change_points.params for h in result.histories}
     prov["flops_formula_equivalence"] = "bridgebench.model.flops v1 vs v2 of the configs/model entry"
+
+
+def _value_rows(of: Side, **labels: str) -> list[dict[str, Any]]:
+    """One row per record of a side: its labels (``side``, ``key``), record id, iterations used, median and mean."""
+    return [
+        {**labels, "record_id": r["record_id"], "iterations": len(v), "median": float(np.median(v)),
+         "mean": float(np.mean(v))}
+        for r, v in zip(of.records, of.values)
+    ]  # fmt: skip
