@@ -8,7 +8,7 @@ CACHE := .cache
 PYTHON312 ?= $(shell for p in "$$(command -v python3.12)" $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
 	[ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
 
-.PHONY: setup test lint table flops plan check-published lock bench notebooks clean help
+.PHONY: setup test lint site table flops plan check-published lock bench notebooks clean help
 
 include mk/cluster.mk
 
@@ -16,6 +16,7 @@ help:
 	@echo "make setup            create $(VENV) (Python 3.12) with the pinned environment"
 	@echo "make test             run the test suite"
 	@echo "make lint             ruff check + format check, import-linter layer contracts, mypy"
+	@echo "make site             the results as static HTML pages into results/site/ (open results/site/index.html)"
 	@echo "make table            reproduce the blog's Muon vs AdamW table into results/tables/table1/"
 	@echo "make check-published  FLOPs model vs every published perf-table row"
 	@echo "make notebooks        execute analysis/*.py notebooks, render HTML into results/notebooks/"
@@ -54,6 +55,9 @@ lint: setup
 
 table: setup
 	$(VENV)/bin/bridgebench table
+
+site: setup
+	$(VENV)/bin/bridgebench site $(ARGS)
 
 flops: setup
 	$(VENV)/bin/bridgebench flops $(ARGS)

@@ -103,3 +103,20 @@ def test_old_top_level_packages_are_gone():
     for name in ("analysis", "launch", "recipes"):
         res = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, cwd="/")
         assert res.returncode != 0 and "ModuleNotFoundError" in res.stderr, name
+
+
+def test_the_site_sits_between_the_cli_and_launch_validation(tmp_path):
+    """``site`` may read launch, validation and results, never the CLI; nothing below it may import it."""
+    assert '"bridgebench.cli",\n  "bridgebench.site",' in (REPO_ROOT / "pyproject.toml").read_text()
+    pkg = _copy(tmp_path)
+    _plant(pkg / "site" / "layout.py", "bridgebench.cli.app")
+    _plant(pkg / "validation" / "metrics.py", "bridgebench.site.layout")
+    _plant(pkg / "results" / "store.py", "bridgebench.site.build")
+    res = _lint(tmp_path)
+    assert res.returncode != 0 and "BROKEN" in res.stdout
+    for chain in (
+        "bridgebench.site.layout -> bridgebench.cli.app",
+        "bridgebench.validation.metrics -> bridgebench.site.layout",
+        "bridgebench.results.store -> bridgebench.site.build",
+    ):
+        assert chain in res.stdout, chain

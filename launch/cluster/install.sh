@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages the local single-node SLURM cluster needs (see up.sh), and those of the emulated remote
-# cluster in front of it (launch/remote/: sshd, rsync, bubblewrap).
+# cluster in front of it (launch/remote/: sshd, rsync, bubblewrap), and Debian's chromium for the results site's browser
+# test (tests/site; Playwright drives it, no browser download).
 # Non-interactive and idempotent. Daemons are NOT started or enabled here:
 # up.sh runs private instances under the project's state directory.
 # Skips (exit 0) when not root or without apt-get, so `make cluster-install` never breaks a dev box.
@@ -13,6 +14,7 @@ PACKAGES=(
   procps iproute2                           # pgrep/ps, ss (used by up.sh/down.sh)
   openssh-server openssh-client rsync       # the emulated login node (launch/remote/): sshd, nemo-run's rsync
   bubblewrap                                # its containers: private mount namespaces (launch/remote/bin)
+  chromium                                  # headless browser of the results site's test (tests/site, Playwright)
 )
 
 log() { printf '[cluster-install] %s\n' "$*"; }

@@ -60,6 +60,7 @@ class Paths:
     hf_cache: Path
     job_dir: Path
     sweeps: Path
+    site: Path
     cache: Path
     debug_log: Path
 

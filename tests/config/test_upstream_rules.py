@@ -159,3 +159,18 @@ def test_predict_refuses_moe_tp_without_sp_with_the_fix_and_shows_knobs_and_plac
     assert place["domain_gpus"] == 64 and place["segment_nodes"] == 16 and place["domains"] == 4
     assert place["groups"]["ep"]["splits"] == [[64]] and place["ep_cross_domain_copies_per_token"] == 0.0
     assert out["ep_leaves_nvlink"] is False
+
+
+def test_deepep_on_gb300_is_priced_as_the_alltoall_it_runs():
+    """NVIDIA's Kimi K2 point with DeepEP asked for: priced exactly as alltoall, and the knobs say why."""
+    from bridgebench.config import calibration
+    from bridgebench.sweep import predict
+
+    calib = calibration.load()
+    base = ["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "optimizer=muon"]
+    deepep = predict([*base, "model.moe_flex_dispatcher_backend=deepep"], calib)
+    a2a = predict([*base, "model.moe_token_dispatcher_type=alltoall", "model.moe_flex_dispatcher_backend=null"], calib)
+    hybrid = predict(base, calib)
+    assert deepep["knobs"]["dispatcher"] == "alltoall" and "deepep_falls_back" in deepep["knobs"]["dispatcher_note"]
+    assert deepep["step_time_s"] == pytest.approx(a2a["step_time_s"]) and deepep["fits"]
+    assert hybrid["knobs"]["dispatcher"] == "hybridep" and hybrid["step_time_s"] != deepep["step_time_s"]

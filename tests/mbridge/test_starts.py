@@ -15,7 +15,7 @@ pytestmark = pytest.mark.megatron
 
 
 def test_shipped_start_values_are_the_installed_megatron_bridges():
-    from bridgebench.mbridge.recipes import start_catalog
+    from bridgebench.mbridge.catalogs import start_catalog
 
     assert json.loads(STARTS_FILE.read_text()) == start_catalog(), "run: bridgebench recipes fields"
 
@@ -38,7 +38,7 @@ def test_the_sweep_sees_what_the_build_keeps(overrides):
 
 def test_shipped_perf_settings_are_the_installed_megatron_bridges():
     from bridgebench.config.schema import PERF_FILE
-    from bridgebench.mbridge.recipes import perf_catalog
+    from bridgebench.mbridge.catalogs import perf_catalog
 
     assert json.loads(PERF_FILE.read_text()) == perf_catalog(), "run: bridgebench recipes fields"
 

@@ -89,9 +89,9 @@ def test_group_params_fuses_split_qkv(models):
 
 
 def test_job_defaults_come_from_config():
-    assert optstep._job_default(OmegaConf.create({"job": {"layers": 3}}), "layers", 1) == 3
-    assert optstep._job_default(OmegaConf.create({"job": {"layers": 3}}), "experts", 2) == 2
-    assert optstep._job_default(OmegaConf.create({}), "repeats", 5) == 5
+    assert optstep.job_default(OmegaConf.create({"job": {"layers": 3}}), "layers", 1) == 3
+    assert optstep.job_default(OmegaConf.create({"job": {"layers": 3}}), "experts", 2) == 2
+    assert optstep.job_default(OmegaConf.create({}), "repeats", 5) == 5
 
 
 def test_experiment_config_composes():

@@ -26,6 +26,7 @@ from bridgebench.cli import (  # noqa: F401  (register the commands)
     recipes,
     report,
     runs,
+    site,
     sweep,
 )
 from bridgebench.cli.app import app

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -255,59 +255,65 @@ def check_published_cmd(
     )
     typer.echo(f"per-row results        : {out}")
     if models and mdf is not None and msum is not None:
-        from rich.console import Console
-        from rich.table import Table
-        from rich.text import Text
-
-        console = Console(markup=False)
-        console.width = max(console.width, 150)
-        t = Table(title="time and memory models vs published rows (time: calibration fitted without the row's release)")
-        for c in ("release", "model", "GPU", "prec", "GPUs", "TP", "PP", "VP", "CP", "EP", "MBS", "published",
-                  "predicted", "error", "band", "memory GB", "usable GB", "fits"):  # fmt: skip
-            t.add_column(c, justify="left" if c in ("release", "model", "GPU", "prec") else "right", no_wrap=True)
-        for r in mdf.itertuples():
-            pred = (
-                "-"
-                if r.predicted_tflops != r.predicted_tflops or r.predicted_tflops is None
-                else f"{r.predicted_tflops:.0f}"
-            )
-            err = "-" if r.rel_error != r.rel_error or r.rel_error is None else f"{r.rel_error:+.1%}"
-            t.add_row(
-                r.release, r.model, r.system, r.precision, str(r.num_gpus), str(r.tp), str(r.pp), str(r.vp or "-"),
-                str(r.cp), str(r.ep), str(r.mbs), f"{r.published_tflops:.0f}", pred, err, f"+-{r.band:.0%}",
-                f"{r.memory_gb:.0f}", f"{r.usable_gb:.0f}", "yes" if r.fits else Text("NO", style="red"),
-            )  # fmt: skip
-        console.print(t)
-        typer.echo(
-            f"time model: {msum.predicted} of {msum.rows} rows predicted with their release held out; MAPE "
-            f"{msum.mape:.1%}, median |error| {msum.median_abs_error:.1%}, max {msum.max_abs_error:.1%}; "
-            f"{msum.within_band} within their band"
-        )
-        typer.echo("  MAPE by held-out release: " + ", ".join(f"{k} {v:.1%}" for k, v in msum.mape_by_release.items()))
-        typer.echo(
-            f"  leave one configuration out (every release of a configuration held out together): MAPE "
-            f"{msum.loco_mape:.1%}, median |error| {msum.loco_median_abs_error:.1%}; by distance from the fit: "
-            + ", ".join(f"{k} {v:.1%}" for k, v in msum.loco_mape_by_distance.items())
-        )
-        for name, label in (("loro", "release held out"), ("loco", "configuration held out")):
-            cov = msum.coverage.get(name, {})
-            typer.echo(
-                f"  band coverage, {label}: " + ", ".join(f"{cov[lv]:.0%} inside the {lv} % band" for lv in sorted(cov))
-            )
-        typer.echo(
-            f"memory model: {msum.fits} of {msum.rows} published rows fit; {msum.false_prunes} false prunes "
-            f"(every published row ran); {msum.inconsistent} printed configuration(s) cannot have run as printed"
-        )
-        for r in mdf[~mdf["fits"]].itertuples():
-            tag = "cannot have run as printed" if r.inconsistent else "FALSE PRUNE"
-            typer.echo(f"  {r.release} {r.model} {r.system} {r.precision}: {tag}: {r.memory_error}")
-        replaced = mdf[mdf["printed_replaced"].notna()]
-        if len(replaced):
-            typer.echo(
-                f"  {len(replaced)} row(s) judged with their release launcher's sizes, not the printed ones "
-                "(validation/published_settings.yaml names the source):"
-            )
-            for r in replaced.itertuples():
-                verdict = "fits" if r.fits else "does not fit"
-                typer.echo(f"    {r.release} {r.model} {r.system} {r.precision}: {r.printed_replaced}; {verdict}")
+        _print_models(mdf, msum)
         typer.echo(f"per-row results        : {result['models']['per_row']}")
+
+
+def _print_models(mdf: Any, msum: Any) -> None:
+    """``check-published --models`` in words: the per-row table (rich), the time model's held-out errors and band
+    coverage, the memory model's verdicts and the rows judged with their release launcher's sizes."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(markup=False)
+    console.width = max(console.width, 150)
+    t = Table(title="time and memory models vs published rows (time: calibration fitted without the row's release)")
+    for c in ("release", "model", "GPU", "prec", "GPUs", "TP", "PP", "VP", "CP", "EP", "MBS", "published",
+              "predicted", "error", "band", "memory GB", "usable GB", "fits"):  # fmt: skip
+        t.add_column(c, justify="left" if c in ("release", "model", "GPU", "prec") else "right", no_wrap=True)
+    for r in mdf.itertuples():
+        pred = (
+            "-"
+            if r.predicted_tflops != r.predicted_tflops or r.predicted_tflops is None
+            else f"{r.predicted_tflops:.0f}"
+        )
+        err = "-" if r.rel_error != r.rel_error or r.rel_error is None else f"{r.rel_error:+.1%}"
+        t.add_row(
+            r.release, r.model, r.system, r.precision, str(r.num_gpus), str(r.tp), str(r.pp), str(r.vp or "-"),
+            str(r.cp), str(r.ep), str(r.mbs), f"{r.published_tflops:.0f}", pred, err, f"+-{r.band:.0%}",
+            f"{r.memory_gb:.0f}", f"{r.usable_gb:.0f}", "yes" if r.fits else Text("NO", style="red"),
+        )  # fmt: skip
+    console.print(t)
+    typer.echo(
+        f"time model: {msum.predicted} of {msum.rows} rows predicted with their release held out; MAPE "
+        f"{msum.mape:.1%}, median |error| {msum.median_abs_error:.1%}, max {msum.max_abs_error:.1%}; "
+        f"{msum.within_band} within their band"
+    )
+    typer.echo("  MAPE by held-out release: " + ", ".join(f"{k} {v:.1%}" for k, v in msum.mape_by_release.items()))
+    typer.echo(
+        f"  leave one configuration out (every release of a configuration held out together): MAPE "
+        f"{msum.loco_mape:.1%}, median |error| {msum.loco_median_abs_error:.1%}; by distance from the fit: "
+        + ", ".join(f"{k} {v:.1%}" for k, v in msum.loco_mape_by_distance.items())
+    )
+    for name, label in (("loro", "release held out"), ("loco", "configuration held out")):
+        cov = msum.coverage.get(name, {})
+        typer.echo(
+            f"  band coverage, {label}: " + ", ".join(f"{cov[lv]:.0%} inside the {lv} % band" for lv in sorted(cov))
+        )
+    typer.echo(
+        f"memory model: {msum.fits} of {msum.rows} published rows fit; {msum.false_prunes} false prunes "
+        f"(every published row ran); {msum.inconsistent} printed configuration(s) cannot have run as printed"
+    )
+    for r in mdf[~mdf["fits"]].itertuples():
+        tag = "cannot have run as printed" if r.inconsistent else "FALSE PRUNE"
+        typer.echo(f"  {r.release} {r.model} {r.system} {r.precision}: {tag}: {r.memory_error}")
+    replaced = mdf[mdf["printed_replaced"].notna()]
+    if len(replaced):
+        typer.echo(
+            f"  {len(replaced)} row(s) judged with their release launcher's sizes, not the printed ones "
+            "(validation/published_settings.yaml names the source):"
+        )
+        for r in replaced.itertuples():
+            verdict = "fits" if r.fits else "does not fit"
+            typer.echo(f"    {r.release} {r.model} {r.system} {r.precision}: {r.printed_replaced}; {verdict}")

@@ -130,7 +130,7 @@ def compare(
                 skip,
                 fdr_alpha,
                 seed,
-            ),
+            ),  # fmt: skip
         )
         target = out or cmp.output_dir(paths.tables, result, common, [sel_a, sel_b] if sel_a else [])
         written = cmp.write_outputs(result, target, plots=plots, progress=plain(status.update))
@@ -158,22 +158,9 @@ def _print_vs_predicted(records, selections, which: str) -> None:
 
 
 def _command(
-    keys,
-    source,
-    side_a,
-    side_b,
-    metric,
-    threshold,
-    noise_cv,
-    confidence,
-    resamples,
-    bootstrap,
-    block_length,
-    min_runs,
-    skip,
-    fdr_alpha,
-    seed,
-) -> list[str]:
+    keys, source, side_a, side_b, metric, threshold, noise_cv, confidence, resamples, bootstrap, block_length,
+    min_runs, skip, fdr_alpha, seed,
+) -> list[str]:  # fmt: skip
     """The command line that reproduces this comparison, every option spelled out (for provenance)."""
     cmd = ["bridgebench", "compare", *(keys or []), "--source", source]
     for flag, values in (("--a", side_a), ("--b", side_b)):

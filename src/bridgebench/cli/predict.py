@@ -74,6 +74,30 @@ def prediction(overrides: list[str], calibration: str = "default") -> dict[str, 
     }
 
 
+def _print_knobs_and_placement(con: Any, out: dict[str, Any]) -> None:
+    """The knobs users do not type (as they run, and where they come from) and where the ranks land."""
+    knobs = out.get("knobs") or {}
+    if knobs:
+        shown = ", ".join(
+            f"{k} {v}" for k, v in knobs.items() if k not in ("knobs_source", "dispatcher_note") and v is not None
+        )
+        con.print(f"knobs ({knobs.get('knobs_source')}): {shown}")
+        if knobs.get("dispatcher_note"):
+            con.print(f"[yellow]{knobs['dispatcher_note']}[/]")
+    place = out.get("placement")
+    if place:
+        cross = [
+            f"{k} {_widest(g['splits'])}" for k, g in place["groups"].items() if g["domains"] > 1 and g["size"] > 1
+        ]
+        seg = place["segment_nodes"]
+        con.print(
+            f"placement: {place['domains']} NVLink domain(s) of {place['domain_gpus']} GPUs"
+            + (f" (sbatch --segment {seg})" if seg else "")
+            + (f"; groups across domains: {', '.join(cross)}" if cross else "; every group inside one domain")
+            + f"; EP cross-domain copies per token {place['ep_cross_domain_copies_per_token']:.2f}"
+        )
+
+
 def _widest(splits: list[list[int]]) -> str:
     """The split over the most domains, as ``48/16``."""
     return "/".join(str(m) for m in max(splits, key=len))
@@ -133,26 +157,7 @@ def predict(
         t.add_row(k, f"{v:.4f}")
     t.add_row(Text("step", "bold"), f"{out['step_time_s']:.4f}")
     con.print(t)
-    knobs = out.get("knobs") or {}
-    if knobs:
-        shown = ", ".join(
-            f"{k} {v}" for k, v in knobs.items() if k not in ("knobs_source", "dispatcher_note") and v is not None
-        )
-        con.print(f"knobs ({knobs.get('knobs_source')}): {shown}")
-        if knobs.get("dispatcher_note"):
-            con.print(f"[yellow]{knobs['dispatcher_note']}[/]")
-    place = out.get("placement")
-    if place:
-        cross = [
-            f"{k} {_widest(g['splits'])}" for k, g in place["groups"].items() if g["domains"] > 1 and g["size"] > 1
-        ]
-        seg = place["segment_nodes"]
-        con.print(
-            f"placement: {place['domains']} NVLink domain(s) of {place['domain_gpus']} GPUs"
-            + (f" (sbatch --segment {seg})" if seg else "")
-            + (f"; groups across domains: {', '.join(cross)}" if cross else "; every group inside one domain")
-            + f"; EP cross-domain copies per token {place['ep_cross_domain_copies_per_token']:.2f}"
-        )
+    _print_knobs_and_placement(con, out)
     band = out["band_pct"] or 0.0
     con.print(
         Text.assemble(

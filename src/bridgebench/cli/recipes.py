@@ -95,7 +95,7 @@ def fields(check: bool = typer.Option(False, "--check", help="exit 1 if a shippe
 
     from bridgebench.config.schema import FIELDS_FILE, PERF_FILE, STARTS_FILE
     from bridgebench.mbridge import setup
-    from bridgebench.mbridge.recipes import field_catalog, perf_catalog, start_catalog
+    from bridgebench.mbridge.catalogs import field_catalog, perf_catalog, start_catalog
 
     setup()
     stale = []

@@ -316,6 +316,7 @@ class PathsSchema:
     hf_cache: str = MISSING
     job_dir: str = MISSING
     sweeps: str = MISSING
+    site: str = MISSING
     cache: str = MISSING
     debug_log: str = MISSING
 
@@ -431,7 +432,7 @@ START_FIELDS = (
 GENERIC_START = "_generic"
 STARTS_FILE = Path(__file__).resolve().parent / "mbridge_starts.json"
 #: the installed Megatron-Bridge's perf recipes' settings (``bridgebench recipes fields``,
-#: ``bridgebench.mbridge.recipes.perf_catalog``).
+#: ``bridgebench.mbridge.catalogs.perf_catalog``).
 PERF_FILE = Path(__file__).resolve().parent / "mbridge_perf.json"
 
 

@@ -73,10 +73,7 @@ class StepPairing(MemoryLines):
                 labels, (base + ls).tolist(), tails,
             )
         )  # fmt: skip
-        self.bridge_marker = True
-        for label in set(ev["label"][i:j].tolist()):
-            if label is not None:
-                self.ranks.add(label)
+        self._mark_run(ev, i, j)
         records = self.records
         if labels.count(labels[0]) == k:
             records.setdefault(labels[0], []).extend(steps)
@@ -114,10 +111,7 @@ class StepPairing(MemoryLines):
                 ev["tot"][of].tolist(), labels, (base + ev["ls"][recs]).tolist(), ev["tail"][of].tolist(),
             )
         )  # fmt: skip
-        self.bridge_marker = True
-        for label in set(ev["label"][i:j].tolist()):
-            if label is not None:
-                self.ranks.add(label)
+        self._mark_run(ev, i, j)
         records = self.records
         for step, label in zip(steps, labels):
             recs_of = records.get(label)
@@ -131,3 +125,10 @@ class StepPairing(MemoryLines):
         self.pending_st, self.last_record_has_st, self.last_record = None, False, steps[-1]
         e = j - 1
         return int(ev["ls"][e]) + int(ev["n"][e])
+
+    def _mark_run(self, ev: dict[str, np.ndarray], i: int, j: int) -> None:
+        """A run of events ``i:j`` read at once: a Bridge log (its Step Time lines), and every rank label in it seen."""
+        self.bridge_marker = True
+        for label in set(ev["label"][i:j].tolist()):
+            if label is not None:
+                self.ranks.add(label)

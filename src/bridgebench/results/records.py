@@ -167,6 +167,13 @@ def skipped_published(path: Path = PUBLISHED_CSV) -> list[dict[str, Any]]:
     return list(_SKIPPED[key])
 
 
+#: the columns ``published_pretrain_throughput.csv`` must have (:func:`load_published`)
+PUBLISHED_COLUMNS = frozenset(
+    ("release model system num_gpus precision gbs mbs seq_len tp pp cp vp ep etp tokens_per_sec_per_gpu "
+     "model_tflops_per_gpu footnote source").split()
+)  # fmt: skip
+
+
 def load_published(path: Path = PUBLISHED_CSV, *, infer_precision: bool = False) -> list[RunRecord]:
     """NVIDIA's published pretraining throughput rows (Megatron-Bridge ``docs/performance-summary*.md``) as records.
 
@@ -182,27 +189,7 @@ def load_published(path: Path = PUBLISHED_CSV, *, infer_precision: bool = False)
         RecordError: the file lacks a required column.
     """
     df = pd.read_csv(path, dtype=str).fillna("")
-    required = {
-        "release",
-        "model",
-        "system",
-        "num_gpus",
-        "precision",
-        "gbs",
-        "mbs",
-        "seq_len",
-        "tp",
-        "pp",
-        "cp",
-        "vp",
-        "ep",
-        "etp",
-        "tokens_per_sec_per_gpu",
-        "model_tflops_per_gpu",
-        "footnote",
-        "source",
-    }
-    missing = required - set(df.columns)
+    missing = PUBLISHED_COLUMNS - set(df.columns)
     if missing:
         raise RecordError(f"{path}: missing column(s) {sorted(missing)}")
     models, systems = _model_names(), _system_names()

@@ -73,25 +73,22 @@ complete).
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import itertools
 import json
 import logging
-import math
-import numbers
 import os
 import socket
 import stat
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from bridgebench.errors import BridgebenchError
 from bridgebench.paths import load_paths
+from bridgebench.results import store_support as ss
+from bridgebench.results.store_support import TMP_DIR_NAME, StoreError
 
 if (
     TYPE_CHECKING
@@ -99,182 +96,6 @@ if (
     import pandas as pd
 
 log = logging.getLogger(__name__)
-
-TMP_DIR_NAME = ".tmp"
-#: content-addressed copies of logs and scripts (``<root>/blobs/<2 hex>/<sha256>``); not records
-BLOB_DIR_NAME = "blobs"
-#: A temp file of another host, or of a process we cannot prove dead, is removed once older than this.
-STALE_TEMP_AGE_S = 3600.0
-#: a file in the record folders larger than this is not read (records are a few kB to a few MB)
-MAX_RECORD_BYTES = 64 << 20
-_HEX = frozenset("0123456789abcdef")
-#: errno values that mean "the disk (or the quota, or the file size limit) is full"
-_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-
-
-class StoreError(BridgebenchError):
-    """A record breaks a rule (the message names the record and the field), or a stored file is unreadable."""
-
-
-def _full_disk(err: OSError, root: Path, what: str) -> StoreError | None:
-    """A StoreError saying the disk is full, for an OSError that says so (else None)."""
-    if err.errno not in _FULL:
-        return None
-    return StoreError(
-        f"cannot write {what} into the results store {root}: {os.strerror(err.errno)}. Nothing half-written is left "
-        "(records already stored are complete); free space there, or point BRIDGEBENCH_RESULTS at a disk with room, "
-        "and run the command again"
-    )
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A file in the store that is not counted, and why (the field, for a record that breaks the schema)."""
-
-    path: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Duplicate:
-    """A file holding the same record as ``of`` (the record's own file): a ``copy``, ``hard link`` or ``symlink``,
-    or the record itself stored under a name other than its id's (``misplaced``: ``of`` is the name it should have),
-    or a record of the same attempt under another record id (``same attempt``: :func:`attempt_identity`)."""
-
-    path: str
-    of: str
-    how: str
-
-
-@dataclass
-class StoreScan:
-    """What :meth:`ResultStore.scan` found: the records (each once, by ``record_id``), the files skipped and the
-    duplicates."""
-
-    records: list[dict] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    duplicates: list[Duplicate] = field(default_factory=list)
-
-    def notes(self) -> list[str]:
-        """One line per skipped file and per duplicate, for the user (empty when the store is clean)."""
-        out = [f"skipped {s.path}: {s.reason}" for s in self.skipped]
-        for d in self.duplicates:
-            if d.how == "misplaced":
-                out.append(f"counted once: {d.path} holds a record stored under another name than its id's ({d.of})")
-            elif d.how == "same attempt":
-                out.append(f"counted once: {d.path} holds the same attempt as {d.of} under another record id")
-            else:
-                out.append(f"counted once: {d.path} is a {d.how} of {d.of}")
-        return out
-
-
-def attempt_identity(record: dict) -> tuple[str, str, str, str] | None:
-    """What makes a record one attempt's: (cluster id, SLURM job id, bridgebench's attempt UUID, kind) from its
-    provenance, the parts collect builds its record id from (launch/collect.py ``record_id``); None for a record
-    without an attempt UUID (hand-made or older records: counted by record id alone). Two records with different
-    ids and the same identity are one attempt counted twice: :meth:`ResultStore.scan` keeps one."""
-    prov = record.get("provenance")
-    if not isinstance(prov, dict) or not prov.get("attempt_uid"):
-        return None
-    return (
-        str(prov.get("cluster_id") or "cluster-unknown"),
-        str(prov.get("slurm_job_id")),
-        str(prov["attempt_uid"]),
-        str(record.get("kind")),
-    )
-
-
-def record_hash(record_id: str) -> str:
-    """Filesystem-safe name of a record: sha256 hex of its UTF-8 ``record_id``."""
-    return hashlib.sha256(record_id.encode("utf-8")).hexdigest()
-
-
-def _normalize(value: Any, path: str, where: str) -> Any:
-    """A JSON-exact copy of ``value`` (tuples -> lists, numpy scalars -> Python); StoreError naming ``path`` if not."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        f = float(value)
-        if not math.isfinite(f):
-            raise StoreError(
-                f"{where}: field {path!r} is {f!r}; NaN/inf are not stored (JSON has none) -- use None for 'no value'"
-            )
-        return f
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise StoreError(f"{where}: field {path!r} has a non-string key {key!r} (JSON keys are strings)")
-            out[key] = _normalize(item, f"{path}.{key}" if path else key, where)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_normalize(item, f"{path}[{i}]", where) for i, item in enumerate(value)]
-    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        return _normalize(value.item(), path, where)  # np.bool_, np.str_ ...
-    raise StoreError(f"{where}: field {path!r} is not JSON-serializable ({type(value).__name__}: {value!r:.80})")
-
-
-def _validate(record: Any, index: int) -> tuple[str, dict, bytes]:
-    """(record_id, normalized record, canonical UTF-8 JSON) of one input record."""
-    if not isinstance(record, dict):
-        raise StoreError(f"record #{index}: must be a dict, got {type(record).__name__}")
-    for name in ("record_id", "kind"):
-        value = record.get(name)
-        if not isinstance(value, str) or not value:
-            raise StoreError(f"record #{index}: field {name!r} must be a non-empty string, got {value!r}")
-    rid = record["record_id"]
-    norm = _normalize(record, "", f"record #{index} ({rid!r})")
-    from bridgebench.results.record_schema import problems
-
-    bad = problems(norm)
-    if bad:
-        where, msg = bad[0]
-        raise StoreError(f"record #{index} ({rid!r}): field {where!r} breaks the record schema: {msg}")
-    try:
-        data = json.dumps(norm, ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n"
-    except UnicodeEncodeError as exc:  # lone surrogates
-        raise StoreError(f"record #{index} ({rid!r}): a string is not valid Unicode ({exc})") from exc
-    return rid, norm, data
-
-
-def _fsync_dir(path: str | Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError as exc:  # some filesystems refuse fsync on directories; nothing more can be done there
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except FileNotFoundError:
-        return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 class ResultStore:
@@ -295,8 +116,8 @@ class ResultStore:
         self.chunk = max(1, int(chunk))
         #: record_ids of the last add() that were stored already with DIFFERENT content (the stored one was kept).
         self.last_conflicts: list[str] = []
-        #: what the last :meth:`scan` / :meth:`records` skipped and counted once (:meth:`StoreScan.notes`)
-        self.last_scan = StoreScan()
+        #: what the last :meth:`scan` / :meth:`records` skipped and counted once (:meth:`ss.StoreScan.notes`)
+        self.last_scan = ss.StoreScan()
         self._host = socket.gethostname().replace("/", "_").replace(".", "_") or "host"
         self._counter = itertools.count()  # next() is atomic under the GIL: unique temp names across threads
 
@@ -306,7 +127,7 @@ class ResultStore:
         return Path(self._final(record_id))
 
     def _final(self, record_id: str) -> str:
-        h = record_hash(record_id)
+        h = ss.record_hash(record_id)
         return f"{self._root_s}{os.sep}{h[0]}{os.sep}{h[1]}{os.sep}{h}.json"
 
     def _record_files(self) -> list[Path]:
@@ -314,33 +135,35 @@ class ResultStore:
         symlinked or unreadable folders are reported by :meth:`scan`."""
         return [Path(p) for p, _ in self._entries()[0]]
 
-    def _entries(self) -> tuple[list[tuple[str, bool]], list[Skipped]]:
+    def _entries(self) -> tuple[list[tuple[str, bool]], list[ss.Skipped]]:
         out: list[tuple[str, bool]] = []
-        skipped: list[Skipped] = []
+        skipped: list[ss.Skipped] = []
         try:
-            level1 = [e for e in os.scandir(self.root) if len(e.name) == 1 and e.name in _HEX]
+            level1 = [e for e in os.scandir(self.root) if len(e.name) == 1 and e.name in ss.HEX_DIGITS]
         except FileNotFoundError:
             return out, skipped
         for d1 in sorted(level1, key=lambda e: e.name):
             for d2 in sorted(self._subdirs(d1, skipped), key=lambda e: e.name):
-                if len(d2.name) != 1 or d2.name not in _HEX:
+                if len(d2.name) != 1 or d2.name not in ss.HEX_DIGITS:
                     continue
                 for f in sorted(self._subdirs(d2, skipped, files=True), key=lambda e: e.name):
                     if f.name.endswith(".json"):
                         out.append((f.path, f.is_symlink()))
         return out, skipped
 
-    def _subdirs(self, entry: os.DirEntry, skipped: list[Skipped], files: bool = False) -> list[os.DirEntry]:
+    def _subdirs(self, entry: os.DirEntry, skipped: list[ss.Skipped], files: bool = False) -> list[os.DirEntry]:
         """The entries of a fan-out folder; a symlinked folder is not followed (listed as skipped)."""
         if entry.is_symlink():
-            skipped.append(Skipped(entry.path, f"a symlinked folder (to {os.path.realpath(entry.path)}): not followed"))
+            skipped.append(
+                ss.Skipped(entry.path, f"a symlinked folder (to {os.path.realpath(entry.path)}): not followed")
+            )
             return []
         if not entry.is_dir(follow_symlinks=False):
             return []
         try:
             return [e for e in os.scandir(entry.path) if files or len(e.name) == 1]
         except OSError as err:
-            skipped.append(Skipped(entry.path, f"cannot be listed ({err.strerror})"))
+            skipped.append(ss.Skipped(entry.path, f"cannot be listed ({err.strerror})"))
             return []
 
     # ---------------------------------------------------------------- reading
@@ -376,8 +199,8 @@ class ResultStore:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return None, None, "not a regular file (a FIFO, device or socket): refused"
-            if st.st_size > MAX_RECORD_BYTES:
-                return None, None, f"{st.st_size} bytes, more than a record ({MAX_RECORD_BYTES} at most): not read"
+            if st.st_size > ss.MAX_RECORD_BYTES:
+                return None, None, f"{st.st_size} bytes, more than a record ({ss.MAX_RECORD_BYTES} at most): not read"
             chunks = []
             while chunk := os.read(fd, 1 << 20):
                 chunks.append(chunk)
@@ -414,7 +237,7 @@ class ResultStore:
     def __len__(self) -> int:
         return len(self.scan().records)
 
-    def scan(self, kind: str | None = None) -> StoreScan:
+    def scan(self, kind: str | None = None) -> ss.StoreScan:
         """The store's records (of ``kind`` if given) -- each ``record_id`` once, sorted --, the files skipped and the
         duplicates (module docstring). Never raises for a bad file. Not a snapshot while writers run (records linked
         during the call may or may not be included; each one returned is complete)."""
@@ -424,23 +247,23 @@ class ResultStore:
         for path, is_link in entries:
             rec, ident, why = self._load(path, is_link, root_real)
             if why:
-                skipped.append(Skipped(path, why))
+                skipped.append(ss.Skipped(path, why))
             else:
                 found.setdefault(rec["record_id"], []).append((path, is_link, rec, ident))
-        out = StoreScan(skipped=skipped)
+        out = ss.StoreScan(skipped=skipped)
         for rid, copies in found.items():
             own = self._final(rid)
             copies.sort(key=lambda c: (c[0] != own, c[1], c[0]))  # its own name first, real files before links
             path, _, rec, ident = copies[0]
             if path != own:
-                out.duplicates.append(Duplicate(path, own, "misplaced"))
+                out.duplicates.append(ss.Duplicate(path, own, "misplaced"))
             for other, link, other_rec, other_ident in copies[1:]:
                 if other_rec != rec:
                     why = f"holds record_id {rid!r} of {path} with other content: not counted"
-                    out.skipped.append(Skipped(other, why))
+                    out.skipped.append(ss.Skipped(other, why))
                 else:
                     how = "symlink" if link else "hard link" if other_ident == ident else "copy"
-                    out.duplicates.append(Duplicate(other, path, how))
+                    out.duplicates.append(ss.Duplicate(other, path, how))
             if kind is None or rec.get("kind") == kind:
                 out.records.append(rec)
         out.records = self._one_per_attempt(out)
@@ -448,14 +271,14 @@ class ResultStore:
         self.last_scan = out
         return out
 
-    def _one_per_attempt(self, out: StoreScan) -> list[dict]:
-        """Each attempt once: records with different ids but the same attempt identity (:func:`attempt_identity`)
+    def _one_per_attempt(self, out: ss.StoreScan) -> list[dict]:
+        """Each attempt once: records with different ids but the same attempt identity (:func:`ss.attempt_identity`)
         count once -- the one whose id is the identity's own (``<cluster>/<job>/<attempt uuid>/<kind>``, as collect
         names it), else the first by id; the others are listed as ``same attempt`` duplicates."""
         by_attempt: dict[tuple, list[dict]] = {}
         keep: list[dict] = []
         for rec in out.records:
-            ident = attempt_identity(rec)
+            ident = ss.attempt_identity(rec)
             if ident is None:
                 keep.append(rec)
             else:
@@ -466,7 +289,7 @@ class ResultStore:
             keep.append(recs[0])
             for other in recs[1:]:
                 out.duplicates.append(
-                    Duplicate(self._final(other["record_id"]), self._final(recs[0]["record_id"]), "same attempt")
+                    ss.Duplicate(self._final(other["record_id"]), self._final(recs[0]["record_id"]), "same attempt")
                 )
         return keep
 
@@ -486,16 +309,16 @@ class ResultStore:
         """The stored record with ``record``'s id when its content differs from ``record`` (a conflict a caller must
         not drop silently), else None (not stored, or stored identically). Raises :class:`StoreError` for a bad
         record."""
-        rid, norm, _ = _validate(record, 0)
+        rid, norm, _ = ss.validate_record(record, 0)
         stored = self.get(rid)
         return stored if stored is not None and stored != norm else None
 
     # ---------------------------------------------------------------- blobs
     def blob_path(self, digest: str) -> Path:
         """File of a content-addressed blob: ``<root>/blobs/<2 hex>/<64 hex>`` (may not exist)."""
-        if len(digest) != 64 or not set(digest) <= _HEX:
+        if len(digest) != 64 or not set(digest) <= ss.HEX_DIGITS:
             raise StoreError(f"not a sha256 hex digest: {digest!r}")
-        return self.root / BLOB_DIR_NAME / digest[:2] / digest
+        return self.root / ss.BLOB_DIR_NAME / digest[:2] / digest
 
     def put_blob(self, data: bytes) -> str:
         """Store ``data`` (a log, a script) under its sha256 and return the hex digest. Same guarantees as records:
@@ -512,7 +335,7 @@ class ResultStore:
             tmp = self._write_synced(data, self._prefix())
             self._link_blob(tmp, digest)
         except OSError as err:
-            full = _full_disk(err, self.root, "a log copy")
+            full = ss.full_disk_error(err, self.root, "a log copy")
             if full is None:
                 raise
             raise full from err
@@ -546,13 +369,13 @@ class ResultStore:
                 os.close(fd)
             self._link_blob(tmp, h.hexdigest())
         except OSError as err:
-            _unlink(tmp)
-            full = _full_disk(err, self.root, f"the log {path}")
+            ss.unlink_quiet(tmp)
+            full = ss.full_disk_error(err, self.root, f"the log {path}")
             if full is None:
                 raise
             raise full from err
         except BaseException:
-            _unlink(tmp)
+            ss.unlink_quiet(tmp)
             raise
         finally:
             os.close(src)
@@ -571,9 +394,9 @@ class ResultStore:
                 os.link(tmp, final)
             except FileExistsError:
                 pass
-            _fsync_dir(final.parent)
+            ss.fsync_dir(final.parent)
         finally:
-            _unlink(tmp)
+            ss.unlink_quiet(tmp)
 
     def get_blob(self, digest: str) -> bytes | None:
         """The blob with this sha256, or None."""
@@ -595,7 +418,7 @@ class ResultStore:
         try:
             return self._add(records)
         except OSError as err:
-            full = _full_disk(err, self.root, "records")
+            full = ss.full_disk_error(err, self.root, "records")
             if full is None:
                 raise
             raise full from err
@@ -604,7 +427,7 @@ class ResultStore:
         batch: dict[str, tuple[dict, bytes]] = {}
         conflicts: list[str] = []
         for i, record in enumerate(records):
-            rid, norm, data = _validate(record, i)
+            rid, norm, data = ss.validate_record(record, i)
             if rid in batch:
                 if batch[rid][1] != data and batch[rid][0] != norm:
                     conflicts.append(rid)
@@ -630,9 +453,9 @@ class ResultStore:
             dirs = sorted(leaves) + sorted({os.path.dirname(d) for d in leaves}) + [self._root_s]
             if pool is None:
                 for d in dirs:
-                    _fsync_dir(d)
+                    ss.fsync_dir(d)
             else:
-                list(pool.map(_fsync_dir, dirs))
+                list(pool.map(ss.fsync_dir, dirs))
         finally:
             if pool is not None:
                 pool.shutdown()
@@ -683,12 +506,12 @@ class ResultStore:
             for fd in fds:
                 os.close(fd)
             for *_, tmp in pending:
-                _unlink(tmp)
+                ss.unlink_quiet(tmp)
         return new, conflicts
 
     def _link(self, tmp: str, final: str, norm: dict, data: bytes, prefix: str) -> str:
         """Give the synced temp its final name; 'new', 'same' (exists, equal) or 'conflict' (exists, different)."""
-        own = None  # a temp written here, if ours was removed as stale (this process paused > STALE_TEMP_AGE_S)
+        own = None  # a temp written here, if ours was removed as stale (this process paused > ss.STALE_TEMP_AGE_S)
         try:
             for _ in range(3):
                 try:
@@ -701,17 +524,17 @@ class ResultStore:
                         os.link(tmp, final)
                     return "new"
                 except FileExistsError:
-                    if _same_file(tmp, final):  # NFS: our link succeeded but a retransmitted request said EEXIST
+                    if ss.same_file(tmp, final):  # NFS: our link succeeded but a retransmitted request said EEXIST
                         return "new"
                     return "same" if self._same(final, norm, data) else "conflict"
                 except FileNotFoundError:
                     if own:
-                        _unlink(own)
+                        ss.unlink_quiet(own)
                     tmp = own = self._write_synced(data, prefix)
             raise StoreError(f"{final}: could not be written (its temp file kept disappearing)")
         finally:
             if own:
-                _unlink(own)
+                ss.unlink_quiet(own)
 
     def _write_synced(self, data: bytes, prefix: str) -> str:
         tmp = f"{prefix}{next(self._counter)}.tmp"
@@ -723,7 +546,7 @@ class ResultStore:
             os.fsync(fd)
         except BaseException:  # a full disk: no half-written temp left behind
             os.close(fd)
-            _unlink(tmp)
+            ss.unlink_quiet(tmp)
             raise
         os.close(fd)
         return tmp
@@ -745,11 +568,11 @@ class ResultStore:
         created = not self.root.exists()
         tmp.mkdir(parents=True, exist_ok=True)
         if created:
-            _fsync_dir(self.root.parent)
+            ss.fsync_dir(self.root.parent)
 
     def _clean_stale_temps(self) -> None:
         """Delete temp files left by writers that died: this host's temps whose process is gone, and any temp
-        older than :data:`STALE_TEMP_AGE_S` (another host's, or one whose pid was reused)."""
+        older than :data:`ss.STALE_TEMP_AGE_S` (another host's, or one whose pid was reused)."""
         tmp_dir = self.root / TMP_DIR_NAME
         now = time.time()
         try:
@@ -761,11 +584,11 @@ class ResultStore:
             stale = False
             if len(parts) == 4 and parts[0] == self._host and parts[1].isdigit():
                 pid = int(parts[1])
-                stale = pid != os.getpid() and not _pid_alive(pid)
+                stale = pid != os.getpid() and not ss.pid_alive(pid)
             if not stale:
                 try:
-                    stale = now - entry.stat().st_mtime > STALE_TEMP_AGE_S
+                    stale = now - entry.stat().st_mtime > ss.STALE_TEMP_AGE_S
                 except FileNotFoundError:
                     continue
             if stale:
-                _unlink(entry.path)
+                ss.unlink_quiet(entry.path)

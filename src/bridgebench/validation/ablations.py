@@ -153,6 +153,8 @@ def ablation_point(set_id: str, row: dict[str, str]) -> tuple[list[str], dict[st
     rec = (row["recompute"] or "").lower() if fw["recompute"] is None else fw["recompute"]
     granularity = "full" if rec.startswith("full") else "selective" if rec.startswith("selective") else None
     sp = (row["sequence_parallel"] or "").lower().startswith("true") if fw["sp"] is None else fw["sp"]
+    if fw["sp"] is None and tp > 1 and _int(row["num_experts"]):
+        sp = True  # what ran: Megatron-Core's MoELayer refuses MoE with TP > 1 without SP (rule moe_tp_needs_sp)
     deepspeed = "zero3" in (row["distributed_optimizer"] or "").lower()
     zero3 = deepspeed or fw.get("fsdp", False)
     delta = {

@@ -244,7 +244,7 @@ def gpu_ns_fit(folder: str = GPU_MEASUREMENT) -> GpuNsFit:
     peak = float(load_gpu(gpu)["peak_tflops"]["bf16"]) * 1e12
     rows = [r for r in data["newton_schulz"] if r["fp32_matmul_prec"] == "medium"]
 
-    def resid(x) -> list[float]:
+    def resid(x: Sequence[float]) -> list[float]:
         e, c = float(x[0]), float(x[1]) * 1e-6
         return [math.log((r["ns_flops"] / (e * peak) + c) / r["median_s"]) for r in rows]
 

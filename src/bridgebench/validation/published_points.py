@@ -168,6 +168,13 @@ def _vp(r: RunRecord) -> int | None:
     return r.vp if (r.vp and r.vp > 1 and (r.pp or 1) > 1) else None
 
 
+def _launcher_sp(v: dict[str, Any], tp: int) -> bool:
+    """``sequence_parallel`` as the launcher runs a matched recipe at TP ``tp``: its ``-tp`` sets it to TP > 1
+    (Megatron-Bridge v0.3.1 ``scripts/performance/utils/overrides.py``); the recipe's own flag holds at its own TP."""
+    own_tp = v.get("model.tensor_model_parallel_size")
+    return tp > 1 and (bool(v.get("model.sequence_parallel", True)) if own_tp in (None, tp) else True)
+
+
 def record_point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any], str]:
     """(base overrides, point values, where the unprinted settings came from) of one published record."""
     precision = precision_of(r)
@@ -202,28 +209,8 @@ def record_point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any
         delta["ddp.use_megatron_fsdp"] = fsdp
         if fsdp:
             delta["ddp.data_parallel_sharding_strategy"] = "optim_grads_params"
-    # the launcher's -tp sets sequence_parallel = TP > 1 (Megatron-Bridge v0.3.1 scripts/performance/utils/
-    # overrides.py); the matched recipe's own flag holds only at its own TP
-    own_tp = v.get("model.tensor_model_parallel_size")
-    sp = bool(v.get("model.sequence_parallel", True)) if own_tp in (None, tp) else True
-    delta["model.sequence_parallel"] = tp > 1 and sp
-    source = match.source
-    for entry in release_entries(r, precision, fsdp):
-        if entry.get("cannot_run_as_printed"):
-            continue
-        replaced = [
-            f"{k} {delta.get(k)} -> {v}" for k, v in entry["settings"].items() if k in _PRINTED and delta.get(k) != v
-        ]
-        if replaced and not entry.get("replaces_printed"):
-            raise ValueError(
-                f"published_settings.yaml entry for {r.release} {r.model} {r.system} {precision} changes printed "
-                f"sizes ({', '.join(replaced)}) without replaces_printed: true"
-            )
-        delta.update(entry["settings"])
-        source += f" + {r.release}'s own settings ({entry['source']})"
-        if replaced:
-            source += f" [printed configuration replaced: {', '.join(replaced)}]"
-            delta[_REPLACED] = ", ".join(replaced)
+    delta["model.sequence_parallel"] = _launcher_sp(v, tp)
+    source = _apply_release_settings(r, precision, fsdp, delta, match.source)
     etp = r.etp
     if etp is None and v and (v["model.tensor_model_parallel_size"], v["model.expert_model_parallel_size"]) == (tp, ep):
         etp = v["model.expert_tensor_parallel_size"]
@@ -250,6 +237,32 @@ def record_point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any
     delta["accounting.flops_formula"] = catalog.release(r.release)["flops_formula"]
     base = [f"model={r.model}", f"gpu={r.system}", f"precision={precision}", *optimizer]
     return base, delta, source
+
+
+def _apply_release_settings(r: RunRecord, precision: str, fsdp: bool | None, delta: dict[str, Any], source: str) -> str:
+    """The release's own launcher settings (``published_settings.yaml``) applied to a point's values ``delta``;
+    returns ``source`` with them named (and the printed sizes they replace, marked in ``delta``).
+
+    Raises:
+        ValueError: an entry changes printed sizes without ``replaces_printed: true``.
+    """
+    for entry in release_entries(r, precision, fsdp):
+        if entry.get("cannot_run_as_printed"):
+            continue
+        replaced = [
+            f"{k} {delta.get(k)} -> {v}" for k, v in entry["settings"].items() if k in _PRINTED and delta.get(k) != v
+        ]
+        if replaced and not entry.get("replaces_printed"):
+            raise ValueError(
+                f"published_settings.yaml entry for {r.release} {r.model} {r.system} {precision} changes printed "
+                f"sizes ({', '.join(replaced)}) without replaces_printed: true"
+            )
+        delta.update(entry["settings"])
+        source += f" + {r.release}'s own settings ({entry['source']})"
+        if replaced:
+            source += f" [printed configuration replaced: {', '.join(replaced)}]"
+            delta[_REPLACED] = ", ".join(replaced)
+    return source
 
 
 #: point values that stand for the release group (set through ``release=`` in a point's overrides)

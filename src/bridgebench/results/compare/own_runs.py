@@ -24,7 +24,7 @@ from bridgebench.results.compare.selection import (
     Selection,
     normalize,
 )
-from bridgebench.results.compare_stats import CompareError, RunComparison
+from bridgebench.results.compare_stats import CompareError, ConfigKey, RunComparison
 from bridgebench.results.optstep_series import optstep_series
 from bridgebench.results.optstep_stats import CONTENDED_OTHER_SHARE
 from bridgebench.results.outcomes import label, outcome_of, skip_line, usable
@@ -212,6 +212,16 @@ class Side:
     @property
     def record_ids(self) -> list[str]:
         return [r["record_id"] for r in self.records]
+
+    def provenance(self) -> dict[str, Any]:
+        """The side in a comparison's provenance: its selection, records used and skipped, summary, flags."""
+        return {
+            "selection": self.selection.text(),
+            "records": self.record_ids,
+            "skipped": self.skipped,
+            "summary": self.summary,
+            "flagged": self.flags,
+        }
 
 
 def _trim(values: np.ndarray, skip_fraction: float) -> np.ndarray:
@@ -457,19 +467,7 @@ def attach_own_runs(
     used: list[str] = []
     flat: list[RunComparison] = []
     for h in histories:
-        k = h.key
-        mine = [
-            r
-            for r in records
-            if r.get("kind") == "pretrain"
-            and usable(r)
-            and _run_key(r) == (k.model, k.gpu, k.precision, str(k.num_gpus), k.optimizer)
-        ]
-        by_rel: dict[str, list] = {}
-        for r in mine:
-            rel = _get_path(r, "provenance.release")
-            if rel is not _MISSING:
-                by_rel.setdefault(str(rel), []).append(r)
+        by_rel = _runs_by_release(records, h.key)
         pub = {p.release: p for p in h.points}
         groups = {}
         for rel in sorted(by_rel, key=release_sort_key):
@@ -480,54 +478,7 @@ def attach_own_runs(
                 continue
             groups[rel] = side
             used += side.record_ids
-            value, lo, hi = cs.summarize_runs(side.values, seed=seed)
-            p = pub.get(rel)
-            ref = (p.tflops if metric == "tflops" else p.tokens) if p else None
-            if ref is None:
-                h.own.append(
-                    OwnRelease(
-                        rel,
-                        metric,
-                        len(side.values),
-                        value,
-                        lo,
-                        hi,
-                        None,
-                        None,
-                        None,
-                        None,
-                        "no published row",
-                        side.record_ids,
-                    )
-                )
-                continue
-            r_lo = (lo if lo is not None else value) / ref.hi
-            r_hi = (hi if hi is not None else value) / ref.lo
-            verdict = (
-                "consistent with published"
-                if r_lo <= 1 <= r_hi
-                else "above published"
-                if r_lo > 1
-                else "below published"
-            )
-            if lo is None:
-                verdict += f" (no CI: {len(side.values)} run(s), need >= 3)"
-            h.own.append(
-                OwnRelease(
-                    rel,
-                    metric,
-                    len(side.values),
-                    value,
-                    lo,
-                    hi,
-                    ref,
-                    value / ref.value,
-                    r_lo,
-                    r_hi,
-                    verdict,
-                    side.record_ids,
-                )
-            )
+            h.own.append(_own_release(rel, metric, side, pub.get(rel), seed))
         names = list(groups)
         for x, y in zip(names[:-1], names[1:]):
             mx = "tflops" if h.own[names.index(x)].metric == h.own[names.index(y)].metric == "tflops" else "tokens"
@@ -545,3 +496,33 @@ def attach_own_runs(
         for h in histories:
             h.own_steps = [(x, y, next(adjusted)) for x, y, _ in h.own_steps]
     return used
+
+
+def _runs_by_release(records: Sequence[Mapping[str, Any]], k: ConfigKey) -> dict[str, list[Mapping[str, Any]]]:
+    """The usable completed pretrain records of a config key, by the release they ran."""
+    by_rel: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        if r.get("kind") != "pretrain" or not usable(r):
+            continue
+        if _run_key(r) != (k.model, k.gpu, k.precision, str(k.num_gpus), k.optimizer):
+            continue
+        rel = _get_path(r, "provenance.release")
+        if rel is not _MISSING:
+            by_rel.setdefault(str(rel), []).append(r)
+    return by_rel
+
+
+def _own_release(rel: str, metric: str, side: Side, published: Any, seed: int) -> OwnRelease:
+    """Your runs of one release beside its published value: mean with CI and the ratio interval to the published
+    interval (``[lo / hi_pub, hi / lo_pub]``), and whether it is consistent with, above or below it."""
+    value, lo, hi = cs.summarize_runs(side.values, seed=seed)
+    ref = (published.tflops if metric == "tflops" else published.tokens) if published else None
+    n = len(side.values)
+    if ref is None:
+        return OwnRelease(rel, metric, n, value, lo, hi, None, None, None, None, "no published row", side.record_ids)
+    r_lo = (lo if lo is not None else value) / ref.hi
+    r_hi = (hi if hi is not None else value) / ref.lo
+    verdict = "consistent with published" if r_lo <= 1 <= r_hi else "above published" if r_lo > 1 else "below published"
+    if lo is None:
+        verdict += f" (no CI: {n} run(s), need >= 3)"
+    return OwnRelease(rel, metric, n, value, lo, hi, ref, value / ref.value, r_lo, r_hi, verdict, side.record_ids)

@@ -57,40 +57,11 @@ def draw_history(ax, bx, h: History, legend: bool = True) -> None:
             fontsize=10,
             color={"up": UP, "down": DOWN}.get(s.direction, "black"),
         )
-    for i in range(1, len(h.points)):
-        if h.points[i].formula != h.points[i - 1].formula:
-            for a in (ax, bx):
-                a.axvline(i - 0.5, ls=":", color="k", lw=1)
-            same = " (same count)" if h.steps[i - 1].metric == "tflops" else ""
-            ax.text(  # along the dotted line, inside the axes
-                i - 0.5,
-                0.04,
-                f" FLOPs {h.points[i - 1].formula}→{h.points[i].formula}{same}",
-                fontsize=6.5,
-                rotation=90,
-                ha="right",
-                va="bottom",
-                transform=ax.get_xaxis_transform(),
-            )
+    _draw_formula_changes(ax, bx, h)
     for i in h.change_points.indices:
         for a in (ax, bx):
             a.axvspan(i - 0.5, i + 0.5, color="orange", alpha=0.18, lw=0)
-    for o in h.own:
-        if o.release not in rel:
-            continue
-        i = rel.index(o.release)
-        target = ax if o.metric == "tflops" else bx
-        lo = o.value - (o.ci_low if o.ci_low is not None else o.value)
-        hi = (o.ci_high if o.ci_high is not None else o.value) - o.value
-        target.errorbar(
-            [i + 0.12],
-            [o.value],
-            yerr=[[lo], [hi]],
-            fmt="D",
-            color="tab:orange",
-            capsize=3,
-            label=f"your runs (mean, CI), n={o.n_runs}" if o is h.own[0] else None,
-        )
+    _draw_own_runs(ax, bx, h, rel)
     cps = ", ".join(h.change_points.releases) or "none"
     ax.set_title(f"{h.key.label()}\nchange points: {cps}", fontsize=9)
     ax.set_ylabel("model TFLOP/s/GPU")
@@ -109,6 +80,45 @@ def draw_history(ax, bx, h: History, legend: bool = True) -> None:
         if legend:
             a.legend(fontsize=7, loc="best")
     ax.margins(y=0.2)
+
+
+def _draw_formula_changes(ax: Any, bx: Any, h: History) -> None:
+    """A dotted line (labelled) where the release's FLOPs formula changes between two points."""
+    for i in range(1, len(h.points)):
+        if h.points[i].formula != h.points[i - 1].formula:
+            for a in (ax, bx):
+                a.axvline(i - 0.5, ls=":", color="k", lw=1)
+            same = " (same count)" if h.steps[i - 1].metric == "tflops" else ""
+            ax.text(  # along the dotted line, inside the axes
+                i - 0.5,
+                0.04,
+                f" FLOPs {h.points[i - 1].formula}→{h.points[i].formula}{same}",
+                fontsize=6.5,
+                rotation=90,
+                ha="right",
+                va="bottom",
+                transform=ax.get_xaxis_transform(),
+            )
+
+
+def _draw_own_runs(ax: Any, bx: Any, h: History, rel: list[str]) -> None:
+    """Your runs of each release beside the published value: mean with its CI (TFLOP/s or tokens/s axes)."""
+    for o in h.own:
+        if o.release not in rel:
+            continue
+        i = rel.index(o.release)
+        target = ax if o.metric == "tflops" else bx
+        lo = o.value - (o.ci_low if o.ci_low is not None else o.value)
+        hi = (o.ci_high if o.ci_high is not None else o.value) - o.value
+        target.errorbar(
+            [i + 0.12],
+            [o.value],
+            yerr=[[lo], [hi]],
+            fmt="D",
+            color="tab:orange",
+            capsize=3,
+            label=f"your runs (mean, CI), n={o.n_runs}" if o is h.own[0] else None,
+        )
 
 
 def history_figure(histories: list[History], max_keys: int = 12) -> Any:

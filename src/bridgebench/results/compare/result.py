@@ -21,7 +21,14 @@ from bridgebench.results.compare.histories import (
     reference_provenance,
     speedup_matrix,
 )
-from bridgebench.results.compare.own_runs import OwnHistory, SidesResult, attach_own_runs, compare_sides, own_histories
+from bridgebench.results.compare.own_runs import (
+    OwnHistory,
+    Side,
+    SidesResult,
+    attach_own_runs,
+    compare_sides,
+    own_histories,
+)
 from bridgebench.results.compare.selection import METRICS, SOURCES, Selection
 from bridgebench.results.compare_stats import CompareError, RunComparison
 from bridgebench.results.records import PUBLISHED_CSV, load_published
@@ -71,33 +78,14 @@ class CompareResult:
                     )
                 )
             for side in (self.sides.a, self.sides.b):
-                for r, v in zip(side.records, side.values):
-                    values.append(
-                        {
-                            "side": side.name,
-                            "record_id": r["record_id"],
-                            "iterations": len(v),
-                            "median": float(np.median(v)),
-                            "mean": float(np.mean(v)),
-                        }
-                    )
+                values += _value_rows(side, side=side.name)
         for h in self.own:
             for x, y, c in h.steps:
                 rows.append(
                     _comparison_row(c, comparison=f"{y} vs {x}", metric=h.metric, a=x, b=y, key="/".join(h.key))
                 )
             for rel, side in h.groups.items():
-                for r, v in zip(side.records, side.values):
-                    values.append(
-                        {
-                            "side": rel,
-                            "key": "/".join(h.key),
-                            "record_id": r["record_id"],
-                            "iterations": len(v),
-                            "median": float(np.median(v)),
-                            "mean": float(np.mean(v)),
-                        }
-                    )
+                values += _value_rows(side, side=rel, key="/".join(h.key))
         for h in self.histories:
             for x, y, c in h.own_steps:
                 rows.append(
@@ -190,66 +178,21 @@ def run_compare(
     Raises:
         CompareError: bad source, selection or data (messages name the rule).
     """
-    if source not in SOURCES:
-        raise CompareError(f"--source must be one of {list(SOURCES)}, got {source!r}")
-    if (sel_a is None) != (sel_b is None):
-        raise CompareError("give both --a and --b (two selections to compare), or neither")
-    if not 0 <= skip_fraction < 1:
-        raise CompareError(f"skip fraction must be in [0, 1), got {skip_fraction!r}")
-    if metric not in METRICS:
-        raise CompareError(f"unknown metric {metric!r}; known: {list(METRICS)}")
-    if source == "auto" and sel_a is not None:
-        source = "runs"
-    if source in ("published", "both") and sel_a is not None:
-        raise CompareError("--a/--b select own runs: use them with --source runs")
-    stat_params = {
-        "confidence": confidence,
-        "threshold": threshold,
-        "n_resamples": n_resamples,
-        "n_inner": n_inner,
-        "bootstrap": bootstrap,
-        "block_length": block_length,
-        "min_runs": min_runs,
-        "seed": seed,
-    }
+    source = _checked_source(source, sel_a, sel_b, skip_fraction, metric)
+    stat_params = dict(confidence=confidence, threshold=threshold, n_resamples=n_resamples, n_inner=n_inner,
+                       bootstrap=bootstrap, block_length=block_length, min_runs=min_runs, seed=seed)  # fmt: skip
     result = CompareResult(source)
     prov: dict[str, Any] = {
         "command": list(command),
         "selection": common.text(),
         "parameters": {
-            "metric": metric,
-            "threshold": threshold,
-            "noise_cv": noise_cv,
-            "skip_fraction": skip_fraction,
-            "fdr_alpha": fdr_alpha,
-            "fdr_method": "bh",
-            **stat_params,
+            "metric": metric, "threshold": threshold, "noise_cv": noise_cv, "skip_fraction": skip_fraction,
+            "fdr_alpha": fdr_alpha, "fdr_method": "bh", **stat_params,
         },
         "versions": cs.library_versions(),
-    }
+    }  # fmt: skip
     if source in ("auto", "published", "both"):
-        records = load_published(reference, infer_precision=True)
-        keys = published_keys(records, common)
-        result.histories = [
-            published_history(records, k, sel=common, threshold=threshold, noise_cv=noise_cv) for k in keys
-        ]
-        result.left_out = left_out_rows(records, result.histories, common, reference)
-        result.notes += [result.left_out_line()] if result.left_out else []
-        inferred: dict[str, set[str]] = {}
-        for h in result.histories:
-            for p in h.points:
-                if p.precision_inferred:
-                    inferred.setdefault(p.precision_inferred, set()).add(f"{p.release} {h.key.precision}")
-        result.notes += [f"* precision {why} ({', '.join(sorted(rows))})" for why, rows in inferred.items()]
-        prov["reference"] = {
-            **reference_provenance(reference),
-            "rows": sorted(
-                {ref for h in result.histories for p in h.points for ref in (p.reference, *p.alternates)},
-                key=lambda s: int(s.rsplit("#", 1)[1]),
-            ),
-        }
-        prov["change_points"] = {h.key.label(): h.change_points.params for h in result.histories}
-        prov["flops_formula_equivalence"] = "bridgebench.model.flops v1 vs v2 of the configs/model entry"
+        _add_published(result, prov, common, reference, threshold=threshold, noise_cv=noise_cv)
         if source != "published":
             used = attach_own_runs(
                 result.histories, store_records or [], skip_fraction=skip_fraction, fdr_alpha=fdr_alpha, **stat_params
@@ -261,27 +204,12 @@ def run_compare(
                 )
             prov["store_records"] = sorted(used)
             result.source = "both" if used else "published"
-    elif sel_a is not None:
+    elif sel_a is not None and sel_b is not None:
         result.sides = compare_sides(
-            store_records or [],
-            common,
-            sel_a,
-            sel_b,
-            metric=metric,
-            skip_fraction=skip_fraction,
-            fdr_alpha=fdr_alpha,
-            **stat_params,
-        )
-        prov["sides"] = {
-            s.name: {
-                "selection": s.selection.text(),
-                "records": s.record_ids,
-                "skipped": s.skipped,
-                "summary": s.summary,
-                "flagged": s.flags,
-            }
-            for s in (result.sides.a, result.sides.b)
-        }
+            store_records or [], common, sel_a, sel_b, metric=metric, skip_fraction=skip_fraction,
+            fdr_alpha=fdr_alpha, **stat_params,
+        )  # fmt: skip
+        prov["sides"] = {s.name: s.provenance() for s in (result.sides.a, result.sides.b)}
         prov["store_records"] = sorted(result.sides.a.record_ids + result.sides.b.record_ids)
     else:
         result.own = own_histories(
@@ -293,3 +221,67 @@ def run_compare(
         prov["store"] = str(store_root)
     result.provenance = prov
     return result
+
+
+def _checked_source(source: str, sel_a: Selection | None, sel_b: Selection | None, skip: float, metric: str) -> str:
+    """The source a comparison runs (``auto`` with sides: ``runs``).
+
+    Raises:
+        CompareError: an unknown source or metric, one side without the other, a skip fraction outside [0, 1), sides
+            with a published source.
+    """
+    if source not in SOURCES:
+        raise CompareError(f"--source must be one of {list(SOURCES)}, got {source!r}")
+    if (sel_a is None) != (sel_b is None):
+        raise CompareError("give both --a and --b (two selections to compare), or neither")
+    if not 0 <= skip < 1:
+        raise CompareError(f"skip fraction must be in [0, 1), got {skip!r}")
+    if metric not in METRICS:
+        raise CompareError(f"unknown metric {metric!r}; known: {list(METRICS)}")
+    if source == "auto" and sel_a is not None:
+        source = "runs"
+    if source in ("published", "both") and sel_a is not None:
+        raise CompareError("--a/--b select own runs: use them with --source runs")
+    return source
+
+
+def _add_published(
+    result: CompareResult,
+    prov: dict[str, Any],
+    common: Selection,
+    reference: Path,
+    *,
+    threshold: float,
+    noise_cv: float,
+) -> None:
+    """The published histories of the selection into ``result`` (with the rows left out and the notes) and their
+    provenance into ``prov`` (reference rows with the file's hash, change-point parameters)."""
+    records = load_published(reference, infer_precision=True)
+    keys = published_keys(records, common)
+    result.histories = [published_history(records, k, sel=common, threshold=threshold, noise_cv=noise_cv) for k in keys]
+    result.left_out = left_out_rows(records, result.histories, common, reference)
+    result.notes += [result.left_out_line()] if result.left_out else []
+    inferred: dict[str, set[str]] = {}
+    for h in result.histories:
+        for p in h.points:
+            if p.precision_inferred:
+                inferred.setdefault(p.precision_inferred, set()).add(f"{p.release} {h.key.precision}")
+    result.notes += [f"* precision {why} ({', '.join(sorted(rows))})" for why, rows in inferred.items()]
+    prov["reference"] = {
+        **reference_provenance(reference),
+        "rows": sorted(
+            {ref for h in result.histories for p in h.points for ref in (p.reference, *p.alternates)},
+            key=lambda s: int(s.rsplit("#", 1)[1]),
+        ),
+    }
+    prov["change_points"] = {h.key.label(): h.change_points.params for h in result.histories}
+    prov["flops_formula_equivalence"] = "bridgebench.model.flops v1 vs v2 of the configs/model entry"
+
+
+def _value_rows(of: Side, **labels: str) -> list[dict[str, Any]]:
+    """One row per record of a side: its labels (``side``, ``key``), record id, iterations used, median and mean."""
+    return [
+        {**labels, "record_id": r["record_id"], "iterations": len(v), "median": float(np.median(v)),
+         "mean": float(np.mean(v))}
+        for r, v in zip(of.records, of.values)
+    ]  # fmt: skip
