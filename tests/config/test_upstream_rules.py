@@ -171,6 +171,6 @@ def test_deepep_on_gb300_is_priced_as_the_alltoall_it_runs():
     deepep = predict([*base, "model.moe_flex_dispatcher_backend=deepep"], calib)
     a2a = predict([*base, "model.moe_token_dispatcher_type=alltoall", "model.moe_flex_dispatcher_backend=null"], calib)
     hybrid = predict(base, calib)
-    assert deepep["knobs"]["dispatcher"] == "alltoall" and "deepep_falls_back" in deepep["knobs"]["dispatcher_note"]
-    assert deepep["step_time_s"] == pytest.approx(a2a["step_time_s"]) and deepep["fits"]
-    assert hybrid["knobs"]["dispatcher"] == "hybridep" and hybrid["step_time_s"] != deepep["step_time_s"]
+    assert deepep.knobs["dispatcher"] == "alltoall" and "deepep_falls_back" in deepep.knobs["dispatcher_note"]
+    assert deepep.step_time_s == pytest.approx(a2a.step_time_s) and deepep.fits
+    assert hybrid.knobs["dispatcher"] == "hybridep" and hybrid.step_time_s != deepep.step_time_s
