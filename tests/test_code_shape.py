@@ -36,7 +36,6 @@ NOT_YET_SPLIT_FUNCTIONS = frozenset(
         "bridgebench.launch.tracking.update",
         "bridgebench.logs.batch._batch",
         "bridgebench.logs.routing.scan",
-        "bridgebench.logs.steady.steady_state",
         "bridgebench.model.flops.model_flops",
         "bridgebench.model.layout.stage_layers",
         "bridgebench.model.memory.activations.layer_act_per_token",

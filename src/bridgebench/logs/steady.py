@@ -224,18 +224,7 @@ def steady_state(
     interval = _interval if _interval is not None else log_interval(steps, cols)
     timed, vals = cols.values(metric)
     its, segs = cols.its, cols.segs
-    if len(base) <= 1:  # one segment: one threshold
-        threshold = next(iter(base.values()), 0) + warmup
-        in_window = timed & (its > threshold)
-    else:  # warm-up per attempt: the run's first `warmup` iterations, and each restart's own first steps
-        uniq, inv = np.unique(segs, return_inverse=True)
-        first = int(uniq[0])
-        origin = base.get(first, 0)
-        again = min(warmup, RESTART_WARMUP)
-        thresholds = [
-            origin + warmup if s == first else max(origin + warmup, base.get(s, 0) + again) for s in uniq.tolist()
-        ]
-        in_window = timed & (its > np.array(thresholds, np.int64)[inv.ravel()])
+    in_window = timed & _after_warmup(its, segs, base, warmup)
     n_timed = int(timed.sum())
     fallback = n_timed > 0 and not in_window.any()
     widx = np.flatnonzero(timed if fallback else in_window)
@@ -247,13 +236,7 @@ def steady_state(
     finite_arr = arr[finite_mask]
     count = len(widx)
 
-    gaps = 0
-    if count > 1:
-        its_w, segs_w = its[widx], segs[widx]
-        d = np.diff(its_w)
-        same = segs_w[1:] == segs_w[:-1]
-        odd = same & (d != interval) & ~((its_w[:-1] == 1) & (d == interval - 1))
-        gaps = int(odd.sum())
+    gaps = _gaps(its[widx], segs[widx], interval) if count > 1 else 0
 
     problems: list[str] = []
     insufficient = count < min_steps
@@ -276,68 +259,68 @@ def steady_state(
     if outcome is not None and outcome != "completed":
         problems.append(f"run outcome is {outcome!r}, not 'completed'")
 
-    if count == 0:
-        quality = None
-    elif n_finite != count:
-        quality = "invalid"
-    elif fallback or insufficient:
-        quality = "short"
-    elif gaps:
-        quality = "excerpt"
-    elif outcome == "incomplete":
-        quality = "incomplete"
-    else:
-        quality = "steady"
-
-    med = mean = sd = q1 = q3 = iqr = lo = hi = None
-    if n_finite:
-        med = float(np.median(finite_arr))
-        mean = float(np.mean(finite_arr))
-        lo, hi = float(finite_arr.min()), float(finite_arr.max())
-        if n_finite >= 2:
-            sd = float(np.std(finite_arr, ddof=1))
-            q1, q3 = (float(q) for q in np.percentile(finite_arr, (25.0, 75.0)))
-            iqr = q3 - q1
-        else:
-            sd, q1, q3, iqr = 0.0, lo, lo, 0.0
+    quality = _quality(count, n_finite, fallback or insufficient, gaps, outcome)
+    med, mean, sd, q1, q3, iqr, lo, hi = _spread(finite_arr)
     ok = quality == "steady" and not problems
     return SteadyState(
-        metric=metric,
-        count=count,
-        median=med,
-        mean=mean,
-        stdev=sd,
-        q1=q1,
-        q3=q3,
-        iqr=iqr,
-        min=lo,
-        max=hi,
+        metric=metric, count=count, median=med, mean=mean, stdev=sd, q1=q1, q3=q3, iqr=iqr, min=lo, max=hi,
         first_iteration=steps[widx[0]].iteration if count else None,
         last_iteration=steps[widx[-1]].iteration if count else None,
-        warmup=warmup,
-        min_steps=min_steps,
-        insufficient=insufficient,
-        window_ok=ok,
-        reason="; ".join(problems) if problems else "ok",
-        segments=len(np.unique(segs[widx])),
-        quality=quality,
-        warmup_skipped=skipped,
-        fallback=fallback,
-        gaps=gaps,
-        interval=interval,
-        note=_note(
-            count,
-            quality,
-            fallback,
-            skipped,
-            warmup,
-            min_steps,
-            gaps,
-            outcome,
-            len(base) - 1,
-            (metric, count - n_finite),
-        ),
-    )
+        warmup=warmup, min_steps=min_steps, insufficient=insufficient, window_ok=ok,
+        reason="; ".join(problems) if problems else "ok", segments=len(np.unique(segs[widx])), quality=quality,
+        warmup_skipped=skipped, fallback=fallback, gaps=gaps, interval=interval,
+        note=_note(count, quality, fallback, skipped, warmup, min_steps, gaps, outcome, len(base) - 1,
+                   (metric, count - n_finite)),
+    )  # fmt: skip
+
+
+def _quality(count: int, n_finite: int, short: bool, gaps: int, outcome: str | None) -> str | None:
+    """The window's quality (:data:`QUALITIES`): None without steps, else invalid > short > excerpt > incomplete >
+    steady, the first that holds."""
+    if count == 0:
+        return None
+    if n_finite != count:
+        return "invalid"
+    if short:
+        return "short"
+    if gaps:
+        return "excerpt"
+    return "incomplete" if outcome == "incomplete" else "steady"
+
+
+def _after_warmup(its: np.ndarray, segs: np.ndarray, base: dict[int, int], warmup: int) -> np.ndarray:
+    """Which steps lie after the warm-up of their segment (bool per step): one threshold for one segment; else the
+    run's first ``warmup`` iterations and each restart's own first steps (:data:`RESTART_WARMUP`)."""
+    if len(base) <= 1:
+        return its > next(iter(base.values()), 0) + warmup
+    uniq, inv = np.unique(segs, return_inverse=True)
+    first = int(uniq[0])
+    origin = base.get(first, 0)
+    again = min(warmup, RESTART_WARMUP)
+    thresholds = [
+        origin + warmup if s == first else max(origin + warmup, base.get(s, 0) + again) for s in uniq.tolist()
+    ]
+    return its > np.array(thresholds, np.int64)[inv.ravel()]
+
+
+def _gaps(its_w: np.ndarray, segs_w: np.ndarray, interval: int) -> int:
+    """Steps of the window whose distance to the previous one (same segment) is not the log interval (the first
+    logged iteration 1 of an interval-N log excepted)."""
+    d = np.diff(its_w)
+    same = segs_w[1:] == segs_w[:-1]
+    return int((same & (d != interval) & ~((its_w[:-1] == 1) & (d == interval - 1))).sum())
+
+
+def _spread(x: np.ndarray) -> tuple[float | None, ...]:
+    """(median, mean, stdev (ddof 1), q1, q3, iqr, min, max) of the valid window values; Nones when empty, zero
+    spread for one value."""
+    if not len(x):
+        return (None,) * 8
+    med, mean, lo, hi = float(np.median(x)), float(np.mean(x)), float(x.min()), float(x.max())
+    if len(x) < 2:
+        return med, mean, 0.0, lo, lo, 0.0, lo, hi
+    q1, q3 = (float(q) for q in np.percentile(x, (25.0, 75.0)))
+    return med, mean, float(np.std(x, ddof=1)), q1, q3, q3 - q1, lo, hi
 
 
 def _range_text(metric: str) -> str:
