@@ -45,7 +45,7 @@ def config_files(group: str) -> dict[str, Path]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Paths:
     """Absolute read/write paths (fields = keys of ``configs/paths/default.yaml``)."""
 

@@ -77,7 +77,17 @@ def test_the_timeout_reason_is_slurms_line(tmp_path):
 
 
 def _attempt(run_id: str, state: str, attempt: int = 0, **kw) -> Attempt:
-    return Attempt(run_id, attempt, "optstep-m-muon-abc", "optstep", state, 0.0, 0.0, slurm_job_id="1", **kw)
+    return Attempt(
+        run_id=run_id,
+        attempt=attempt,
+        name="optstep-m-muon-abc",
+        job_type="optstep",
+        state=state,
+        submitted_at=0.0,
+        updated_at=0.0,
+        slurm_job_id="1",
+        **kw,
+    )
 
 
 def test_submit_wait_exit_codes_and_line():

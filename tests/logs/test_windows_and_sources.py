@@ -235,7 +235,9 @@ def test_live_figures_of_a_running_log():
     steps = parse_log(LOGS / "constructed_mbridge_truncated_running.log").steps
     assert fig.step_time_s == steps[-1].step_time_s
     assert fig.eta_s == pytest.approx(2 * sum(s.step_time_s for s in steps) / len(steps))
-    a = Attempt("abc-r0", 0, "run", "pretrain", "RUNNING", 0.0, 0.0)
+    a = Attempt(
+        run_id="abc-r0", attempt=0, name="run", job_type="pretrain", state="RUNNING", submitted_at=0.0, updated_at=0.0
+    )
     line = describe(a, fig)
     assert "iteration 18/20" in line and "ETA" in line
     assert describe(a, None).endswith("no log yet")

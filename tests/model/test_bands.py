@@ -33,8 +33,11 @@ H200 = GpuFacts.from_mapping(load_gpu("h200"))
 
 
 def _seen(spec, cfg) -> Seen:
-    return Seen(frozenset({config_key(spec, cfg)}), frozenset({(spec.name, cfg.gpu.name, cfg.peak_key)}),
-                frozenset({(cfg.gpu.name, cfg.precision_class)}))  # fmt: skip
+    return Seen(
+        configurations=frozenset({config_key(spec, cfg)}),
+        groups=frozenset({(spec.name, cfg.gpu.name, cfg.peak_key)}),
+        gpus=frozenset({(cfg.gpu.name, cfg.precision_class)}),
+    )
 
 
 def test_each_distance_from_the_calibration_is_named(models):
@@ -57,7 +60,7 @@ def test_each_distance_from_the_calibration_is_named(models):
 
 
 def _held(tier: str, sd: float, n: int, rng: random.Random, folds: int = 1) -> list[HeldOut]:
-    return [HeldOut(i, rng.gauss(0.0, sd), tier, f"{tier}#{i // folds}") for i in range(n)]
+    return [HeldOut(row=i, log_error=rng.gauss(0.0, sd), tier=tier, fold=f"{tier}#{i // folds}") for i in range(n)]
 
 
 def test_conformal_half_widths_cover_at_their_level_on_held_out_errors():
@@ -145,12 +148,12 @@ def test_a_new_precision_takes_the_precision_shift_other_models_show_on_that_gpu
     both (a difference in differences); without such a model, the plain level."""
     from bridgebench.model.steptime.release import GroupLevel, LevelTable
 
-    flat = lambda y: GroupLevel("dense", (150.0,), (y,), 1)  # noqa: E731
-    table = LevelTable({("a", "gb300", "mxfp8"): flat(0.3), ("a", "gb300", "nvfp4"): flat(0.0),
-                        ("b", "gb300", "mxfp8"): flat(0.1)}, {"dense": 0.0})  # fmt: skip
+    flat = lambda y: GroupLevel(family="dense", x=(150.0,), y=(y,), rows=1)  # noqa: E731
+    table = LevelTable(groups={("a", "gb300", "mxfp8"): flat(0.3), ("a", "gb300", "nvfp4"): flat(0.0),
+                        ("b", "gb300", "mxfp8"): flat(0.1)}, family_mean={"dense": 0.0})  # fmt: skip
     level, source = table.log_level(("b", "gb300", "nvfp4"), "dense", 150.0)
     assert source == "same model and GPU" and level == pytest.approx(0.1 - 0.3)
-    alone = LevelTable({("b", "gb300", "mxfp8"): flat(0.1)}, {"dense": 0.0})
+    alone = LevelTable(groups={("b", "gb300", "mxfp8"): flat(0.1)}, family_mean={"dense": 0.0})
     assert alone.log_level(("b", "gb300", "nvfp4"), "dense", 150.0) == (pytest.approx(0.1), "same model and GPU")
     # the same precision class (FP8-CS and MXFP8) is read as is, unshifted
     assert table.log_level(("b", "gb300", "fp8"), "dense", 150.0) == (

@@ -76,7 +76,7 @@ def test_distributed_tp_mode_equals_real_newton_schulz_tp(tmp_path):
     for rank in range(world):
         counted = json.loads((tmp_path / f"flops.{rank}").read_text())
         for (rows, cols, dim), got in zip(shapes, counted):
-            m = MuonMatrix("w", "attention", 0, rows, cols, "w", tp_partition_dim=dim)
+            m = MuonMatrix(name="w", family="attention", layer=0, rows=rows, cols=cols, param="w", tp_partition_dim=dim)
             ours = per_tp_rank_flops(m, world, NSPolicy(tp_mode="distributed"))
             assert got == ours, (rows, cols, dim)
             assert got > ns_flops(rows, cols) // world, "the old formula would have matched"
@@ -205,7 +205,7 @@ def test_layer_wise_counts_each_matrix_once_and_replicated_counts_it_dp_times(mo
 
 
 def test_tp_modes():
-    m = MuonMatrix("w", "attention", 0, 256, 64, "w", tp_partition_dim=0)
+    m = MuonMatrix(name="w", family="attention", layer=0, rows=256, cols=64, param="w", tp_partition_dim=0)
     full = ns_flops(256, 64)
     assert per_tp_rank_flops(m, 4, NSPolicy(tp_mode="duplicated")) == full
     # distributed: the Gram matrix is on the unsharded side (64) and repeated on every rank, not full // TP

@@ -116,7 +116,7 @@ def test_split_group_is_priced_across_domains():
 
     spec = model_spec(compose(["model=kimi_k2"]))
     gb300 = GpuFacts.from_mapping(load_gpu("gb300"))
-    sh = LayerShape(1, 1, 64, 1, 1, False, "mxfp8")
+    sh = LayerShape(tp=1, cp=1, ep=64, etp=1, mbs=1, sp=False, peak_key="mxfp8")
     inside = pl.place(256, pp=4, ep=64, domain=64).group("ep")
     split = pl.place(256, pp=4, ep=64, domain=72).group("ep")
     sid, gid = registry.handle(spec), registry.handle(gb300)

@@ -319,7 +319,7 @@ def test_calibration_recovers_a_known_efficiency(models):
                 sequence_parallel=tp > 1,
                 release=release,
             )
-            rows.append(Row(spec, cfg, predict_time(spec, cfg, truth).tflops_per_gpu, release))
+            rows.append(Row(spec=spec, cfg=cfg, tflops=predict_time(spec, cfg, truth).tflops_per_gpu, release=release))
     cal = calibrate(rows, c_grid=(0.0, 1e-4, 4e-4))
     assert cal.c_layer == pytest.approx(1e-4)
     assert cal.efficiency[("gb200", "fp8")] == pytest.approx(0.37, rel=1e-4)

@@ -304,7 +304,7 @@ def test_outputs_never_overwrite_tracked_files(tmp_path, monkeypatch):
     subprocess.run(["git", "-C", str(repo), "add", "out/provenance.json"], check=True)
     monkeypatch.setattr(cmp_outputs, "REPO_ROOT", repo)
     with pytest.raises(cmp.CompareError, match="refusing to overwrite tracked file"):
-        cmp.write_outputs(cmp.CompareResult("published"), repo / "out", plots=False)
+        cmp.write_outputs(cmp.CompareResult(source="published"), repo / "out", plots=False)
     assert (repo / "out" / "provenance.json").read_text() == "tracked\n"
     assert sorted(p.name for p in (repo / "out").iterdir()) == ["provenance.json"]
 

@@ -18,8 +18,8 @@ from bridgebench.results import compare_stats as cs
 from bridgebench.results.compare import same_flops_count
 from bridgebench.results.records import load_published
 
-QWEN = cs.ConfigKey("qwen3_30b_a3b", "gb300", "mxfp8", 8, "adamw")
-KIMI = cs.ConfigKey("kimi_k2", "gb300", "mxfp8", 256, "muon")
+QWEN = cs.ConfigKey(model="qwen3_30b_a3b", gpu="gb300", precision="mxfp8", num_gpus=8, optimizer="adamw")
+KIMI = cs.ConfigKey(model="kimi_k2", gpu="gb300", precision="mxfp8", num_gpus=256, optimizer="muon")
 FAST = {"n_resamples": 1000, "n_inner": 100}
 
 
@@ -98,13 +98,13 @@ def _pt(rel, tf, tok, formula="v1", model="m", **recipe):
     }
     rule = releases()[rel]["published_rounding"]["tokens_per_sec_per_gpu"] if rel in releases() else "integer"
     return cs.SeriesPoint(
-        rel,
-        formula,
-        cs.rounding_interval(tf, "integer"),
-        cs.rounding_interval(tok, rule, num_gpus=8, seq_length=4096),
-        base | recipe,
-        model,
-        "t#1",
+        release=rel,
+        formula=formula,
+        tflops=cs.rounding_interval(tf, "integer"),
+        tokens=cs.rounding_interval(tok, rule, num_gpus=8, seq_length=4096),
+        recipe=base | recipe,
+        model_name=model,
+        reference="t#1",
     )
 
 
@@ -182,7 +182,9 @@ def test_kimi_k2_history(published):
 
 
 def test_duplicate_rows_pick_the_matching_recipe(published):
-    series = cs.published_series(published, cs.ConfigKey("deepseek_v3", "gb300", "mxfp8", 256, "adamw"))
+    series = cs.published_series(
+        published, cs.ConfigKey(model="deepseek_v3", gpu="gb300", precision="mxfp8", num_gpus=256, optimizer="adamw")
+    )
     p = next(x for x in series if x.release == "26.06")
     assert len(p.alternates) == 1 and p.recipe["gbs"] == 4096 and p.reference.startswith("published_")
 

@@ -29,11 +29,46 @@ def test_blog_table1():
 
 def test_bad_records():
     with pytest.raises(RecordError, match="num_gpus must be a positive integer"):
-        RunRecord("26.02", "kimi_k2", "Kimi_K2", "gb300", 0, "mxfp8", "muon", 4096, 2, 4096, step_time_s=10.0)
+        RunRecord(
+            release="26.02",
+            model="kimi_k2",
+            model_label="Kimi_K2",
+            system="gb300",
+            num_gpus=0,
+            precision="mxfp8",
+            optimizer="muon",
+            gbs=4096,
+            mbs=2,
+            seq_length=4096,
+            step_time_s=10.0,
+        )
     with pytest.raises(RecordError, match="needs step_time_s or tokens_per_sec_per_gpu"):
-        RunRecord("26.02", "kimi_k2", "Kimi_K2", "gb300", 8, "mxfp8", "muon", 4096, 2, 4096)
+        RunRecord(
+            release="26.02",
+            model="kimi_k2",
+            model_label="Kimi_K2",
+            system="gb300",
+            num_gpus=8,
+            precision="mxfp8",
+            optimizer="muon",
+            gbs=4096,
+            mbs=2,
+            seq_length=4096,
+        )
     with pytest.raises(RecordError, match="step_time_s must be positive"):
-        RunRecord("26.02", "kimi_k2", "Kimi_K2", "gb300", 8, "mxfp8", "muon", 4096, 2, 4096, step_time_s=-1.0)
+        RunRecord(
+            release="26.02",
+            model="kimi_k2",
+            model_label="Kimi_K2",
+            system="gb300",
+            num_gpus=8,
+            precision="mxfp8",
+            optimizer="muon",
+            gbs=4096,
+            mbs=2,
+            seq_length=4096,
+            step_time_s=-1.0,
+        )
 
 
 def test_mfu_and_peaks():

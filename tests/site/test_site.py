@@ -139,7 +139,7 @@ def test_pages_show_what_the_data_says(site):
 
 
 def test_a_page_over_the_limit_is_refused(tmp_path):
-    page = Page("big.html", "big")
+    page = Page(file="big.html", title="big")
     page.raw("x" * (MAX_PAGE_BYTES + 1))
     with pytest.raises(SiteError, match="site_page_size"):
         write_page(tmp_path, page, "now")
@@ -236,7 +236,7 @@ def test_a_selection_narrows_the_releases_page():
     from bridgebench.results.compare.selection import parse_selection
     from bridgebench.site import releases
 
-    page = Page("releases.html", "Releases")
+    page = Page(file="releases.html", title="Releases")
     releases.build(page, parse_selection(["model=kimi_k2"]))
     text = "\n".join(page.parts)
     assert page.figures >= 1 and "kimi" in text.lower()
@@ -247,9 +247,9 @@ def test_empty_store_and_no_sweep_say_how_to_fill_them(tmp_path):
     from bridgebench.results.compare.selection import Selection
     from bridgebench.site import runs, sweeps
 
-    page = Page("runs.html", "Your runs")
+    page = Page(file="runs.html", title="Your runs")
     runs.build(page, [], "results/runs", [], Selection())
     assert page.figures == 0 and "bridgebench submit experiment=optstep_local" in "".join(page.parts)
-    page = Page("sweeps.html", "Sweeps")
+    page = Page(file="sweeps.html", title="Sweeps")
     assert sweeps.build(page, tmp_path / "none", "results/sweeps") == []
     assert "bridgebench sweep --space" in "".join(page.parts)

@@ -29,7 +29,7 @@ def test_a_record_is_a_typed_row_with_one_dims_field_and_back():
     names = [f.name for f in dataclasses.fields(SweepRow)]
     assert "dims" in names and not {"tp", "num_gpus", "dp", "gbs"} & set(names)
     with pytest.raises(TypeError):
-        SweepRow("abc")  # keyword-only
+        SweepRow(point_id="abc")  # keyword-only
 
 
 def test_an_unknown_column_is_refused_by_name():

@@ -27,7 +27,7 @@ class CalibrationError(BridgebenchError):
     """An unknown or malformed calibration file; the message names the file and the field."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelCalibration:
     """One calibration file: ``time`` (:class:`bridgebench.model.steptime.calibration.Calibration`), the memory
     model's constant ``other_bytes`` (bytes per GPU), the caching allocator's fragmentation (reserved over allocated

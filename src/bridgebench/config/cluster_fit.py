@@ -18,7 +18,7 @@ from typing import Any
 from bridgebench.config.rules import Violation
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobNeeds:
     """What one submission needs: ``nodes``, ``tasks_per_node``, the GPU type and count per node (None and 0 for a
     CPU payload such as the optimizer-step benchmark) and whether it runs in a container."""

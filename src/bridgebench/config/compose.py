@@ -388,7 +388,7 @@ def recipe_departures(cfg: DictConfig) -> dict[str, tuple[Any, Any]]:
     meta = cfg.recipe_meta
     if not meta.get("name"):
         return {}
-    family = OptimizerKind(str(cfg.optimizer.optimizer)).family
+    family = OptimizerKind(name=str(cfg.optimizer.optimizer)).family
     ref = compose([f"recipe={meta.entry}", f"release={meta.release}", f"optimizer={family}"])
     out: dict[str, tuple[Any, Any]] = {}
 
@@ -417,7 +417,7 @@ def variant_provenance(cfg: DictConfig, departures: dict[str, tuple[Any, Any]] |
     The optimizer family is :class:`bridgebench.model.optimizer.OptimizerKind`'s; a recipe's upstream families are
     ``recipe_meta.upstream_optimizers`` (written by ``bridgebench recipes generate``).
     """
-    family = OptimizerKind(str(cfg.optimizer.optimizer)).family
+    family = OptimizerKind(name=str(cfg.optimizer.optimizer)).family
     meta = cfg.recipe_meta
     if not meta.get("name"):
         return (
@@ -514,7 +514,7 @@ def _quote(value: str) -> str:
     return f"'{value}'" if _NUMERIC.match(value) else value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunFacts:
     """The facts of one composed run that the analysis needs (no Megatron objects)."""
 
@@ -532,7 +532,7 @@ class RunFacts:
     @property
     def optimizer_kind(self) -> OptimizerKind:
         """What the optimizer name means (Muon or not, layer-wise or not): :mod:`bridgebench.model.optimizer`."""
-        return OptimizerKind(str(self.optimizer["optimizer"]))
+        return OptimizerKind(name=str(self.optimizer["optimizer"]))
 
     @property
     def is_muon(self) -> bool:

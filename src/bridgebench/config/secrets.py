@@ -302,7 +302,7 @@ def _raw_strings(cfg: Any) -> Iterator[tuple[str, str]]:
             yield path, value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ResolverCall:
     """One resolver call found anywhere in a value, at any depth: its name (None when the name is itself computed
     by an interpolation), and its first argument when that is plain text (None when computed or absent)."""
@@ -335,7 +335,9 @@ def resolver_calls(text: str) -> list[ResolverCall]:
             first: Any = elements[0] if elements else None
             plain_first = first is not None and not _has_interpolation(first, P)
             calls.append(
-                ResolverCall(rname.getText() if plain_name else None, first.getText().strip() if plain_first else None)
+                ResolverCall(
+                    name=rname.getText() if plain_name else None, first=first.getText().strip() if plain_first else None
+                )
             )
         stack.extend(node.getChildren() if hasattr(node, "getChildren") else ())
     return calls

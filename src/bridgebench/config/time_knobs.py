@@ -46,7 +46,7 @@ def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
         return default if v.get(key) is None else bool(v[key])
 
     dtype, backend, _ = dispatcher_of(v)
-    muon = OptimizerKind(str(v.get("optimizer") or "adam")).is_muon
+    muon = OptimizerKind(name=str(v.get("optimizer") or "adam")).is_muon
     return {
         "release": None if v.get("release") is None else str(v["release"]),
         "tp_comm_overlap": flag("tp_comm_overlap", False),

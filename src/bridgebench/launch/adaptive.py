@@ -45,7 +45,7 @@ class AdaptiveError(BridgebenchError):
     another budget is allowed, another calibration is not)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AdaptiveResult:
     """What an adaptive sweep did: the sweep's result, the rounds, the stop reason, GPU-hours."""
 
@@ -155,8 +155,13 @@ def run_adaptive(
             loop.save()
             break
     measured, _ = loop.measured()
-    out = AdaptiveResult(result, _rounds_rows(loop.state), loop.state["stop"], loop.best(measured),
-                         _gpu_hours(loop.cands, measured, loop.state))  # fmt: skip
+    out = AdaptiveResult(
+        sweep=result,
+        rounds=_rounds_rows(loop.state),
+        stop=loop.state["stop"],
+        best=loop.best(measured),
+        gpu_hours=_gpu_hours(loop.cands, measured, loop.state),
+    )
     out.outputs = _write(result, loop.state, out, loop.cands)
     return out
 

@@ -26,7 +26,7 @@ from bridgebench.launch import nodepaths, shellsafe
 from bridgebench.launch.nodepaths import JobPaths
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobSpec:
     """Resources and flags of one job of a run (no per-submission facts)."""
 
@@ -116,7 +116,7 @@ def job_env(cfg: DictConfig, config_hash: str, run_id: str, attempt: int) -> dic
     }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Job:
     """Everything one submission needs: the nemo-run executor, the payload command, paths, the spec, what the
     rendered script must do (:class:`bridgebench.launch.shellsafe.Intent`, checked by :mod:`.nemorun`) and the

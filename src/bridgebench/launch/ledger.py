@@ -86,7 +86,7 @@ EXTRA_COLUMNS = {
 }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Attempt:
     run_id: str
     attempt: int

@@ -22,7 +22,7 @@ from bridgebench.launch.ledger import Attempt, Ledger
 RECENT_STEPS = 20
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LiveFigures:
     """What a log says about a job so far.  Units: seconds, model TFLOP/s per GPU."""
 

@@ -60,7 +60,7 @@ def experiment_id(title: str) -> str:
     return f"{title}_job"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobPaths:
     """Every path of one submission (run id + attempt); see the module docstring.
 

@@ -47,7 +47,7 @@ _SCRIPT_PREFIX = re.compile(r"^(/\S+\.sh): line ")
 _NOISE = re.compile(r"^\s*(\+|job exited with code|exitcode=|if \[|fi$|exit \$exitcode|scontrol requeue)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Outcome:
     """``outcome`` (see the module docstring), ``payload_started`` (the ``BRIDGEBENCH_START`` line was seen; None
     when no log could be read) and ``detail`` (the log's reason, or None)."""
@@ -135,11 +135,17 @@ def decide(state: str, exit_code: str | None, logs: list[Path], *, has_result: b
             why = f"the job completed (exit code {exit_code or '0:0'}) but its payload never started" + (
                 f"; last error line: {why}" if why and not why.startswith("exit code") else ""
             )
-        return Outcome(NEVER_STARTED, False, why)
+        return Outcome(outcome=NEVER_STARTED, payload_started=False, detail=why)
     if base != "COMPLETED":
-        return Outcome(base.lower(), started, reason or failure_reason(base, exit_code, None, logs))
+        return Outcome(
+            outcome=base.lower(), payload_started=started, detail=reason or failure_reason(base, exit_code, None, logs)
+        )
     if has_result:
-        return Outcome(COMPLETED, started, None)
+        return Outcome(outcome=COMPLETED, payload_started=started, detail=None)
     cls, detail = log_reason(logs)
     why = f"{cls}: {detail}" if cls else detail
-    return Outcome(NO_RESULT, started, why or "the payload started but left no result (no optstep.json / result line)")
+    return Outcome(
+        outcome=NO_RESULT,
+        payload_started=started,
+        detail=why or "the payload started but left no result (no optstep.json / result line)",
+    )

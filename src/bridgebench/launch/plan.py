@@ -54,7 +54,7 @@ class PlanError(BridgebenchError):
     """A run of the plan is invalid; the message names the run and the rule. No plan was written."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class InvalidRun:
     """A run of a sweep that was not planned: its overrides, the rule it broke (a ``bridgebench.config.rules`` id,
     ``megatron_bridge`` for Megatron-Bridge's own validation, ``launch`` or ``job_type``) and the message."""
@@ -167,7 +167,7 @@ def _run_name(cfg: DictConfig, config_hash: str) -> str:
     the recipe's GPU and precision (``<model>-<optimizer>-<gpu>-<precision>-<hash>``); the optimizer-step payload
     trains nothing and runs on whatever device the node has (a CPU on the local cluster), so its name carries no GPU
     or precision: ``optstep-<model>-<optimizer>-<hash>``."""
-    opt = OptimizerKind(str(cfg.optimizer.optimizer)).family
+    opt = OptimizerKind(name=str(cfg.optimizer.optimizer)).family
     if cfg.job.type == "optstep":
         return f"optstep-{cfg.model.name}-{opt}-{config_hash[:8]}"
     if cfg.job.type == "replay":  # says what runs: a replayed table, not training
@@ -225,7 +225,9 @@ def plan(
         if on_invalid is None:
             raise PlanError(f"run {label!r}{message}") from err
         reason = "; ".join(map(str, err.violations)) if isinstance(err, rules.RuleError) else message[1:].strip()
-        invalid.append(InvalidRun(label, [redact_override(o) for o in ov], rule, redact(reason)))
+        invalid.append(
+            InvalidRun(label=label, overrides=[redact_override(o) for o in ov], rule=rule, reason=redact(reason))
+        )
         on_invalid(invalid[-1])
 
     for i, ov in enumerate(sweeps, 1):

@@ -70,7 +70,7 @@ class ShellValueError(RuleError, LaunchConfigError):
         return f"{n} value{'s' if n != 1 else ''} cannot reach a SLURM script safely (rule {RULE}):\n{lines}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Grammar:
     """A strict grammar a value must match in full (``pattern``), in words (``says``)."""
 
@@ -94,57 +94,68 @@ GRAMMARS: dict[str, Grammar] = {
     g.name: g
     for g in (
         Grammar(
-            "name",
-            re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"),
-            "letters, digits and . _ - (1-128 characters, the first a letter or digit)",
+            name="name",
+            pattern=re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"),
+            says="letters, digits and . _ - (1-128 characters, the first a letter or digit)",
         ),
-        Grammar("path", re.compile(r"[A-Za-z0-9_./@+-]{1,4096}"), "a path of letters, digits and _ . / @ + -"),
         Grammar(
-            "abspath",
-            re.compile(r"/[A-Za-z0-9_./@+-]{0,4095}"),
-            "an absolute path of letters, digits and _ . / @ + - (on the cluster; a relative one would be the login "
+            name="path",
+            pattern=re.compile(r"[A-Za-z0-9_./@+-]{1,4096}"),
+            says="a path of letters, digits and _ . / @ + -",
+        ),
+        Grammar(
+            name="abspath",
+            pattern=re.compile(r"/[A-Za-z0-9_./@+-]{0,4095}"),
+            says="an absolute path of letters, digits and _ . / @ + - (on the cluster; a relative one would be the "
+            "login "
             "node's home folder's)",
         ),
         Grammar(
-            "mount",
-            re.compile(r"[A-Za-z0-9_./@+-]+:[A-Za-z0-9_./@+-]+(?::[A-Za-z0-9_.+-]+)?"),
-            "src:dst[:flags] of plain path characters (letters, digits and _ . / @ + -); no spaces or commas",
+            name="mount",
+            pattern=re.compile(r"[A-Za-z0-9_./@+-]+:[A-Za-z0-9_./@+-]+(?::[A-Za-z0-9_.+-]+)?"),
+            says="src:dst[:flags] of plain path characters (letters, digits and _ . / @ + -); no spaces or commas",
         ),
         Grammar(
-            "image",
-            re.compile(_IMAGE),
-            "a container image reference ([user@][registry[:port]/ or #]name[:tag][@digest], docker/enroot syntax) "
+            name="image",
+            pattern=re.compile(_IMAGE),
+            says="a container image reference ([user@][registry[:port]/ or #]name[:tag][@digest], docker/enroot "
+            "syntax) "
             "or an absolute .sqsh path",
         ),
         Grammar(
-            "time",
-            re.compile(
+            name="time",
+            pattern=re.compile(
                 r"[0-9]{1,9}(?::[0-9]{1,2}){0,2}|[0-9]{1,9}-[0-9]{1,2}(?::[0-9]{1,2}){0,2}|(?i:unlimited|infinite)"
             ),
-            "a SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED",
+            says="a SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED",
         ),
-        Grammar("mem", re.compile(r"[0-9]{1,15}[KMGTkmgt]?"), "a SLURM memory size: digits with an optional K/M/G/T"),
         Grammar(
-            "env_name",
-            re.compile(r"[A-Z_][A-Z0-9_]{0,255}"),
-            "an upper-case shell identifier (A-Z, 0-9, _; nemo-run 0.11.1 writes `export {name.upper()}=...`, so a "
+            name="mem",
+            pattern=re.compile(r"[0-9]{1,15}[KMGTkmgt]?"),
+            says="a SLURM memory size: digits with an optional K/M/G/T",
+        ),
+        Grammar(
+            name="env_name",
+            pattern=re.compile(r"[A-Z_][A-Z0-9_]{0,255}"),
+            says="an upper-case shell identifier (A-Z, 0-9, _; nemo-run 0.11.1 writes `export {name.upper()}=...`, "
+            "so a "
             "lower-case name would reach the job as another variable)",
         ),
-        Grammar("job_id", re.compile(r"[0-9]{1,20}"), "a SLURM job id (digits)"),
+        Grammar(name="job_id", pattern=re.compile(r"[0-9]{1,20}"), says="a SLURM job id (digits)"),
         Grammar(
-            "host",
-            re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.?"),
-            "a host name or IPv4 address (RFC 1123 labels of letters, digits and -, joined by .)",
+            name="host",
+            pattern=re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.?"),
+            says="a host name or IPv4 address (RFC 1123 labels of letters, digits and -, joined by .)",
         ),
         Grammar(
-            "port",
-            re.compile(r"[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]"),
-            "a TCP port (1-65535)",
+            name="port",
+            pattern=re.compile(r"[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]"),
+            says="a TCP port (1-65535)",
         ),
         Grammar(
-            "keyfile",
-            re.compile(r"(?:~/)?[A-Za-z0-9_./@+-]{1,4095}"),
-            "a path of letters, digits and _ . / @ + - (optionally starting with ~/) on the submitting machine",
+            name="keyfile",
+            pattern=re.compile(r"(?:~/)?[A-Za-z0-9_./@+-]{1,4095}"),
+            says="a path of letters, digits and _ . / @ + - (optionally starting with ~/) on the submitting machine",
         ),
     )
 }
@@ -377,7 +388,7 @@ _PLAIN_WORD = re.compile(r"[A-Za-z0-9_./@+:,=%-][A-Za-z0-9_./@+:,=%#-]*")
 _RESTART = "${SLURM_RESTART_COUNT:-0}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Intent:
     """What bridgebench means a job's sbatch script to do: the ``#SBATCH`` flags it sets (``None``: a bare flag), the
     environment the job must see, the container image and mounts of the ``srun`` line (None: host mode) and the

@@ -90,7 +90,7 @@ def run(cmd: list[str], cfg: DictConfig, *, timeout: float = TIMEOUT_S) -> str:
     return stdout
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Reach:
     """What :func:`probe` found: ``controller`` / ``accounting`` = why slurmctld / slurmdbd cannot be reached (None:
     no obstacle found -- SLURM may still fail, its own error then says why); :func:`hint` says what to do."""
@@ -132,18 +132,18 @@ def probe(cfg: DictConfig) -> Reach:
         why = _tcp(host, port)
         if why is not None:
             cause = f"the login node {host}:{port} does not accept SSH connections ({why})"
-            return Reach(cause, cause)
+            return Reach(controller=cause, accounting=cause)
         return Reach()
     conf = slurm_conf(cfg)
     if not conf.is_file():
         how = "SLURM_CONF" if client_env(cfg).get("SLURM_CONF") else "the default slurm.conf"
         cause = f"{how} {conf} does not exist, so no SLURM command can find the cluster"
-        return Reach(cause, cause)
+        return Reach(controller=cause, accounting=cause)
     try:
         text = conf.read_text(errors="replace")
     except OSError as err:
         cause = f"cannot read {conf} ({err})"
-        return Reach(cause, cause)
+        return Reach(controller=cause, accounting=cause)
     out = Reach()
     ctld = _conf_value(text, "SlurmctldHost") or _conf_value(text, "ControlMachine")
     if ctld:

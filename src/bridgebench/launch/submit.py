@@ -313,11 +313,11 @@ def refresh_report(cfg: DictConfig, ledger: Ledger | None = None) -> tracking.Re
             retried = True
     if retried:
         report = tracking.Refresh(
-            [
+            attempts=[
                 next((b for b in report.attempts if (b.run_id, b.attempt) == (x.run_id, x.attempt)), x)
                 for x in ledger.attempts()
             ],
-            report.notes,
+            notes=report.notes,
         )
     return report
 

@@ -51,7 +51,7 @@ class SweepRunError(BridgebenchError):
 Progress = engine.Progress
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SweepResult:
     """What a sweep did: its folder, every point row, the planned / submitted top-K rows, per-stage timings
     (``{stage: {"seconds", "points", "resumed"}}``), counts by status and rule, and the output files."""
@@ -328,7 +328,15 @@ def run_sweep(
     from bridgebench.results.sweep_report import write_outputs
 
     chosen = [r for r in rows if r.get("rank") is not None and r["rank"] <= len(top)]  # duplicates share ids
-    result = SweepResult(name, out, rows, sorted(chosen, key=lambda r: r["rank"]), timings, counts, space=sp)
+    result = SweepResult(
+        name=name,
+        dir=out,
+        rows=rows,
+        top=sorted(chosen, key=lambda r: r["rank"]),
+        stages=timings,
+        counts=counts,
+        space=sp,
+    )
     try:
         result.outputs = write_outputs(result, state.data, calib)
     except OSError as err:  # a full disk: name the file, leave the previous outputs whole

@@ -36,7 +36,7 @@ SACCT_FORMAT = "JobID,JobName,State,ExitCode,NodeList,Reason,Start,End"
 FAILED_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Refresh:
     """The attempts as ``status`` shows them (unreported ones as ``UNKNOWN``) and notes for the user."""
 
@@ -171,7 +171,7 @@ def update(cfg: DictConfig, ledger: Ledger, *, now: float | None = None) -> Refr
             ledger.update(a.run_id, a.attempt, state=LOST, reason=reason)
     todo = [a for a in todo if a not in gone and a.slurm_job_id]
     if not todo:
-        return Refresh(ledger.attempts(), notes)
+        return Refresh(attempts=ledger.attempts(), notes=notes)
 
     queue, acct, why_ctld = None, None, None
     reach = slurmcli.probe(cfg)  # a missing slurm.conf, a daemon or login node refusing connections: known at once
@@ -273,4 +273,4 @@ def update(cfg: DictConfig, ledger: Ledger, *, now: float | None = None) -> Refr
                         reason=f"last known {a.state}; {why}; LOST after {lost_after - (now - since):.0f} s more"[:500],
                     )
     out = [display.get((a.run_id, a.attempt), a) for a in ledger.attempts()]
-    return Refresh(out, notes)
+    return Refresh(attempts=out, notes=notes)

@@ -9,7 +9,7 @@ from bridgebench.logs.steady import SteadyState
 from bridgebench.logs.step import Step
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ParsedLog:
     """Everything :func:`parse_log` extracts from one log.
 

@@ -54,7 +54,7 @@ VALID_RANGE: dict[str, tuple[float, float]] = {
 }
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class SteadyState:
     """Summary of one metric over a window of steps (see :func:`steady_state`).
 

@@ -40,7 +40,7 @@ _LO4 = np.uint64(0x0F0F0F0F0F0F0F0F)
 _SIX = np.uint64(0x0606060606060606)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class _Number:
     """How to read one numeric slice ``[a, b)`` of a line (offsets relative to the line start)."""
 
@@ -57,7 +57,7 @@ class _Number:
 
     @classmethod
     def of(cls, name: str, skel: bytes, a: int, b: int, is_int: bool) -> _Number:
-        num = cls(name, a, b, is_int)
+        num = cls(name=name, a=a, b=b, is_int=is_int)
         m = _NUMBER_RE.fullmatch(skel, a, b)
         if m is None:
             return num
@@ -101,7 +101,7 @@ class _Number:
         return (-vals if self.negative else vals), ok
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class LineTemplate:
     """Offsets (relative to the line start) of one line form with one digit skeleton.
 
@@ -149,7 +149,9 @@ class LineTemplate:
 def _finish(kind: str, buf: bytes, ls: int, le: int, rs: int, pe: int, tup: tuple, specs, **kw) -> LineTemplate:
     skel = buf[ls : le + 1].translate(DIGITS0)
     numbers = [_Number.of(name, skel, a, b, is_int) for name, a, b, is_int in specs if a is not None]
-    tpl = LineTemplate(kind, skel, le + 1 - ls, rs, pe, (skel, le + 1 - ls, *tup), numbers, **kw)
+    tpl = LineTemplate(
+        kind=kind, skel=skel, n=le + 1 - ls, rs=rs, pe=pe, tuple=(skel, le + 1 - ls, *tup), numbers=numbers, **kw
+    )
     tpl.vector = all(x.vector for x in numbers)
     if tpl.vector:  # self-check on the line it was made from: the vectorised reading equals int()/float()
         row = np.frombuffer(buf, np.uint8, tpl.n, ls)[None, :]

@@ -308,10 +308,10 @@ def _build(cfg: DictConfig, validate: bool, api_name: str, out_dir: str, policie
             except (AssertionError, ValueError, TypeError, RuntimeError) as err:
                 raise BuildError(f"Megatron-Bridge rejected the configuration: {err}") from err
         container.data_parallel_size = checked.data_parallel_size
-    return BuildResult(container, api_name, skipped, applied)
+    return BuildResult(container=container, api=api_name, skipped_checks=skipped, policies=applied)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BuildResult:
     """A built ``ConfigContainer`` and how it was checked."""
 

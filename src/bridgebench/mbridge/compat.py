@@ -24,7 +24,7 @@ class CompatError(BridgebenchError):
     """A setting cannot be expressed in the target Megatron-Bridge release."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Api:
     """Megatron-Bridge API of one release family."""
 
@@ -39,11 +39,11 @@ _OLD_RENAMES = {"muon_nesterov": "muon_use_nesterov"}
 _OLD_ABSENT = {"muon_coefficient_type": "quintic", "muon_scalar_optimizer": "adam"}
 _NO_VOCAB_POLICY = {"tokenizer.use_tokenizer_vocab_size": False}
 APIS: dict[str, Api] = {
-    "0.1": Api(_OLD_RENAMES, _OLD_ABSENT, _NO_VOCAB_POLICY),
-    "0.2": Api(_OLD_RENAMES, _OLD_ABSENT, _NO_VOCAB_POLICY),
-    "0.3": Api(_OLD_RENAMES, _OLD_ABSENT, _NO_VOCAB_POLICY),
-    "0.4": Api(_OLD_RENAMES, {}, _NO_VOCAB_POLICY),
-    "0.5": Api({}, {}, _NO_VOCAB_POLICY),
+    "0.1": Api(optimizer_renames=_OLD_RENAMES, optimizer_absent=_OLD_ABSENT, absent=_NO_VOCAB_POLICY),
+    "0.2": Api(optimizer_renames=_OLD_RENAMES, optimizer_absent=_OLD_ABSENT, absent=_NO_VOCAB_POLICY),
+    "0.3": Api(optimizer_renames=_OLD_RENAMES, optimizer_absent=_OLD_ABSENT, absent=_NO_VOCAB_POLICY),
+    "0.4": Api(optimizer_renames=_OLD_RENAMES, optimizer_absent={}, absent=_NO_VOCAB_POLICY),
+    "0.5": Api(optimizer_renames={}, optimizer_absent={}, absent=_NO_VOCAB_POLICY),
     "0.6": Api(),
 }
 

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 MISSING = "<absent>"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FieldDiff:
     """One field whose value differs (``MISSING`` where a side has no such field)."""
 
@@ -36,7 +36,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, ignore: Sequence[str] = ())
 
     keys = list(a) + [k for k in b if k not in a]
     return [
-        FieldDiff(k, a.get(k, MISSING), b.get(k, MISSING))
+        FieldDiff(field=k, a=a.get(k, MISSING), b=b.get(k, MISSING))
         for k in keys
         if not ignored(k) and a.get(k, MISSING) != b.get(k, MISSING)
     ]

@@ -92,7 +92,7 @@ def _unsettable(value: Any) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Diff:
     """Fields where an upstream container differs from bridgebench's start, sorted into what can be written."""
 
@@ -138,11 +138,11 @@ def with_empty_sections(start: dict[str, Any]) -> dict[str, Any]:
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
 
     out = {k: v for k, v in start.items() if k != "comm_overlap"}
-    out.update(normalized(flatten(_Holder(CommOverlapConfig(tp_comm_overlap=False)))))
+    out.update(normalized(flatten(_Holder(comm_overlap=CommOverlapConfig(tp_comm_overlap=False)))))
     return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Holder:
     comm_overlap: Any
 

@@ -36,7 +36,7 @@ class UpstreamError(BridgebenchError):
     """No upstream recipe for the asked (recipe, release, optimizer), or its source cannot be read."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PerfRecipe:
     """One flat perf recipe function of the installed Megatron-Bridge (0.6.x)."""
 
@@ -50,31 +50,45 @@ class PerfRecipe:
 #: bridgebench recipe -> Megatron-Bridge 0.6.2 ``perf_recipes`` function (the NeMo 26.08 benchmark configuration).
 PERF_RECIPES_0_6: dict[str, PerfRecipe] = {
     "kimi_k2_gb300_mxfp8": PerfRecipe(
-        "megatron.bridge.perf_recipes.kimi.gb300.kimi_k2",
-        "kimi_k2_pretrain_256gpu_gb300_fp8mx_config",
-        256,
-        ("muon", "adamw"),
+        module="megatron.bridge.perf_recipes.kimi.gb300.kimi_k2",
+        function="kimi_k2_pretrain_256gpu_gb300_fp8mx_config",
+        num_gpus=256,
+        optimizers=("muon", "adamw"),
     ),
     "deepseek_v3_gb300_mxfp8": PerfRecipe(
-        "megatron.bridge.perf_recipes.deepseek.gb300.deepseek_v3", "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config", 256
+        module="megatron.bridge.perf_recipes.deepseek.gb300.deepseek_v3",
+        function="deepseek_v3_pretrain_256gpu_gb300_fp8mx_config",
+        num_gpus=256,
     ),
     "qwen3_235b_a22b_gb300_mxfp8": PerfRecipe(
-        "megatron.bridge.perf_recipes.qwen.gb300.qwen3_moe", "qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config", 256
+        module="megatron.bridge.perf_recipes.qwen.gb300.qwen3_moe",
+        function="qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config",
+        num_gpus=256,
     ),
     "qwen3_30b_a3b_gb300_mxfp8": PerfRecipe(
-        "megatron.bridge.perf_recipes.qwen.gb300.qwen3_moe", "qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config", 8
+        module="megatron.bridge.perf_recipes.qwen.gb300.qwen3_moe",
+        function="qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config",
+        num_gpus=8,
     ),
     "qwen3_30b_a3b_gb200_mxfp8": PerfRecipe(
-        "megatron.bridge.perf_recipes.qwen.gb200.qwen3_moe", "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config", 8
+        module="megatron.bridge.perf_recipes.qwen.gb200.qwen3_moe",
+        function="qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config",
+        num_gpus=8,
     ),
     "qwen3_30b_a3b_b300_mxfp8": PerfRecipe(
-        "megatron.bridge.perf_recipes.qwen.b300.qwen3_moe", "qwen3_30b_a3b_pretrain_8gpu_b300_fp8mx_config", 8
+        module="megatron.bridge.perf_recipes.qwen.b300.qwen3_moe",
+        function="qwen3_30b_a3b_pretrain_8gpu_b300_fp8mx_config",
+        num_gpus=8,
     ),
     "qwen3_30b_a3b_b200_mxfp8": PerfRecipe(
-        "megatron.bridge.perf_recipes.qwen.b200.qwen3_moe", "qwen3_30b_a3b_pretrain_8gpu_b200_fp8mx_config", 8
+        module="megatron.bridge.perf_recipes.qwen.b200.qwen3_moe",
+        function="qwen3_30b_a3b_pretrain_8gpu_b200_fp8mx_config",
+        num_gpus=8,
     ),
     "qwen3_30b_a3b_h100_fp8_cs": PerfRecipe(
-        "megatron.bridge.perf_recipes.qwen.h100.qwen3_moe", "qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config", 16
+        module="megatron.bridge.perf_recipes.qwen.h100.qwen3_moe",
+        function="qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config",
+        num_gpus=16,
     ),
 }
 
@@ -141,7 +155,7 @@ def perf_source(recipe: str, optimizer: str, version: str) -> str:
     return where
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Dump:
     """A shipped dump of an older release's upstream configuration (``tests/data/upstream_recipes``)."""
 
@@ -166,7 +180,7 @@ def load_dump(release: str, recipe: str, optimizer: str) -> Dump:
         raise UpstreamError(f"no upstream dump for {recipe} / {optimizer} at release {release}; dumps exist for {have}")
     doc = yaml.safe_load(path.read_text())
     meta = doc.pop("_meta")
-    return Dump(release, recipe, optimizer, meta, doc, path)
+    return Dump(release=release, recipe=recipe, optimizer=optimizer, meta=meta, values=doc, path=path)
 
 
 def dumped_releases() -> list[str]:

@@ -52,7 +52,7 @@ class UnsupportedModelError(BridgebenchError):
     """The model uses a feature this FLOPs model does not count."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FlopsBreakdown:
     """Model FLOPs of one training step, forward + backward (3x), split by term.
 

@@ -54,7 +54,7 @@ Kernel = Literal["gemm", "syrk"]
 TPMode = Literal["blockwise", "duplicated", "distributed"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MuonMatrix:
     """One matrix Muon orthogonalizes (full, unsharded shape ``rows x cols``, weight layout ``(out, in)``).
 
@@ -72,7 +72,7 @@ class MuonMatrix:
     tp_partition_dim: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NSPolicy:
     """How NS work is counted; see the module docstring. Defaults = Megatron-Bridge 0.6.2 ``OptimizerConfig``
     (``muon_num_ns_steps=5``, ``muon_tp_mode='blockwise'``, ``muon_split_qkv=True``) with GEMM kernels and the
@@ -149,7 +149,18 @@ def _layer_matrices(model: ModelSpec, layer: int, is_moe: bool, split_qkv: bool,
     pre = f"layers.{layer}"
 
     def add(name, family, rows, cols, param=None, expert=False, tp_dim=None):
-        out.append(MuonMatrix(f"{pre}.{name}", family, layer, rows, cols, f"{pre}.{param or name}", expert, tp_dim))
+        out.append(
+            MuonMatrix(
+                name=f"{pre}.{name}",
+                family=family,
+                layer=layer,
+                rows=rows,
+                cols=cols,
+                param=f"{pre}.{param or name}",
+                is_expert=expert,
+                tp_partition_dim=tp_dim,
+            )
+        )
 
     if model.multi_latent_attention:
         qk, rope, v = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
@@ -223,18 +234,26 @@ def _build_matrices(model: ModelSpec, split_qkv: bool) -> list[MuonMatrix]:
         layer = model.num_layers + j
         h = model.hidden_size
         mats.append(
-            MuonMatrix(f"mtp.layers.{j}.eh_proj", "mtp", layer, h, 2 * h, f"mtp.layers.{j}.eh_proj", tp_partition_dim=0)
+            MuonMatrix(
+                name=f"mtp.layers.{j}.eh_proj",
+                family="mtp",
+                layer=layer,
+                rows=h,
+                cols=2 * h,
+                param=f"mtp.layers.{j}.eh_proj",
+                tp_partition_dim=0,
+            )
         )
         mats += [
             MuonMatrix(
-                m.name.replace(f"layers.{layer}", f"mtp.layers.{j}.transformer_layer"),
-                m.family,
-                layer,
-                m.rows,
-                m.cols,
-                m.param.replace(f"layers.{layer}", f"mtp.layers.{j}.transformer_layer"),
-                m.is_expert,
-                m.tp_partition_dim,
+                name=m.name.replace(f"layers.{layer}", f"mtp.layers.{j}.transformer_layer"),
+                family=m.family,
+                layer=layer,
+                rows=m.rows,
+                cols=m.cols,
+                param=m.param.replace(f"layers.{layer}", f"mtp.layers.{j}.transformer_layer"),
+                is_expert=m.is_expert,
+                tp_partition_dim=m.tp_partition_dim,
             )
             for m in _layer_matrices(model, layer, bool(pattern[-1]), split_qkv, "attention")
         ]
@@ -328,7 +347,7 @@ def pp_stage_of_layer(model: ModelSpec, par: Parallelism) -> list[int]:
     return stages
 
 
-@dataclass
+@dataclass(kw_only=True)
 class NSLoad:
     """NS FLOPs of one optimizer step for a whole run.
 

@@ -20,7 +20,7 @@ class UnknownOptimizerError(BridgebenchError):
     """An optimizer name Megatron-Core does not have."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OptimizerKind:
     """Facts of one ``OptimizerConfig.optimizer`` name."""
 

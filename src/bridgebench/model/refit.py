@@ -125,7 +125,7 @@ class Candidate:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Posterior:
     """The refit: coefficient names, posterior mean and covariance, the runs it saw (point id -> measured s)."""
 
@@ -187,7 +187,14 @@ class Posterior:
             mean = np.asarray(data["mean"], dtype=float)
             cov = np.asarray(data["cov"], dtype=float)
             prior = Prior(**{k: float(v) for k, v in (data.get("prior") or {}).items()})
-            out = cls(names, mean, cov, dict(data.get("measured_s") or {}), prior, float(data.get("band_scale", 1.0)))
+            out = cls(
+                names=names,
+                mean=mean,
+                cov=cov,
+                measured=dict(data.get("measured_s") or {}),
+                prior=prior,
+                band_scale=float(data.get("band_scale", 1.0)),
+            )
         except (KeyError, TypeError, ValueError) as err:
             raise RefitError(f"cluster_refit: malformed ({err})") from err
         if mean.shape != (len(names),) or cov.shape != (len(names), len(names)):
@@ -241,7 +248,9 @@ def _fit(candidates: Sequence[Candidate], measured: Mapping[str, float], prior: 
             for n in names
         ]
     )
-    post0 = Posterior(names, np.zeros(len(names)), np.diag(lam**2), {}, prior, scale)
+    post0 = Posterior(
+        names=names, mean=np.zeros(len(names)), cov=np.diag(lam**2), measured={}, prior=prior, band_scale=scale
+    )
     rows, ys, ws = [], [], []
     for pid, m in measured.items():
         if pid not in by_id:
@@ -258,7 +267,7 @@ def _fit(candidates: Sequence[Candidate], measured: Mapping[str, float], prior: 
     precision = x.T @ (w[:, None] * x) + np.diag(1.0 / lam**2)
     cov = np.linalg.inv(precision)
     mean = cov @ (x.T @ (w * y))
-    return Posterior(names, mean, cov, dict(measured), prior, scale)
+    return Posterior(names=names, mean=mean, cov=cov, measured=dict(measured), prior=prior, band_scale=scale)
 
 
 def _log_tput(c: Candidate, post: Posterior) -> tuple[float, float]:
@@ -282,7 +291,7 @@ def expected_improvement(mu: float, sd: float, best: float) -> float:
     return (mu - best) * cdf + sd * pdf
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Choice:
     """A point chosen for measurement and why (``reason``: the rule's figures)."""
 
@@ -303,7 +312,11 @@ def choose(candidates: Sequence[Candidate], post: Posterior, k: int = 1, exclude
     if not ok:
         ranked = sorted(todo, key=lambda c: -_log_tput(c, post)[0])
         return [
-            Choice(c.point_id, f"best predicted ({math.exp(_log_tput(c, post)[0]):.1f} TFLOP/s/GPU)", 0.0)
+            Choice(
+                point_id=c.point_id,
+                reason=f"best predicted ({math.exp(_log_tput(c, post)[0]):.1f} TFLOP/s/GPU)",
+                score=0.0,
+            )
             for c in ranked[:k]
         ]
     best = max(math.log(measured_tflops(by_id[p], s)) for p, s in ok.items())
@@ -314,10 +327,10 @@ def choose(candidates: Sequence[Candidate], post: Posterior, k: int = 1, exclude
     scored.sort(key=lambda t: (-t[0], -t[1]))
     return [
         Choice(
-            c.point_id,
-            f"expected improvement {100 * ei:.2f} % over the best measured (posterior {math.exp(mu):.1f} TFLOP/s/GPU "
-            f"+-{100 * sd:.1f} %)",
-            ei,
+            point_id=c.point_id,
+            reason=f"expected improvement {100 * ei:.2f} % over the best measured (posterior {math.exp(mu):.1f} "
+            f"TFLOP/s/GPU +-{100 * sd:.1f} %)",
+            score=ei,
         )
         for ei, mu, sd, c in scored[:k]
     ]

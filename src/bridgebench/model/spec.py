@@ -24,7 +24,7 @@ class ModelSpecError(BridgebenchError):
 ACTIVATIONS = ("silu", "gelu", "relu", "squared_relu")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """Architecture of one decoder-only transformer (dense or MoE, GQA or MLA).
 

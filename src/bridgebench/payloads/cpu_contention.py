@@ -40,7 +40,7 @@ def _own() -> float:
     return float(t.user + t.system)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoadProbe:
     """CPU load of other processes over a window: :meth:`start`, the timed work, :meth:`stop`, :meth:`result`."""
 

@@ -19,7 +19,7 @@ class OptstepError(BridgebenchError):
     """A bad config or subset for the optimizer-step benchmark; the message says which rule."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ParamSpec:
     """One optimizer parameter of the subset: the Muon matrices (pieces) it is made of, stacked along rows.
 
@@ -107,7 +107,7 @@ def group_params(mats: Sequence) -> list[ParamSpec]:
     parameter, pieces in ``muon_matrices`` order: Q, [gate,] K, V)."""
     by_param: dict[str, ParamSpec] = {}
     for m in mats:
-        spec = by_param.setdefault(m.param, ParamSpec(m.param, m.family))
+        spec = by_param.setdefault(m.param, ParamSpec(name=m.param, family=m.family))
         if spec.pieces and spec.pieces[0].cols != m.cols:
             raise OptstepError(f"{m.param}: pieces with different column counts")
         spec.pieces.append(m)

@@ -33,7 +33,7 @@ PRETRAIN = ("megatron.bridge.training.pretrain", "pretrain")
 FORWARD_STEP = ("megatron.bridge.training.gpt_step", "forward_step")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Prepared:
     """Everything the rank needs to start training. ``pretrain`` is imported on first use: its module imports
     nvidia-resiliency-ext, which the NeMo container has and CPU-only machines (glibc < 2.39) cannot install."""
@@ -94,7 +94,7 @@ def prepare(config_path: Path) -> Prepared:
         "rank": int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))),
         "world_size": int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1"))),
     }
-    return Prepared(result.container, forward_step, info)
+    return Prepared(container=result.container, forward_step=forward_step, info=info)
 
 
 @app.command()

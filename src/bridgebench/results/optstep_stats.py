@@ -41,7 +41,7 @@ OUTLIER_Z = 3.5
 FAMILY_ORDER = ("attention", "mlp_dense", "router", "expert", "shared_expert", "total")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Repeat:
     """One record's figures for one family, with why it is set aside or flagged (empty = clean)."""
 

@@ -31,7 +31,7 @@ class RecordError(BridgebenchError):
     """A record or a reference file breaks a rule; the message names the field or row."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunRecord:
     """One benchmark run, normalized.
 

@@ -155,7 +155,9 @@ class ResultStore:
         """The entries of a fan-out folder; a symlinked folder is not followed (listed as skipped)."""
         if entry.is_symlink():
             skipped.append(
-                ss.Skipped(entry.path, f"a symlinked folder (to {os.path.realpath(entry.path)}): not followed")
+                ss.Skipped(
+                    path=entry.path, reason=f"a symlinked folder (to {os.path.realpath(entry.path)}): not followed"
+                )
             )
             return []
         if not entry.is_dir(follow_symlinks=False):
@@ -163,7 +165,7 @@ class ResultStore:
         try:
             return [e for e in os.scandir(entry.path) if files or len(e.name) == 1]
         except OSError as err:
-            skipped.append(ss.Skipped(entry.path, f"cannot be listed ({err.strerror})"))
+            skipped.append(ss.Skipped(path=entry.path, reason=f"cannot be listed ({err.strerror})"))
             return []
 
     # ---------------------------------------------------------------- reading
@@ -247,7 +249,7 @@ class ResultStore:
         for path, is_link in entries:
             rec, ident, why = self._load(path, is_link, root_real)
             if why:
-                skipped.append(ss.Skipped(path, why))
+                skipped.append(ss.Skipped(path=path, reason=why))
             else:
                 found.setdefault(rec["record_id"], []).append((path, is_link, rec, ident))
         out = ss.StoreScan(skipped=skipped)
@@ -256,14 +258,14 @@ class ResultStore:
             copies.sort(key=lambda c: (c[0] != own, c[1], c[0]))  # its own name first, real files before links
             path, _, rec, ident = copies[0]
             if path != own:
-                out.duplicates.append(ss.Duplicate(path, own, "misplaced"))
+                out.duplicates.append(ss.Duplicate(path=path, of=own, how="misplaced"))
             for other, link, other_rec, other_ident in copies[1:]:
                 if other_rec != rec:
                     why = f"holds record_id {rid!r} of {path} with other content: not counted"
-                    out.skipped.append(ss.Skipped(other, why))
+                    out.skipped.append(ss.Skipped(path=other, reason=why))
                 else:
                     how = "symlink" if link else "hard link" if other_ident == ident else "copy"
-                    out.duplicates.append(ss.Duplicate(other, path, how))
+                    out.duplicates.append(ss.Duplicate(path=other, of=path, how=how))
             if kind is None or rec.get("kind") == kind:
                 out.records.append(rec)
         out.records = self._one_per_attempt(out)
@@ -289,7 +291,9 @@ class ResultStore:
             keep.append(recs[0])
             for other in recs[1:]:
                 out.duplicates.append(
-                    ss.Duplicate(self._final(other["record_id"]), self._final(recs[0]["record_id"]), "same attempt")
+                    ss.Duplicate(
+                        path=self._final(other["record_id"]), of=self._final(recs[0]["record_id"]), how="same attempt"
+                    )
                 )
         return keep
 

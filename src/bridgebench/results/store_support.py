@@ -49,7 +49,7 @@ def full_disk_error(err: OSError, root: Path, what: str) -> StoreError | None:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Skipped:
     """A file in the store that is not counted, and why (the field, for a record that breaks the schema)."""
 
@@ -57,7 +57,7 @@ class Skipped:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Duplicate:
     """A file holding the same record as ``of`` (the record's own file): a ``copy``, ``hard link`` or ``symlink``,
     or the record itself stored under a name other than its id's (``misplaced``: ``of`` is the name it should have),
@@ -68,7 +68,7 @@ class Duplicate:
     how: str
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StoreScan:
     """What :meth:`ResultStore.scan` found: the records (each once, by ``record_id``), the files skipped and the
     duplicates."""

@@ -36,7 +36,7 @@ from bridgebench.results.records import RunRecord, load_blog_table1, load_publis
 NS_TOLERANCE = 0.05
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Run:
     facts: RunFacts
     overrides: tuple[str, ...]
@@ -48,7 +48,9 @@ class Run:
 
 def table1_runs(overrides: tuple[str, ...] = ()) -> list[Run]:
     """The composed runs of ``experiment=table1`` (plus any extra overrides), in sweep order."""
-    return [Run(run_facts(compose(ov)), tuple(ov)) for ov in expand_sweep(["experiment=table1", *overrides])]
+    return [
+        Run(facts=run_facts(compose(ov)), overrides=tuple(ov)) for ov in expand_sweep(["experiment=table1", *overrides])
+    ]
 
 
 def flops_per_step(f: RunFacts) -> float:

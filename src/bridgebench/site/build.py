@@ -24,7 +24,7 @@ class SiteBuildError(BridgebenchError):
     """The site could not be built (a page over its size limit, an output folder that cannot be written)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BuiltSite:
     out: Path
     pages: dict[str, int] = field(default_factory=dict)  # file -> bytes
@@ -71,9 +71,9 @@ def build_site(out: Path, selection: tuple[str, ...] = (), progress: Callable[[s
     store = default_store()
     store_records = store.records()
     notes = list(store.last_scan.notes())
-    pages = {f: Page(f, t) for f, t in PAGES}
+    pages = {f: Page(file=f, title=t) for f, t in PAGES}
     files: list[tuple[str, str]] = []
-    result = BuiltSite(out, static_bytes=static.stat().st_size)
+    result = BuiltSite(out=out, static_bytes=static.stat().st_size)
 
     def timed(name: str, fn: Callable[[], Any]) -> Any:
         say(f"site: {name} ...")

@@ -86,7 +86,7 @@ class SiteError(Exception):
     by :func:`bridgebench.site.build.build_site`."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Page:
     """One page being assembled: its file, title and body parts (HTML strings), and what it was built from."""
 

@@ -54,7 +54,7 @@ def _flat_config(plain: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Base:
     """One combination of the group axes, composed once: its overrides, the schema-checked config, its resolved
     values by dotted key, the model and GPU, and the config hash."""
@@ -107,7 +107,9 @@ def compose_bases(space: Space, progress: Callable[[int, int], None] | None = No
     for key, value in params.items():
         if key not in given:
             vals = values_of(key, value)
-            space.axes.append(Axis(key, tuple(str(v) for v in vals) if is_group(key) else vals, is_group(key)))
+            space.axes.append(
+                Axis(key=key, values=tuple(str(v) for v in vals) if is_group(key) else vals, group=is_group(key))
+            )
     if not space.axes:
         raise SweepError(
             "empty search space: give sweep overrides (e.g. model.tensor_model_parallel_size=1,2,4) or --space NAME "
@@ -133,14 +135,14 @@ def compose_bases(space: Space, progress: Callable[[int, int], None] | None = No
             raise SweepError(f"base {' '.join(ov)!r}: {err}") from err
         bases.append(
             Base(
-                i,
-                ov,
-                cfg,
-                _flat_config(plain),
-                spec,
-                GpuFacts.from_mapping(plain["gpu"]),
-                config_hash(cfg),
-                choice,
+                index=i,
+                overrides=ov,
+                cfg=cfg,
+                flat=_flat_config(plain),
+                spec=spec,
+                gpu=GpuFacts.from_mapping(plain["gpu"]),
+                config_hash=config_hash(cfg),
+                choices=choice,
             )
         )
         if progress:
@@ -162,7 +164,15 @@ def base_of(overrides: Sequence[str]) -> Base:
         raise ConfigError("an override sweeps values (a=x,y): this command models one configuration")
     cfg = compose(ov)
     plain = OmegaConf.to_container(cfg, resolve=True)
-    return Base(0, ov, cfg, _flat_config(plain), model_spec(cfg), GpuFacts.from_mapping(plain["gpu"]), config_hash(cfg))
+    return Base(
+        index=0,
+        overrides=ov,
+        cfg=cfg,
+        flat=_flat_config(plain),
+        spec=model_spec(cfg),
+        gpu=GpuFacts.from_mapping(plain["gpu"]),
+        config_hash=config_hash(cfg),
+    )
 
 
 def _check_field_axes(space: Space, base: Base) -> None:

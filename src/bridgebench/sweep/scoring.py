@@ -161,7 +161,7 @@ def ns_policy(v: dict[str, Any]) -> NSPolicy:
         num_ns_steps=int(v["ns_steps"] or 5),
         kernel=v["ns_kernel"] or "gemm",
         tp_mode=v["muon_tp_mode"] or "blockwise",
-        layer_wise=OptimizerKind(str(v["optimizer"])).layer_wise,
+        layer_wise=OptimizerKind(name=str(v["optimizer"])).layer_wise,
         split_qkv=True if v["muon_split_qkv"] is None else bool(v["muon_split_qkv"]),
     )
 

@@ -65,7 +65,7 @@ class SweepError(ConfigError):
 
 
 # ---------------------------------------------------------------------------------------------------- space
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Axis:
     """One swept key and its values (typed as Hydra parses them); ``group`` for a config group (``optimizer``)."""
 
@@ -74,7 +74,7 @@ class Axis:
     group: bool
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Space:
     """A search space: fixed overrides, axes, how many points to plan (``top_k``), where it came from."""
 
@@ -174,7 +174,7 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
         fixed[line.split("=", 1)[0].lstrip("+~")] = line
     for key, raw in (file_data.get("space") or {}).items():
         values = values_of(key, raw)
-        axes[key] = Axis(key, values, _is_group(key))
+        axes[key] = Axis(key=key, values=values, group=_is_group(key))
     points = _points_of(file_data.get("points"), str(path)) if space and "points" in file_data else None
     parser = OverridesParser.create()
     for ov in parser.parse_overrides(normalize_overrides(list(overrides))):
@@ -192,10 +192,10 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
             values = tuple(ov.sweep_iterator())
             if ov.is_delete() or ov.package:
                 raise SweepError(f"cannot sweep {ov.input_line!r}: deletions and package overrides are not sweepable")
-            axes[key] = Axis(key, values, _is_group(key))
+            axes[key] = Axis(key=key, values=values, group=_is_group(key))
             fixed.pop(key, None)
         elif key in (KEYS["layout"], KEYS["sequence_parallel"]) and str(ov.value()) == AUTO:
-            axes[key] = Axis(key, (AUTO,), False)  # derived per point (see enumerate_points)
+            axes[key] = Axis(key=key, values=(AUTO,), group=False)  # derived per point (see enumerate_points)
             fixed.pop(key, None)
         else:
             fixed[key] = ov.input_line
@@ -204,7 +204,7 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
         for key in dict.fromkeys(k for p in points for k in p):
             distinct = list(dict.fromkeys(repr(p[key]) for p in points if key in p))
             values = tuple(next(p[key] for p in points if key in p and repr(p[key]) == d) for d in distinct)
-            axes[key] = Axis(key, values, _is_group(key))
+            axes[key] = Axis(key=key, values=values, group=_is_group(key))
     for axis in axes.values():
         if not axis.values:
             raise SweepError(f"axis {axis.key!r} has no values (empty search space)")
@@ -214,7 +214,7 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
         check_size(len(points), "the list of points")
     group_axes = [a for a in axes.values() if a.group]
     for axis in group_axes:
-        axes[axis.key] = Axis(axis.key, tuple(str(v) for v in axis.values), True)
+        axes[axis.key] = Axis(key=axis.key, values=tuple(str(v) for v in axis.values), group=True)
     k = top_k if top_k is not None else int(file_data.get("top_k", 8))
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise SweepError(f"top_k must be a non-negative integer, got {k!r}")

@@ -29,7 +29,7 @@ from bridgebench.validation.data import require
 GPT2_VOCAB = 50257  # GPT-2 BPE vocab.json (the cases' --vocab-file)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GoldenCase:
     """One golden-values file: the case, the hardware, its Adam twin, the run's flags and the measured medians
     (``mem_allocated`` / ``mem_max_allocated`` in bytes over all logged steps; ``iter_time_median_s`` from

@@ -48,7 +48,7 @@ NS_BOUNDS = (0.05, 1.0)
 KAPPA_BOUNDS = (0.0, 1e-3)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MuonPoint:
     """One measured Muon-vs-AdamW pair: the Muon point (``cfg``), the measured delta and AdamW step (s)."""
 
@@ -60,7 +60,7 @@ class MuonPoint:
     source: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MuonFit:
     """Fitted ``ns_efficiency`` and ``kappa`` (s per matrix), and per point (name, measured ratio, predicted ratio)
     of Muon / AdamW step time at the fit."""
@@ -92,8 +92,16 @@ def _blog_points() -> list[MuonPoint]:
         cfg = engine.time_config(engine.effective(base, {}), base.gpu)
         flops = step_flops_of(registry.handle(base.spec), cfg.gbs, cfg.tp, cfg.flops_formula)
         adam_s = flops / cfg.num_gpus / (adam_tf * 1e12)
-        out.append(MuonPoint(f"blog {label}", base.spec, cfg, adam_s * (adam_tf / muon_tf - 1), adam_s,
-                             "blog_table1.csv"))  # fmt: skip
+        out.append(
+            MuonPoint(
+                name=f"blog {label}",
+                spec=base.spec,
+                cfg=cfg,
+                delta_s=adam_s * (adam_tf / muon_tf - 1),
+                adam_s=adam_s,
+                source="blog_table1.csv",
+            )
+        )
     return out
 
 
@@ -123,8 +131,8 @@ def _golden_points() -> list[MuonPoint]:
             use_distributed_optimizer=False,
         )
         delta = c.iter_time_median_s - twin.iter_time_median_s
-        out.append(MuonPoint(f"golden {c.short} {c.hardware}", golden_spec(c.args), cfg, delta,
-                             twin.iter_time_median_s, f"golden/{c.test_case}"))  # fmt: skip
+        out.append(MuonPoint(name=f"golden {c.short} {c.hardware}", spec=golden_spec(c.args), cfg=cfg, delta_s=delta,
+                             adam_s=twin.iter_time_median_s, source=f"golden/{c.test_case}"))  # fmt: skip
     return out
 
 
@@ -191,14 +199,14 @@ def fit_muon(cal: Calibration, points: tuple[MuonPoint, ...] | None = None, *, g
     sol = least_squares(resid, x0, bounds=(lo, hi), diff_step=1e-3)
     best = at(sol.x)
     res = tuple((p.name, 1 + p.delta_s / p.adam_s, predicted_ratio(p, best)) for p in every)
-    return MuonFit(round(float(sol.x[0]), 4), round(float(sol.x[1]) * 1e-4, 7), res)
+    return MuonFit(ns_efficiency=round(float(sol.x[0]), 4), kappa=round(float(sol.x[1]) * 1e-4, 7), residuals=res)
 
 
 #: the GPU measurement shipped with the repository (issue 22 item 6; ``results/reference/SOURCES.md``).
 GPU_MEASUREMENT = "gpu/h200_2026-11-27"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuNsFit:
     """Newton-Schulz cost fitted on one GPU's measurement: ``ns_efficiency`` (fraction of the GPU's dense BF16
     peak) and ``call_s`` (seconds per NS call beyond its FLOPs: launches) from the per-shape NS timings at fp32
@@ -260,5 +268,14 @@ def gpu_ns_fit(folder: str = GPU_MEASUREMENT) -> GpuNsFit:
     res = tuple(
         (f"{r['model']} {r['rows']}x{r['cols']}", float(r["median_s"]), r["ns_flops"] / (e * peak) + c) for r in rows
     )
-    return GpuNsFit(gpu, str(data["meta"]["torch"]), round(e, 4), c, float(muon["kernels_per_param"]) * launch,
-                    float(muon["kernels_per_param"]), launch, weighted, res)  # fmt: skip
+    return GpuNsFit(
+        gpu=gpu,
+        torch=str(data["meta"]["torch"]),
+        ns_efficiency=round(e, 4),
+        call_s=c,
+        kappa_s=float(muon["kernels_per_param"]) * launch,
+        kernels_per_param=float(muon["kernels_per_param"]),
+        launch_s=launch,
+        weighted=weighted,
+        residuals=res,
+    )

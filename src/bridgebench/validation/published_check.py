@@ -35,7 +35,7 @@ ROUNDED_TOKEN_RELEASES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CheckSummary:
     rows: int
     within_rounding: int

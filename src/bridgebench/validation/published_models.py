@@ -36,7 +36,7 @@ from bridgebench.validation import metrics
 from bridgebench.validation.time_calibration import published_rows
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelsSummary:
     """Counts and errors of :func:`check_models` (errors relative: 0.05 = 5 %)."""
 

@@ -77,7 +77,7 @@ INCONSISTENT = ("world_size", "expert_grid")
 _SIZES = ("tp", "pp", "cp", "ep", "vp")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PerfMatch:
     function: str | None
     source: str
@@ -158,10 +158,16 @@ def perf_match(r: RunRecord, precision: str, fsdp: bool | None) -> PerfMatch:
             best, score = (name, rec), s
     if best is None:
         return PerfMatch(
-            None, "no Megatron-Bridge 0.6.2 perf recipe for this model, GPU and precision: base recipe", {}
+            function=None,
+            source="no Megatron-Bridge 0.6.2 perf recipe for this model, GPU and precision: base recipe",
+            values={},
         )
     name, rec = best
-    return PerfMatch(name, f"megatron-bridge {mbridge_perf()['megatron_bridge']} {rec['source']}", rec["values"])
+    return PerfMatch(
+        function=name,
+        source=f"megatron-bridge {mbridge_perf()['megatron_bridge']} {rec['source']}",
+        values=rec["values"],
+    )
 
 
 def _vp(r: RunRecord) -> int | None:

@@ -145,7 +145,7 @@ class MemoryConfig(DimsView):
     zero3_reduce_bucket_size: int = 500_000_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MemoryBreakdown:
     """Peak memory of the busiest rank, bytes: ``total = weights + grads + optimizer_state + activations + logits
     + other``. ``stage`` is the pipeline rank it was found on; ``per_stage`` the totals of every pipeline rank."""

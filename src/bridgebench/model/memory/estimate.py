@@ -128,11 +128,19 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
         total = weights + grads + opt + act + logits + other
         totals.append(total)
         if best is None or total > best.total:
-            best = MemoryBreakdown(weights, grads, opt, act, logits, other, r)
+            best = MemoryBreakdown(
+                weights=weights, grads=grads, optimizer_state=opt, activations=act, logits=logits, other=other, stage=r
+            )
     return MemoryBreakdown(
-        best.weights, best.grads, best.optimizer_state, best.activations, best.logits, best.other, best.stage,
-        tuple(totals),
-    )  # fmt: skip
+        weights=best.weights,
+        grads=best.grads,
+        optimizer_state=best.optimizer_state,
+        activations=best.activations,
+        logits=best.logits,
+        other=best.other,
+        stage=best.stage,
+        per_stage=tuple(totals),
+    )
 
 
 def _ns_workspace(cfg: MemoryConfig, st: StageState) -> float:

@@ -145,7 +145,7 @@ def optimizer_bytes(
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StageState:
     """What one pipeline rank's GPU holds, by :func:`stage_state` (params are element counts, bytes are bytes)."""
 
@@ -195,7 +195,14 @@ def stage_state(
         unit = (vpad_h, vpad_h)
     tensor = max((n for n, _, _ in dense + experts), default=0)
     return StageState(
-        sum(n * c for n, _, c in dense), sum(n * c for n, _, c in experts), n_gemm, opt, big, unit, tensor, layer
+        n_dense=sum(n * c for n, _, c in dense),
+        n_experts=sum(n * c for n, _, c in experts),
+        n_gemm=n_gemm,
+        optimizer=opt,
+        biggest_matrix=big,
+        biggest_unit=unit,
+        biggest_tensor=tensor,
+        biggest_layer=layer,
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from bridgebench.model.spec import ModelSpec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Param:
     """One parameter tensor of a decoder layer: full-shape ``numel``, TP-sharded or replicated, Muon or Adam."""
 
@@ -22,7 +22,7 @@ class Param:
     muon: bool  # a 2-D matrix Muon orthogonalizes (else Adam-side: norms, biases, embeddings)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ModelTables:
     """Per-model precomputation: the parameter tensors of each layer kind and of one routed expert."""
 
@@ -48,38 +48,44 @@ def _attention_params(spec: ModelSpec) -> list[Param]:
     if spec.multi_latent_attention:
         qk, rope, v = spec.qk_head_dim, spec.qk_pos_emb_head_dim, spec.v_head_dim
         if spec.q_lora_rank is None:
-            out.append(Param("q_proj", h * n * (qk + rope), True, True))
+            out.append(Param(name="q_proj", numel=h * n * (qk + rope), tp_sharded=True, muon=True))
         else:
-            out.append(Param("q_down_proj", h * spec.q_lora_rank, False, True))
-            out.append(Param("q_norm", spec.q_lora_rank * nv, False, False))
-            out.append(Param("q_up_proj", spec.q_lora_rank * n * (qk + rope), True, True))
-        out.append(Param("kv_down_proj", h * (spec.kv_lora_rank + rope), False, True))
-        out.append(Param("kv_norm", spec.kv_lora_rank * nv, False, False))
-        out.append(Param("kv_up_proj", spec.kv_lora_rank * n * (qk + v), True, True))
-        out.append(Param("proj", n * v * h, True, True))
+            out.append(Param(name="q_down_proj", numel=h * spec.q_lora_rank, tp_sharded=False, muon=True))
+            out.append(Param(name="q_norm", numel=spec.q_lora_rank * nv, tp_sharded=False, muon=False))
+            out.append(Param(name="q_up_proj", numel=spec.q_lora_rank * n * (qk + rope), tp_sharded=True, muon=True))
+        out.append(Param(name="kv_down_proj", numel=h * (spec.kv_lora_rank + rope), tp_sharded=False, muon=True))
+        out.append(Param(name="kv_norm", numel=spec.kv_lora_rank * nv, tp_sharded=False, muon=False))
+        out.append(Param(name="kv_up_proj", numel=spec.kv_lora_rank * n * (qk + v), tp_sharded=True, muon=True))
+        out.append(Param(name="proj", numel=n * v * h, tp_sharded=True, muon=True))
     else:
         d, g = spec.head_dim, spec.query_groups
         gate = n * d if spec.attention_output_gate else 0
         # muon_split_qkv orthogonalizes Q, K, V separately, but they are one fused tensor in memory
-        out.append(Param("qkv", h * (n * d + gate + 2 * g * d), True, True))
+        out.append(Param(name="qkv", numel=h * (n * d + gate + 2 * g * d), tp_sharded=True, muon=True))
         if spec.add_bias_linear:
-            out.append(Param("qkv_bias", n * d + gate + 2 * g * d, True, False))
-        out.append(Param("proj", n * d * h, True, True))
+            out.append(Param(name="qkv_bias", numel=n * d + gate + 2 * g * d, tp_sharded=True, muon=False))
+        out.append(Param(name="proj", numel=n * d * h, tp_sharded=True, muon=True))
         if spec.extra.get("qk_layernorm", False):
-            out.append(Param("qk_norm", 2 * d * nv, False, False))
+            out.append(Param(name="qk_norm", numel=2 * d * nv, tp_sharded=False, muon=False))
     if spec.add_bias_linear:
-        out.append(Param("proj_bias", h, False, False))
+        out.append(Param(name="proj_bias", numel=h, tp_sharded=False, muon=False))
     for norm in ("input_norm", "pre_mlp_norm"):  # LayerNorm's weight and bias are separate tensors
-        out += [Param(f"{norm}.{w}", h, False, False) for w in ("weight", "bias")[:nv]]
+        out += [Param(name=f"{norm}.{w}", numel=h, tp_sharded=False, muon=False) for w in ("weight", "bias")[:nv]]
     return out
 
 
 def _mlp_params(spec: ModelSpec, ffn: int, prefix: str) -> list[Param]:
     h = spec.hidden_size
     glu = 2 if spec.gated_linear_unit else 1
-    out = [Param(prefix + "fc1", glu * ffn * h, True, True), Param(prefix + "fc2", ffn * h, True, True)]
+    out = [
+        Param(name=prefix + "fc1", numel=glu * ffn * h, tp_sharded=True, muon=True),
+        Param(name=prefix + "fc2", numel=ffn * h, tp_sharded=True, muon=True),
+    ]
     if spec.add_bias_linear:
-        out += [Param(prefix + "fc1_bias", glu * ffn, True, False), Param(prefix + "fc2_bias", h, False, False)]
+        out += [
+            Param(name=prefix + "fc1_bias", numel=glu * ffn, tp_sharded=True, muon=False),
+            Param(name=prefix + "fc2_bias", numel=h, tp_sharded=False, muon=False),
+        ]
     return out
 
 
@@ -98,9 +104,9 @@ def model_tables(spec: ModelSpec) -> ModelTables:
     moe: list[Param] = list(attn)
     expert: tuple[Param, ...] = ()
     if spec.is_moe:
-        moe.append(Param("router", spec.num_moe_experts * spec.hidden_size, False, True))
+        moe.append(Param(name="router", numel=spec.num_moe_experts * spec.hidden_size, tp_sharded=False, muon=True))
         if spec.extra.get("moe_router_enable_expert_bias", False):
-            moe.append(Param("router_expert_bias", spec.num_moe_experts, False, False))
+            moe.append(Param(name="router_expert_bias", numel=spec.num_moe_experts, tp_sharded=False, muon=False))
         if spec.moe_shared_expert_intermediate_size:
             moe += _mlp_params(spec, spec.moe_shared_expert_intermediate_size, "shared.")
         expert = tuple(_mlp_params(spec, spec.moe_ffn_hidden_size or spec.ffn_hidden_size, "expert."))

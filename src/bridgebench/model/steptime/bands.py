@@ -56,7 +56,7 @@ DEFAULT_LEVEL = 68
 UNCALIBRATED = "uncalibrated: nothing of this {what} was measured"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Seen:
     """What a calibration was fitted on: configuration keys, (model, GPU, peak key) groups, and (GPU, precision
     class) efficiencies."""
@@ -69,9 +69,9 @@ class Seen:
     def of(cls, rows: Sequence[Any]) -> Seen:
         """From calibration rows (objects with ``spec`` and ``cfg``)."""
         return cls(
-            frozenset(config_key(r.spec, r.cfg) for r in rows),
-            frozenset((r.spec.name, r.cfg.gpu.name, r.cfg.peak_key) for r in rows),
-            frozenset((r.cfg.gpu.name, r.cfg.precision_class) for r in rows),
+            configurations=frozenset(config_key(r.spec, r.cfg) for r in rows),
+            groups=frozenset((r.spec.name, r.cfg.gpu.name, r.cfg.peak_key) for r in rows),
+            gpus=frozenset((r.cfg.gpu.name, r.cfg.precision_class) for r in rows),
         )
 
 
@@ -108,7 +108,7 @@ def describe(tiers: Sequence[str]) -> str:
     return f"conformal, {tiers[0]}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ConformalBands:
     """Per distance: the half-widths (log) at each level of :data:`LEVELS`, the count of held-out errors behind
     them, their held-out coverage; and what the calibration saw (:class:`Seen`)."""
@@ -167,11 +167,15 @@ class ConformalBands:
                 raise TimeModelError(f"conformal half-widths must be >= 0, got {q[t]} for {t!r}")
             n[t] = int(node.get("n", 0))
             cov[t] = {int(lv): float(v) for lv, v in (node.get("coverage") or {}).items()}
-        seen = Seen(frozenset(data.get("seen_configurations") or ()), frozenset(groups), frozenset(gpus))
-        return cls(q, n, cov, seen, str(data.get("method", cls.method)))
+        seen = Seen(
+            configurations=frozenset(data.get("seen_configurations") or ()),
+            groups=frozenset(groups),
+            gpus=frozenset(gpus),
+        )
+        return cls(quantiles=q, counts=n, coverage=cov, seen=seen, method=str(data.get("method", cls.method)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HeldOut:
     """One held-out prediction: the row's index, its log error ``log(predicted / published)``, its distance from
     the fold's training rows and the fold (experiment and what was left out)."""
@@ -208,7 +212,7 @@ def conformal_bands(held: Sequence[HeldOut], seen: Seen) -> ConformalBands:
                                       for t in TIERS}  # fmt: skip
     _fill(q, by)
     cov = {t: cross_conformal_coverage(by[t]) for t in by}
-    return ConformalBands(q, {t: len(by.get(t, [])) for t in TIERS}, cov, seen)
+    return ConformalBands(quantiles=q, counts={t: len(by.get(t, [])) for t in TIERS}, coverage=cov, seen=seen)
 
 
 def _fill(q: dict[str, dict[int, float]], by: Mapping[str, Sequence[HeldOut]]) -> None:

@@ -25,7 +25,7 @@ from bridgebench.model.steptime.config import TimeModelError
 from bridgebench.model.steptime.release import GroupLevel, LevelTable
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Calibration:
     """See the module docstring. Keys: ``(gpu, precision class)`` for efficiencies and GPU bands, ``(model, gpu,
     peak key)`` for groups and group bands."""
@@ -71,7 +71,7 @@ class Calibration:
     def log_level(self, group: tuple[str, str, str], family: str, release_index: float | None) -> tuple[float, str]:
         """(log software level of a group at a release, its source: ``group``, ``same model``, ``family mean``,
         ``none``), see :class:`bridgebench.model.steptime.release.LevelTable`."""
-        return LevelTable(self.groups, self.family_level).log_level(group, family, release_index)
+        return LevelTable(groups=self.groups, family_mean=self.family_level).log_level(group, family, release_index)
 
     def band(self, group: tuple[str, str, str], gpu: str, pclass: str) -> tuple[float, str]:
         """(+- relative uncertainty, its source: ``group``, ``gpu`` or ``all rows``)."""

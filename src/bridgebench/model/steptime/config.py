@@ -35,7 +35,7 @@ class TimeModelError(BridgebenchError):
     not fit); the message names the field."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuFacts:
     """One GPU kind (``configs/gpu/<name>.yaml``): dense tensor-core peaks in TFLOP/s by peak key, HBM capacity
     (bytes) and bandwidth (bytes/s), NVLink and scale-out bandwidth per GPU per direction (bytes/s), NVLink domain

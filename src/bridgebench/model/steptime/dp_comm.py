@@ -36,7 +36,7 @@ from bridgebench.model.steptime.config import TimeConfig
 DEFAULT_BUCKET = 40_000_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DPComm:
     """Seconds per step: ``grad`` (the gradient collective, all of it), ``param`` (the param all-gather of the
     distributed optimizer, all of it), ``exposed`` (what the critical path sees)."""
@@ -86,7 +86,7 @@ def dp_comm(
     if cfg.use_megatron_fsdp:
         one = 2 * both(2.0) + both(grad_b)
         m = cfg.num_microbatches
-        return DPComm(m * one, 0.0, m * max(0.0, one - per_mb_window))
+        return DPComm(grad=m * one, param=0.0, exposed=m * max(0.0, one - per_mb_window))
     distopt = cfg.optimizer == "adam" and cfg.use_distributed_optimizer
     grad = both(grad_b, 1 if distopt else 2)
     param = both(param_b) if distopt else 0.0
@@ -94,4 +94,4 @@ def dp_comm(
     share = min(1.0, bucket_params(cfg) / total) if total else 1.0
     grad_x = max(0.0, grad - bwd_window) + share * grad if cfg.overlap_grad_reduce else grad
     param_x = (max(0.0, param - fwd_window) + share * param if cfg.overlap_param_gather else param) if distopt else 0.0
-    return DPComm(grad, param, min(grad, grad_x) + min(param, param_x))
+    return DPComm(grad=grad, param=param, exposed=min(grad, grad_x) + min(param, param_x))

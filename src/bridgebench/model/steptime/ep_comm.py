@@ -46,7 +46,7 @@ OVERLAP_RESIDUAL = 0.2
 EXCHANGES = 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Exchange:
     """One MoE layer's token exchange per microbatch (seconds, forward + backward): ``seconds`` in all,
     ``dispatch_fwd`` the forward dispatch alone, ``nvlink_bytes`` / ``network_bytes`` per exchange leaving the GPU,
@@ -76,7 +76,7 @@ def layer_exchange(
     of its group's ranks."""
     spec, gpu = registry.get(sid), registry.get(gid)
     if not spec.is_moe or sh.ep * sh.etp <= 1:
-        return Exchange(0.0, 0.0, 0.0, 0.0, False)
+        return Exchange(seconds=0.0, dispatch_fwd=0.0, nvlink_bytes=0.0, network_bytes=0.0, scale_out=False)
     _, tsp = tokens(spec, sh)
     k, h, ep = spec.moe_router_topk, spec.hidden_size, sh.ep
     if group is None:
@@ -90,7 +90,9 @@ def layer_exchange(
         a = collectives.alpha(bw, gpu.nvlink_bandwidth)
         one = collectives.ring(tsp * grp * token, grp, bw, a)
         nvl, net = (tsp * grp * token, 0.0) if not scale_out else (0.0, tsp * grp * token)
-        return Exchange(EXCHANGES * one, one, nvl, net, scale_out)
+        return Exchange(
+            seconds=EXCHANGES * one, dispatch_fwd=one, nvlink_bytes=nvl, network_bytes=net, scale_out=scale_out
+        )
     # per split and per own domain: (NVLink bytes, network bytes) leaving one GPU per exchange
     cases = []
     for split in group.splits:
@@ -113,7 +115,7 @@ def layer_exchange(
     if sh.etp > 1 and dispatcher == "alltoall":  # all-gather the received copies over ETP (RS in combine)
         bw = gpu.link(sh.etp)
         one += collectives.ring(tsp * k * sh.etp * token, sh.etp, bw, collectives.alpha(bw, gpu.nvlink_bandwidth))
-    return Exchange(EXCHANGES * one, one, nvl, net, scale_out)
+    return Exchange(seconds=EXCHANGES * one, dispatch_fwd=one, nvlink_bytes=nvl, network_bytes=net, scale_out=scale_out)
 
 
 def exposed(ex: Exchange, window: float, shared_window: float, overlap: bool, shared_overlap: bool) -> float:

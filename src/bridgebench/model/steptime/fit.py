@@ -48,7 +48,7 @@ E_ITERATIONS = 4
 E_START = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Row:
     """One published row for calibration: model, point, published model TFLOP/s/GPU, and labels."""
 
@@ -99,7 +99,10 @@ def fit_levels(
     for key, per in by.items():
         xs = sorted(per)
         groups[key] = GroupLevel(
-            fam_of[key], tuple(xs), tuple(statistics.mean(per[x]) for x in xs), sum(len(v) for v in per.values())
+            family=fam_of[key],
+            x=tuple(xs),
+            y=tuple(statistics.mean(per[x]) for x in xs),
+            rows=sum(len(v) for v in per.values()),
         )
     return groups, {f: statistics.mean(v) for f, v in fams.items()}
 
@@ -113,7 +116,7 @@ def _loro_level_error(rows: Sequence[Row], ys: Sequence[float]) -> float:
         if not train:
             continue
         groups, fams = fit_levels([r for r, _ in train], [y for _, y in train])
-        table = LevelTable(groups, fams)
+        table = LevelTable(groups=groups, family_mean=fams)
         for r, y in zip(rows, ys):
             if r.release == rel:
                 pred, _ = table.log_level(group_key(r.spec, r.cfg), family(r.spec), point_release_index(r.cfg))
@@ -291,7 +294,7 @@ def held_out_experiments(
             for t in ts:
                 if (i, t) not in done:
                     done.add((i, t))
-                    held.append(HeldOut(i, math.log(p / rows[i].tflops), t, f"{name}={fold}"))
+                    held.append(HeldOut(row=i, log_error=math.log(p / rows[i].tflops), tier=t, fold=f"{name}={fold}"))
     return held, preds
 
 

@@ -58,7 +58,7 @@ def shape_factor(m: float, n: float, k: float, tile: float) -> float:
     return (m / (m + tile)) * (n / (n + tile)) * (k / (k + tile))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayerShape:
     """What fixes a layer's per-GPU shapes: TP, CP, EP, ETP, MBS, sequence parallelism, the GEMM peak key, FP8
     attention. Hashable (cache key)."""
@@ -73,7 +73,7 @@ class LayerShape:
     fp8_attention: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Gemm:
     """One GEMM per microbatch on one GPU (forward shape), ``count`` identical ones (grouped experts), the recompute
     module it belongs to (``attention``, ``mla_up_proj``, ``mlp``, ``router``, ``experts``, ``shared_experts``,
@@ -107,20 +107,44 @@ def attention_gemms(spec: ModelSpec, sh: LayerShape) -> list[Gemm]:
         qk, rope, v = spec.qk_head_dim, spec.qk_pos_emb_head_dim, spec.v_head_dim
         out = []
         if spec.q_lora_rank is None:
-            out.append(Gemm("q_proj", "attention", t, n * (qk + rope) / tp, h, 1, key))
+            out.append(Gemm(name="q_proj", module="attention", m=t, n=n * (qk + rope) / tp, k=h, count=1, peak_key=key))
         else:
-            out.append(Gemm("q_down_proj", "attention", tsp, spec.q_lora_rank, h, 1, key))
-            out.append(Gemm("q_up_proj", "mla_up_proj", t, n * (qk + rope) / tp, spec.q_lora_rank, 1, key))
-        out.append(Gemm("kv_down_proj", "attention", tsp, spec.kv_lora_rank + rope, h, 1, key))
-        out.append(Gemm("kv_up_proj", "mla_up_proj", t, n * (qk + v) / tp, spec.kv_lora_rank, 1, key))
-        out.append(Gemm("proj", "attention", t, h, n * v / tp, 1, key))
+            out.append(
+                Gemm(name="q_down_proj", module="attention", m=tsp, n=spec.q_lora_rank, k=h, count=1, peak_key=key)
+            )
+            out.append(
+                Gemm(
+                    name="q_up_proj",
+                    module="mla_up_proj",
+                    m=t,
+                    n=n * (qk + rope) / tp,
+                    k=spec.q_lora_rank,
+                    count=1,
+                    peak_key=key,
+                )
+            )
+        out.append(
+            Gemm(name="kv_down_proj", module="attention", m=tsp, n=spec.kv_lora_rank + rope, k=h, count=1, peak_key=key)
+        )
+        out.append(
+            Gemm(
+                name="kv_up_proj",
+                module="mla_up_proj",
+                m=t,
+                n=n * (qk + v) / tp,
+                k=spec.kv_lora_rank,
+                count=1,
+                peak_key=key,
+            )
+        )
+        out.append(Gemm(name="proj", module="attention", m=t, n=h, k=n * v / tp, count=1, peak_key=key))
         return out
     d, g = spec.head_dim, spec.query_groups
     gate = n * d if spec.attention_output_gate else 0
     local_kv = max(g / tp, 1.0)  # KV groups are replicated when TP exceeds them
     return [
-        Gemm("qkv", "attention", t, (n * d + gate) / tp + 2 * local_kv * d, h, 1, key),
-        Gemm("proj", "attention", t, h, n * d / tp, 1, key),
+        Gemm(name="qkv", module="attention", m=t, n=(n * d + gate) / tp + 2 * local_kv * d, k=h, count=1, peak_key=key),
+        Gemm(name="proj", module="attention", m=t, n=h, k=n * d / tp, count=1, peak_key=key),
     ]
 
 
@@ -130,19 +154,24 @@ def mlp_gemms(spec: ModelSpec, sh: LayerShape, moe: bool) -> list[Gemm]:
     h, glu, key = spec.hidden_size, (2 if spec.gated_linear_unit else 1), sh.peak_key
     if not moe:
         f = spec.ffn_hidden_size
-        return [Gemm("fc1", "mlp", t, glu * f / sh.tp, h, 1, key), Gemm("fc2", "mlp", t, h, f / sh.tp, 1, key)]
+        return [
+            Gemm(name="fc1", module="mlp", m=t, n=glu * f / sh.tp, k=h, count=1, peak_key=key),
+            Gemm(name="fc2", module="mlp", m=t, n=h, k=f / sh.tp, count=1, peak_key=key),
+        ]
     e_num, fe = spec.num_moe_experts or 1, spec.moe_ffn_hidden_size or spec.ffn_hidden_size
     m_e = tsp * spec.moe_router_topk * sh.etp * sh.ep / e_num
     local = e_num / sh.ep
     out = [
-        Gemm("router", "router", tsp, e_num, h, 1, "bf16"),
-        Gemm("experts.fc1", "experts", m_e, glu * fe / sh.etp, h, local, key),
-        Gemm("experts.fc2", "experts", m_e, h, fe / sh.etp, local, key),
+        Gemm(name="router", module="router", m=tsp, n=e_num, k=h, count=1, peak_key="bf16"),
+        Gemm(name="experts.fc1", module="experts", m=m_e, n=glu * fe / sh.etp, k=h, count=local, peak_key=key),
+        Gemm(name="experts.fc2", module="experts", m=m_e, n=h, k=fe / sh.etp, count=local, peak_key=key),
     ]
     fs = spec.moe_shared_expert_intermediate_size
     if fs:
-        out.append(Gemm("shared.fc1", "shared_experts", t, glu * fs / sh.tp, h, 1, key))
-        out.append(Gemm("shared.fc2", "shared_experts", t, h, fs / sh.tp, 1, key))
+        out.append(
+            Gemm(name="shared.fc1", module="shared_experts", m=t, n=glu * fs / sh.tp, k=h, count=1, peak_key=key)
+        )
+        out.append(Gemm(name="shared.fc2", module="shared_experts", m=t, n=h, k=fs / sh.tp, count=1, peak_key=key))
     return out
 
 
@@ -150,14 +179,34 @@ def mtp_gemms(spec: ModelSpec, sh: LayerShape) -> list[Gemm]:
     """An MTP layer's extra projection ``eh_proj`` (``2h -> h``, column parallel); its transformer layer is a layer
     of the last decoder layer's kind and its logits are counted by :func:`logits_gemms`."""
     t, _ = tokens(spec, sh)
-    return [Gemm("eh_proj", "mtp", t, spec.hidden_size / sh.tp, 2 * spec.hidden_size, 1, sh.peak_key)]
+    return [
+        Gemm(
+            name="eh_proj",
+            module="mtp",
+            m=t,
+            n=spec.hidden_size / sh.tp,
+            k=2 * spec.hidden_size,
+            count=1,
+            peak_key=sh.peak_key,
+        )
+    ]
 
 
 def logits_gemms(spec: ModelSpec, sh: LayerShape) -> list[Gemm]:
     """The output layer (vocabulary padded for TP, column parallel), once per head: main + MTP heads."""
     t, _ = tokens(spec, sh)
     v = spec.padded_vocab_size(sh.tp) / sh.tp
-    return [Gemm("logits", "logits", t, v, spec.hidden_size, 1 + spec.mtp_layers, sh.peak_key)]
+    return [
+        Gemm(
+            name="logits",
+            module="logits",
+            m=t,
+            n=v,
+            k=spec.hidden_size,
+            count=1 + spec.mtp_layers,
+            peak_key=sh.peak_key,
+        )
+    ]
 
 
 def gemm_seconds(gemms: list[Gemm], gpu: GpuFacts) -> dict[str, float]:

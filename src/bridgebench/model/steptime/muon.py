@@ -28,7 +28,7 @@ TP_MODES = ("blockwise", "duplicated", "distributed")
 KERNELS = ("gemm", "syrk")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MuonVariant:
     """One what-if: its choices, the predicted Muon step (s) and its optimizer term (s), and whether it is
     ``hypothetical`` (not runnable with the installed software: SYRK; or ``available`` only upstream after 0.19.2:
@@ -44,7 +44,7 @@ class MuonVariant:
     status: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MuonCost:
     """The Muon overhead model of one point: NS loads per GPU under the ping-pong deal (``ping_pong``) and the
     cost-balanced one (``balanced``), the NS rate and per-matrix cost, the bf16 params each GPU gathers after the
@@ -120,7 +120,18 @@ def muon_cost(spec: ModelSpec, cfg: TimeConfig, calib: Calibration, what_ifs: bo
             status = "hypothetical (SYRK needs emerging-optimizers >= 0.4)" if kernel == "syrk" else (
                 "upstream after Megatron-Core 0.19.2 (PR #6379)" if assignment == "cost_balanced" else "installed"
             )  # fmt: skip
-            variants.append(MuonVariant(assignment, mode, kernel, b.total, b.optimizer, b.ns, b.opt.tp_mode, status))
+            variants.append(
+                MuonVariant(
+                    assignment=assignment,
+                    tp_mode=mode,
+                    kernel=kernel,
+                    step_s=b.total,
+                    optimizer_s=b.optimizer,
+                    ns_s=b.ns,
+                    tp_mode_s=b.opt.tp_mode,
+                    status=status,
+                )
+            )
     return MuonCost(
         ping_pong=muon_rank_loads(spec, par, policy, "ping_pong"),
         balanced=muon_rank_loads(spec, par, policy, "cost_balanced"),

@@ -153,7 +153,7 @@ def _deal(runs: list[tuple[_Param, int]], group: int, mode: str) -> list[tuple[i
     return [tuple(a) for a in acc]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MuonRankLoads:
     """Per GPU (rank order within each pipeline stage, ``stage * N/PP + g``) for one Muon step under one assignment
     of whole params to ranks: NS FLOPs, Muon matrices (QKV pieces counted separately), FP32 bytes a ``duplicated``
@@ -196,7 +196,14 @@ def _muon_rank_loads(sid: int, par: Parallelism, policy: NSPolicy, assignment: s
             d, e = d_loads[g // par.tp], e_loads[g // (par.etp_ * par.ep)]
             for i in range(5):
                 cols[i].append(d[i] + e[i])
-    return MuonRankLoads(tuple(cols[0]), tuple(cols[1]), assignment, tuple(cols[2]), tuple(cols[3]), tuple(cols[4]))
+    return MuonRankLoads(
+        ns_flops=tuple(cols[0]),
+        matrices=tuple(cols[1]),
+        assignment=assignment,
+        gathered=tuple(cols[2]),
+        gram=tuple(cols[3]),
+        sharded=tuple(cols[4]),
+    )
 
 
 def muon_rank_loads(
@@ -217,7 +224,7 @@ def muon_rank_loads(
     return _muon_rank_loads(registry.handle(spec), par, policy, assignment)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OptimizerStep:
     """Seconds of the optimizer step on the busiest GPU: ``total`` = ``ns + per_matrix + tp_mode + elementwise +
     allgather`` (Muon) or ``elementwise`` (AdamW); ``busiest_matrices`` / ``busiest_ns_flops`` of that GPU;
@@ -237,7 +244,13 @@ class OptimizerStep:
 def policy_of(cfg: TimeConfig) -> NSPolicy:
     """The NS policy of a point with the layer-wise flag of its optimizer name."""
     p = cfg.ns_policy
-    return NSPolicy(p.num_ns_steps, p.kernel, p.tp_mode, cfg.optimizer == "dist_muon", p.split_qkv)
+    return NSPolicy(
+        num_ns_steps=p.num_ns_steps,
+        kernel=p.kernel,
+        tp_mode=p.tp_mode,
+        layer_wise=cfg.optimizer == "dist_muon",
+        split_qkv=p.split_qkv,
+    )
 
 
 def optimizer_step(
@@ -267,7 +280,7 @@ def optimizer_step(
         else:
             owned = max(d + e for d, e in per_stage)
         t = ADAM_BYTES_PER_PARAM * owned / hbm
-        return OptimizerStep(t, elementwise=t)
+        return OptimizerStep(total=t, elementwise=t)
     if cfg.optimizer not in ("dist_muon", "muon"):
         raise TimeModelError(f"unknown optimizer {cfg.optimizer!r}; the time model knows adam, muon, dist_muon")
     loads = muon_rank_loads(spec, cfg.parallelism(), policy_of(cfg), cfg.muon_assignment)
@@ -302,4 +315,14 @@ def optimizer_step(
     else:  # every rank updates every param, no gather
         elem = MUON_ELEMENTWISE_BYTES * max(d + e for d, e in per_stage) / hbm
     total = ns + per_matrix + tp_mode + elem + ag
-    return OptimizerStep(total, ns, per_matrix, tp_mode, elem, ag, ag_bytes, nmat, ns_flops)
+    return OptimizerStep(
+        total=total,
+        ns=ns,
+        per_matrix=per_matrix,
+        tp_mode=tp_mode,
+        elementwise=elem,
+        allgather=ag,
+        allgather_bytes=ag_bytes,
+        busiest_matrices=nmat,
+        busiest_ns_flops=ns_flops,
+    )

@@ -63,7 +63,7 @@ TERMS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TimeBreakdown:
     """One point's prediction: ``terms`` (seconds per step per term, :data:`TERMS`), ``flops`` (model FLOPs per
     step, the release's formula), ``num_gpus``, ``band_pct`` (+- relative uncertainty in percent, e.g. 6.3 =
@@ -82,7 +82,7 @@ class TimeBreakdown:
     level: float = 1.0
     level_source: str = ""
     band_source: str = ""
-    opt: OptimizerStep = field(default_factory=lambda: OptimizerStep(0.0))
+    opt: OptimizerStep = field(default_factory=lambda: OptimizerStep(total=0.0))
     busiest_stage: int = 0
     ep_scale_out: bool = False
     band_levels: dict[int, float] = field(default_factory=dict)
@@ -196,7 +196,16 @@ def local_params(
 
 
 def layer_shape(cfg: TimeConfig) -> LayerShape:
-    return LayerShape(cfg.tp, cfg.cp, cfg.ep, cfg.etp_, cfg.mbs, cfg.sp, cfg.peak_key, cfg.fp8_dot_product_attention)
+    return LayerShape(
+        tp=cfg.tp,
+        cp=cfg.cp,
+        ep=cfg.ep,
+        etp=cfg.etp_,
+        mbs=cfg.mbs,
+        sp=cfg.sp,
+        peak_key=cfg.peak_key,
+        fp8_attention=cfg.fp8_dot_product_attention,
+    )
 
 
 def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate: float, hbm: float) -> dict[str, Any]:
@@ -344,6 +353,19 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
     flops = step_flops_of(registry.handle(spec), cfg.gbs, cfg.tp, cfg.flops_formula)
     release = cfg.release or ("unspecified: group mean level" if level_src == "group" else "unspecified")
     return TimeBreakdown(
-        terms, flops, cfg.num_gpus, band, release, rate, eff_src, level, level_src, band_src, opt, rank,
-        scale_out, levels, novelty,
-    )  # fmt: skip
+        terms=terms,
+        flops=flops,
+        num_gpus=cfg.num_gpus,
+        band_pct=band,
+        release=release,
+        efficiency=rate,
+        efficiency_source=eff_src,
+        level=level,
+        level_source=level_src,
+        band_source=band_src,
+        opt=opt,
+        busiest_stage=rank,
+        ep_scale_out=scale_out,
+        band_levels=levels,
+        novelty=novelty,
+    )

@@ -44,7 +44,7 @@ def release_index(release: str) -> float:
     return base + (0.5 if len(parts) > 2 else 0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GroupLevel:
     """One (model, GPU, peak key) group's published levels: its ``family``, release indices ``x`` (ascending,
     distinct), the mean log level ``y`` of its rows at each, and ``rows`` behind them."""
@@ -82,10 +82,10 @@ class GroupLevel:
         y = tuple(float(v) for v in data["y"])
         if not x or len(x) != len(y) or list(x) != sorted(set(x)):
             raise ValueError(f"group level needs ascending distinct releases with one level each, got {data!r}")
-        return cls(str(data["family"]), x, y, int(data.get("rows", len(x))))
+        return cls(family=str(data["family"]), x=x, y=y, rows=int(data.get("rows", len(x))))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LevelTable:
     """Every published group's levels and each family's mean log level (the fallback of an unpublished model)."""
 

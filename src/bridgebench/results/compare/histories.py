@@ -39,7 +39,7 @@ def same_flops_count(model: str, seq_length: int, tp: int, formula_a: str, formu
     return fa == fb
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OwnRelease:
     """Your runs of one key and release beside the published value (source ``both``)."""
 
@@ -57,7 +57,7 @@ class OwnRelease:
     record_ids: list[str]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class History:
     """One config key's published release history (and your runs of it, for source ``both``)."""
 
@@ -158,7 +158,7 @@ def published_keys(records: Sequence[RunRecord], sel: Selection) -> list[ConfigK
     hint = ""
     for anchor in ("model", "gpu"):
         if sel.get(anchor):
-            near = [r for r in records if published_matches(r, Selection(((anchor, sel.get(anchor)),)))]
+            near = [r for r in records if published_matches(r, Selection(items=((anchor, sel.get(anchor)),)))]
             hint = f"; published for {anchor}={','.join(sel.get(anchor))}: {_describe_keys(near)}"
             break
     raise CompareError(f"no published row matches {sel.text()} (keys with no overlap){hint}")
@@ -179,7 +179,7 @@ def published_history(
         series = [p for p in series if p.release in rels]
     steps = cs.compare_adjacent(series, threshold, same_flops_count)
     cps = cs.detect_change_points(series, steps, noise_cv=noise_cv)
-    return History(key, series, steps, cps, cs.chained_index(series, steps))
+    return History(key=key, points=series, steps=steps, change_points=cps, index=cs.chained_index(series, steps))
 
 
 def left_out_rows(

@@ -197,7 +197,7 @@ def _check_run_keys(records: Sequence[Mapping[str, Any]], sel: Selection, where:
             )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Side:
     """One side of a comparison: its records and their per-iteration values (warm-up dropped)."""
 
@@ -251,7 +251,7 @@ def build_side(
             f"side {name}: no record in the store matches {sel.text()}; the store has "
             + ", ".join(f"{k} in {v}" for k, v in have.items())
         )
-    side = Side(name, sel, [], [], [], [])
+    side = Side(name=name, selection=sel, records=[], values=[], skipped=[], flags=[])
     for r in sorted(matched, key=lambda r: r["record_id"]):
         if not usable(r):  # the attempt's outcome (results/outcomes.py): only completed runs count
             why = r.get("outcome_detail") or r.get("reason")
@@ -310,7 +310,7 @@ def check_like_for_like(a: Side, b: Side, chosen: Iterable[str]) -> None:
             )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SidesResult:
     """``--a`` vs ``--b``: the main comparison (``label`` total) and, for optimizer-step records, one per family."""
 
@@ -361,7 +361,7 @@ def compare_sides(
     if len(comps) > 1:
         adjusted = cs.apply_fdr([c for _, c in comps], alpha=fdr_alpha)
         comps = [(label, c) for (label, _), c in zip(comps, adjusted)]
-    return SidesResult(a, b, metric, comps)
+    return SidesResult(a=a, b=b, metric=metric, comparisons=comps)
 
 
 def _shared_families(a: Side, b: Side) -> list[str]:
@@ -380,7 +380,7 @@ def _shared_families(a: Side, b: Side) -> list[str]:
     return sorted(fams or [])
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OwnHistory:
     """Your runs of one config key across releases: per release a summary, adjacent releases compared."""
 
@@ -440,7 +440,7 @@ def own_histories(
             for x, y in zip(names[:-1], names[1:])
         ]
         flat += [c for *_, c in steps]
-        out.append(OwnHistory(key, metric, groups, steps))
+        out.append(OwnHistory(key=key, metric=metric, groups=groups, steps=steps))
     if not flat:
         raise CompareError(
             f"nothing to compare: the matching records ({len(matched)}) cover one release per config "
@@ -519,10 +519,36 @@ def _own_release(rel: str, metric: str, side: Side, published: Any, seed: int) -
     ref = (published.tflops if metric == "tflops" else published.tokens) if published else None
     n = len(side.values)
     if ref is None:
-        return OwnRelease(rel, metric, n, value, lo, hi, None, None, None, None, "no published row", side.record_ids)
+        return OwnRelease(
+            release=rel,
+            metric=metric,
+            n_runs=n,
+            value=value,
+            ci_low=lo,
+            ci_high=hi,
+            published=None,
+            ratio_to_published=None,
+            ratio_lo=None,
+            ratio_hi=None,
+            verdict="no published row",
+            record_ids=side.record_ids,
+        )
     r_lo = (lo if lo is not None else value) / ref.hi
     r_hi = (hi if hi is not None else value) / ref.lo
     verdict = "consistent with published" if r_lo <= 1 <= r_hi else "above published" if r_lo > 1 else "below published"
     if lo is None:
         verdict += f" (no CI: {n} run(s), need >= 3)"
-    return OwnRelease(rel, metric, n, value, lo, hi, ref, value / ref.value, r_lo, r_hi, verdict, side.record_ids)
+    return OwnRelease(
+        release=rel,
+        metric=metric,
+        n_runs=n,
+        value=value,
+        ci_low=lo,
+        ci_high=hi,
+        published=ref,
+        ratio_to_published=value / ref.value,
+        ratio_lo=r_lo,
+        ratio_hi=r_hi,
+        verdict=verdict,
+        record_ids=side.record_ids,
+    )

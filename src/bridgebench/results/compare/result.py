@@ -34,7 +34,7 @@ from bridgebench.results.compare_stats import CompareError, RunComparison
 from bridgebench.results.records import PUBLISHED_CSV, load_published
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CompareResult:
     """Everything one ``bridgebench compare`` computed, with its provenance."""
 
@@ -181,7 +181,7 @@ def run_compare(
     source = _checked_source(source, sel_a, sel_b, skip_fraction, metric)
     stat_params = dict(confidence=confidence, threshold=threshold, n_resamples=n_resamples, n_inner=n_inner,
                        bootstrap=bootstrap, block_length=block_length, min_runs=min_runs, seed=seed)  # fmt: skip
-    result = CompareResult(source)
+    result = CompareResult(source=source)
     prov: dict[str, Any] = {
         "command": list(command),
         "selection": common.text(),

@@ -49,7 +49,7 @@ def normalize(text: Any) -> str:
     return re.sub(r"[^a-z0-9]+", "_", str(text).lower()).strip("_")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Selection:
     """``key=value`` filters (values: comma-separated alternatives; ``release=A..B`` a range, inclusive).
 
@@ -70,7 +70,7 @@ class Selection:
     def __add__(self, other: Selection) -> Selection:
         merged = dict(self.items)
         merged.update(other.items)
-        return Selection(tuple(merged.items()))
+        return Selection(items=tuple(merged.items()))
 
     def text(self) -> str:
         return " ".join(f"{k}={','.join(v)}" for k, v in self.items) or "(everything)"
@@ -149,7 +149,7 @@ def parse_selection(tokens: Iterable[str] | str | None) -> Selection:
         elif key == "release":
             values = _expand_releases(values)
         items[key] = values
-    return Selection(tuple(items.items()))
+    return Selection(items=tuple(items.items()))
 
 
 @functools.cache

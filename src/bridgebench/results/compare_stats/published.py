@@ -15,7 +15,7 @@ from bridgebench.results.compare_stats.base import LIKE_FOR_LIKE_FIELDS, PUBLISH
 from bridgebench.results.records import RunRecord
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Interval:
     """A published value and the interval its rounding allows (``lo <= true value <= hi``), same unit as ``value``."""
 
@@ -47,11 +47,11 @@ def rounding_interval(value: float, rule: str, *, num_gpus: int = 1, seq_length:
     """
     value = float(value)
     if rule == "integer":
-        return Interval(value, value - 0.5, value + 0.5, "integer")
+        return Interval(value=value, lo=value - 0.5, hi=value + 0.5, rule="integer")
     if rule == "whole_sequences_per_job":
         half = 0.5 * seq_length / num_gpus
         seq_s = value * num_gpus / seq_length
-        return Interval(value, value - half, value + half, f"whole_sequences_per_job(seq_s={seq_s:g})")
+        return Interval(value=value, lo=value - half, hi=value + half, rule=f"whole_sequences_per_job(seq_s={seq_s:g})")
     raise CompareError(f"unknown rounding rule {rule!r}; known: integer, whole_sequences_per_job")
 
 
@@ -93,7 +93,7 @@ def token_rounding_consistency(records: Sequence[RunRecord]) -> list[dict[str, A
 # --------------------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ConfigKey:
     """What stays fixed along a release history: model, system, precision, GPU count and optimizer.
 
@@ -119,10 +119,16 @@ def record_key(r: RunRecord) -> ConfigKey | None:
     """The :class:`ConfigKey` of a published record (None when the row states no precision: 25.09's table)."""
     if r.precision is None:
         return None
-    return ConfigKey(r.model or r.model_label, r.system or "unknown", r.precision, r.num_gpus, r.optimizer)
+    return ConfigKey(
+        model=r.model or r.model_label,
+        gpu=r.system or "unknown",
+        precision=r.precision,
+        num_gpus=r.num_gpus,
+        optimizer=r.optimizer,
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeriesPoint:
     """One release of a published history: values as intervals, the recipe, and where the row came from."""
 
@@ -196,7 +202,7 @@ def published_series(records: Sequence[RunRecord], key: ConfigKey) -> list[Serie
     return points
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepComparison:
     """Release A -> release B of one config key. ``ratio`` = B / A of a throughput (> 1: B faster)."""
 
@@ -329,7 +335,7 @@ def chained_index(series: Sequence[SeriesPoint], steps: Sequence[StepComparison]
     return start * np.cumprod([1.0] + [s.ratio for s in steps])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChangePoints:
     """Change points of a release series: ``releases[i]`` is the first release of a new segment."""
 
@@ -380,7 +386,13 @@ def detect_change_points(
     }
     idx = chained_index(series, steps)
     if n < 3:
-        return ChangePoints((), (), tuple(float(x) for x in idx), "too short (n < 3)", params)
+        return ChangePoints(
+            releases=(),
+            indices=(),
+            segment_means=tuple(float(x) for x in idx),
+            status="too short (n < 3)",
+            params=params,
+        )
     half = max(max(s.value_a.rel_halfwidth, s.value_b.rel_halfwidth) for s in steps)
     sigma2 = noise_cv**2 + half**2 / 3
     pen = penalty_scale * sigma2 * math.log(n)
@@ -390,4 +402,6 @@ def detect_change_points(
     cps = tuple(int(b) for b in bkps[:-1])
     bounds = (0, *cps, n)
     means = tuple(float(np.exp(y[s:e].mean())) for s, e in zip(bounds[:-1], bounds[1:]))
-    return ChangePoints(tuple(series[i].release for i in cps), cps, means, "ok", params)
+    return ChangePoints(
+        releases=tuple(series[i].release for i in cps), indices=cps, segment_means=means, status="ok", params=params
+    )

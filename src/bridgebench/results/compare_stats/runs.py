@@ -30,7 +30,7 @@ def repeats_needed(cv: float, effect: float, alpha: float = 0.05, power: float =
     return max(min_runs, math.ceil(2 * z**2 * (cv / effect) ** 2) + 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunComparison:
     """Side B vs side A on per-iteration values. ``ratio = S(B) / S(A)`` (module docstring)."""
 
@@ -176,18 +176,18 @@ def compare_runs(
         need = repeats_needed(cv if cv is not None else assumed_cv, effect, alpha, power, min_runs)
         cv_src = f"observed {cv:.2%}" if cv is not None else f"assumed {assumed_cv:.0%}: no side has 2 runs"
         return RunComparison(
-            "insufficient",
-            ratio,
-            None,
-            None,
-            None,
-            (n_a, n_b),
-            side_values,
-            cv,
-            None,
-            None,
-            need,
-            f"insufficient: {n_a} vs {n_b} runs (fewer than {min_runs} per side); need {need} runs per side to "
+            verdict="insufficient",
+            ratio=ratio,
+            ci_low=None,
+            ci_high=None,
+            p_value=None,
+            n_runs=(n_a, n_b),
+            side_values=side_values,
+            between_run_cv=cv,
+            mannwhitney_runs_p=None,
+            mannwhitney_iterations_p=None,
+            repeats_needed=need,
+            reason=f"insufficient: {n_a} vs {n_b} runs (fewer than {min_runs} per side); need {need} runs per side to "
             f"detect a {effect:.1%} change with power {power:.0%} at alpha {alpha:g} (between-run CV {cv_src})",
             params=params,
         )
@@ -195,18 +195,18 @@ def compare_runs(
     if all(np.ptp(np.concatenate(side)) == 0 for side in sides):  # nothing varies: nothing to test (not p = 0)
         values = ", ".join(f"{n} {np.unique(np.concatenate(sd)).tolist()[:3]}" for n, sd in zip("AB", sides))
         return RunComparison(
-            NO_SPREAD,
-            ratio,
-            None,
-            None,
-            None,
-            (n_a, n_b),
-            side_values,
-            cv,
-            None,
-            None,
-            None,
-            f"no spread: every value on both sides is identical within its side ({values}); the ratio "
+            verdict=NO_SPREAD,
+            ratio=ratio,
+            ci_low=None,
+            ci_high=None,
+            p_value=None,
+            n_runs=(n_a, n_b),
+            side_values=side_values,
+            between_run_cv=cv,
+            mannwhitney_runs_p=None,
+            mannwhitney_iterations_p=None,
+            repeats_needed=None,
+            reason=f"no spread: every value on both sides is identical within its side ({values}); the ratio "
             f"{ratio:.4f} is exact arithmetic, but identical repeats say nothing about run-to-run noise, so no test "
             "can be made (check that the repeats really ran: a cached result, a timer's resolution, a copied log)",
             params=params,
@@ -273,7 +273,19 @@ def compare_runs(
     )
     need = repeats_needed(cv, effect, alpha, power, min_runs) if cv is not None else None
     return RunComparison(
-        verdict, ratio, lo, hi, p, (n_a, n_b), side_values, cv, mw_runs, mw_iter, need, reason, params=params
+        verdict=verdict,
+        ratio=ratio,
+        ci_low=lo,
+        ci_high=hi,
+        p_value=p,
+        n_runs=(n_a, n_b),
+        side_values=side_values,
+        between_run_cv=cv,
+        mannwhitney_runs_p=mw_runs,
+        mannwhitney_iterations_p=mw_iter,
+        repeats_needed=need,
+        reason=reason,
+        params=params,
     )
 
 
