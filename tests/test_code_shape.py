@@ -23,7 +23,6 @@ NOT_YET_SPLIT_MODULES: frozenset[str] = frozenset()
 NOT_YET_SPLIT_FUNCTIONS = frozenset(
     {
         "bridgebench.cli.analysis.table",
-        "bridgebench.cli.compare._print",
         "bridgebench.cli.compare.compare",
         "bridgebench.cli.report.report",
         "bridgebench.cli.runs.plan",
