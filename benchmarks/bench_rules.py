@@ -119,7 +119,7 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}")
 
     kwargs = random_points(args.n, args.seed, args.layout_share, args.layout_pool)
-    points = [Point(**kw) for kw in kwargs]
+    points = [Point.from_flat(**kw) for kw in kwargs]
     valid = sum(not check(p) for p in points)
     print(
         f"{args.n} random points, {valid / args.n:.1%} valid, {args.layout_share:.0%} with a layout "
@@ -132,12 +132,12 @@ def main() -> None:
 
     def run_build_check():
         for kw in kwargs:
-            check(Point(**kw))
+            check(Point.from_flat(**kw))
 
     best, med = rate(run_check, args.n, args.repeat)
     print(f"check                  : {best:12,.0f} configs/s best, {med:12,.0f} median  ({1e6 / best:.2f} us/config)")
     best, med = rate(run_build_check, args.n, args.repeat)
-    print(f"Point(**kw) + check    : {best:12,.0f} configs/s best, {med:12,.0f} median  ({1e6 / best:.2f} us/config)")
+    print(f"Point(...) + check: {best:12,.0f} configs/s best, {med:12,.0f} median  ({1e6 / best:.2f} us/config)")
 
     from bridgebench.config.compose import compose, group_options, recipe_releases
 

@@ -218,19 +218,21 @@ def part_b() -> list[dict]:
         (
             "mbridge_llama_7b_cp2_8rank_20iter_out1.log",
             llama7,
-            MemoryConfig(num_gpus=8, mbs=1, gbs=8, cp=2),
+            MemoryConfig.from_flat(num_gpus=8, mbs=1, gbs=8, cp=2),
             "recompute not logged: none assumed; grads fp32 (MB bf16_mixed default)",
         ),
         (
             "dgxc_llama31_8b_ckpt_resume_mem_gb.log",
             llama8,
-            MemoryConfig(num_gpus=8, mbs=4, gbs=128),
+            MemoryConfig.from_flat(num_gpus=8, mbs=4, gbs=128),
             "recompute not logged: none assumed; grads fp32; unfused CE; CUDA graphs on (their buffers not modelled)",
         ),
         (
             "dgxc_llama31_8b_ckpt_resume_mem_gb.log",
             llama8,
-            MemoryConfig(num_gpus=8, mbs=4, gbs=128, grad_reduce_in_fp32=False, cross_entropy_loss_fusion=True),
+            MemoryConfig.from_flat(
+                num_gpus=8, mbs=4, gbs=128, grad_reduce_in_fp32=False, cross_entropy_loss_fusion=True
+            ),
             "same, with bf16 grads and fused CE (the perf recipes' settings, not visible in the log)",
         ),
     ]

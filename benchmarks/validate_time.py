@@ -200,8 +200,10 @@ def part_d(cal) -> list[dict]:
             ep=int(c.args["--expert-model-parallel-size"]),
         )
         muon_opt = "dist_muon" if distributed else "muon"
-        muon = predict_time(spec, TimeConfig(**kw, optimizer=muon_opt, use_distributed_optimizer=False), cal)
-        adam = predict_time(spec, TimeConfig(**kw, optimizer="adam", use_distributed_optimizer=distributed), cal)
+        muon = predict_time(spec, TimeConfig.from_flat(**kw, optimizer=muon_opt, use_distributed_optimizer=False), cal)
+        adam = predict_time(
+            spec, TimeConfig.from_flat(**kw, optimizer="adam", use_distributed_optimizer=distributed), cal
+        )
         ratio = metrics.pair_ratio(
             measured_a=twin.iter_time_median_s,
             measured_b=c.iter_time_median_s,

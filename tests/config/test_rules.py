@@ -66,7 +66,7 @@ from bridgebench.config.rules import Point, RuleError, Violation, check, parse_l
 
 # ---------------------------------------------------------------------------------------------------- hand-made
 #: A valid MoE point (Qwen3-30B-A3B-like on 2 nodes): DP = 16 / (2 x 2 x 1) = 4, expert grid 1 x 4 x 2 = 8.
-BASE = Point(
+BASE = Point.from_flat(
     num_gpus=16,
     gpus_per_node=8,
     tp=2,
@@ -715,7 +715,7 @@ def points(draw) -> Point:
     else:
         gbs = draw(st.sampled_from([1, 7, 8, 96, 100, 512, 1000, 4096]))
     sequence_parallel = draw(st.booleans()) if draw(st.integers(0, 5)) == 0 else tp > 1
-    return Point(
+    return Point.from_flat(
         num_gpus=num_gpus,
         gpus_per_node=8,
         tp=tp,

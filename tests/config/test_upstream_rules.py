@@ -25,7 +25,7 @@ KIMI = dict(
 
 
 def ids(**changes) -> list[str]:
-    return [v.rule for v in rules.check(rules.Point(**{**KIMI, **changes}))]
+    return [v.rule for v in rules.check(rules.Point.from_flat(**{**KIMI, **changes}))]
 
 
 def test_nvidia_kimi_k2_configuration_passes_every_rule():
@@ -39,8 +39,8 @@ def test_every_upstream_rule_is_in_the_table_with_its_source():
 
 def test_hybridep_ep_beyond_the_nvl72_domain_is_refused():
     """v0.3.1 perf_plugins.py _set_nvl_domain_size: assert ep_size <= 72 on GB200/GB300."""
-    found = rules.check(rules.Point(**{**KIMI, "pp": 2, "vp": None, "ep": 128, "pipeline_model_parallel_layout": None,
-                                      "num_layers": 60}))  # fmt: skip
+    changes = {"pp": 2, "vp": None, "ep": 128, "pipeline_model_parallel_layout": None, "num_layers": 60}
+    found = rules.check(rules.Point.from_flat(**{**KIMI, **changes}))
     by = {v.rule: v for v in found}
     assert "hybridep_ep_domain" in by and "EP = 128" in by["hybridep_ep_domain"].message
     assert by["hybridep_ep_domain"].fix.startswith("model.expert_model_parallel_size=64")
@@ -51,7 +51,7 @@ def test_hybridep_ep_beyond_the_nvl72_domain_is_refused():
     assert not [
         v
         for v in rules.check(
-            rules.Point(
+            rules.Point.from_flat(
                 **{**h100, "ep": 128, "pp": 2, "vp": None, "num_layers": 60, "pipeline_model_parallel_layout": None}
             )
         )
@@ -63,7 +63,7 @@ def test_hybridep_group_must_fit_the_domains_as_placed():
     """DeepEP HybridEPBuffer: the group is a multiple of NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN, and each of its
     domains holds whole multiples of them -- EP 64 on 72-GPU blocks (no segment) straddles racks 56/8."""
     assert "hybridep_ranks_per_domain" in ids(segment_policy="packed")
-    (v,) = [v for v in rules.check(rules.Point(**{**KIMI, "segment_policy": "packed"}))]
+    (v,) = [v for v in rules.check(rules.Point.from_flat(**{**KIMI, "segment_policy": "packed"}))]
     assert "40/24" in v.message and v.fix.startswith("gpu.segment_policy=nvidia_launcher")
     assert ids(segment_policy="nvidia_launcher") == []
     assert "hybridep_ranks_per_domain" in ids(env_hybrid_ep_ranks_per_nvlink_domain=48)  # 64 % 48
@@ -74,12 +74,12 @@ def test_hybridep_group_must_fit_the_domains_as_placed():
 
 def test_moe_with_tp_needs_sequence_parallelism():
     """megatron-core 0.19.2 MoELayer.forward raises in training with TP > 1 and no SP."""
-    refused = [v for v in rules.check(rules.Point(**{**KIMI, "tp": 2, "num_gpus": 512, "gbs": 4096}))
+    refused = [v for v in rules.check(rules.Point.from_flat(**{**KIMI, "tp": 2, "num_gpus": 512, "gbs": 4096}))
                if v.rule == "moe_tp_needs_sp"]  # fmt: skip
     assert refused and refused[0].fix == "model.sequence_parallel=true"
     assert "moe_tp_needs_sp" not in ids(tp=2, num_gpus=512, sequence_parallel=True)
     dense = {**KIMI, "num_moe_experts": None, "ep": 1, "tp": 2, "num_gpus": 512}
-    assert not [v for v in rules.check(rules.Point(**dense)) if v.rule == "moe_tp_needs_sp"]
+    assert not [v for v in rules.check(rules.Point.from_flat(**dense)) if v.rule == "moe_tp_needs_sp"]
 
 
 def test_deepep_on_gb300_runs_and_is_priced_as_alltoall():
@@ -93,7 +93,9 @@ def test_deepep_on_gb300_runs_and_is_priced_as_alltoall():
 
 
 def test_non_dividing_split_gets_the_working_layout_suggested():
-    found = rules.check(rules.Point(**{**KIMI, "pipeline_model_parallel_layout": None, "pp": 8, "vp": None, "ep": 32}))
+    found = rules.check(
+        rules.Point.from_flat(**{**KIMI, "pipeline_model_parallel_layout": None, "pp": 8, "vp": None, "ep": 32})
+    )
     (v,) = [v for v in found if v.rule == "layers_fit_pp_vp"]
     assert v.fix.startswith("model.pipeline_model_parallel_layout=auto") and "'E" in v.fix
     layout = v.fix.split("'")[1]
@@ -169,6 +171,6 @@ def test_deepep_on_gb300_is_priced_as_the_alltoall_it_runs():
     deepep = predict([*base, "model.moe_flex_dispatcher_backend=deepep"], calib)
     a2a = predict([*base, "model.moe_token_dispatcher_type=alltoall", "model.moe_flex_dispatcher_backend=null"], calib)
     hybrid = predict(base, calib)
-    assert deepep["knobs"]["dispatcher"] == "alltoall" and "deepep_falls_back" in deepep["knobs"]["dispatcher_note"]
-    assert deepep["step_time_s"] == pytest.approx(a2a["step_time_s"]) and deepep["fits"]
-    assert hybrid["knobs"]["dispatcher"] == "hybridep" and hybrid["step_time_s"] != deepep["step_time_s"]
+    assert deepep.knobs["dispatcher"] == "alltoall" and "deepep_falls_back" in deepep.knobs["dispatcher_note"]
+    assert deepep.step_time_s == pytest.approx(a2a.step_time_s) and deepep.fits
+    assert hybrid.knobs["dispatcher"] == "hybridep" and hybrid.step_time_s != deepep.step_time_s

@@ -30,8 +30,8 @@ def test_kimi_k2_layouts_equal_megatron_bridges():
 @pytest.mark.parametrize("layers, pp, vp, mtp", [(61, 2, None, 0), (61, 32, None, 0), (61, 4, 4, 1), (94, 4, None, 0)])
 def test_balanced_layouts_pass_megatron_cores_layout_rules(layers, pp, vp, mtp):
     layout = balanced_layout(layers, pp, vp, mtp)
-    point = Point(num_gpus=pp * 8, num_layers=layers, num_attention_heads=64, seq_length=4096, gbs=pp * 64, pp=pp,
-                  vp=vp, mtp_num_layers=mtp, pipeline_model_parallel_layout=layout)  # fmt: skip
+    point = Point.from_flat(num_gpus=pp * 8, num_layers=layers, num_attention_heads=64, seq_length=4096, gbs=pp * 64,
+                            pp=pp, vp=vp, mtp_num_layers=mtp, pipeline_model_parallel_layout=layout)  # fmt: skip
     assert check(point) == []
     stages = parse_layout(layout)
     assert len(stages) == pp * (vp or 1) and "".join(stages).count("t") == layers

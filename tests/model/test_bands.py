@@ -39,11 +39,11 @@ def _seen(spec, cfg) -> Seen:
 
 def test_each_distance_from_the_calibration_is_named(models):
     spec = models["llama3_70b"]
-    cfg = TimeConfig(GB300, "mxfp8", 64, 1, 256, tp=1, pp=4, vp=5)
+    cfg = TimeConfig.from_flat(gpu=GB300, peak_key="mxfp8", num_gpus=64, mbs=1, gbs=256, tp=1, pp=4, vp=5)
     seen = _seen(spec, cfg)
     assert novelty(seen, spec, cfg) == ("seen configuration",)
     assert novelty(seen, spec, dataclasses.replace(cfg, release="26.08")) == ("seen configuration",)
-    assert novelty(seen, spec, dataclasses.replace(cfg, tp=2, pp=2, vp=None)) == ("new configuration",)
+    assert novelty(seen, spec, cfg.with_dims(tp=2, pp=2, vp=None)) == ("new configuration",)
     assert novelty(seen, spec, dataclasses.replace(cfg, peak_key="nvfp4")) == ("new precision",)
     with_h100 = dataclasses.replace(seen, gpus=seen.gpus | {("h100", "fp8")})
     assert novelty(with_h100, spec, dataclasses.replace(cfg, gpu=H100, peak_key="fp8")) == ("new GPU",)
@@ -120,11 +120,11 @@ def test_shipped_bands_widen_from_a_published_point_to_a_model_nobody_measured(m
                 pipeline_model_parallel_layout="Et*4|(t*4|)*14tL", flops_formula="v1", optimizer="dist_muon",
                 moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
                 use_distributed_optimizer=False, overlap_param_gather=False, release="26.02.01")  # fmt: skip
-    published = predict_time(kimi, TimeConfig(**base), cal)
-    moved = predict_time(kimi, TimeConfig(**{**base, "pp": 1, "vp": None, "ep": 128, "mbs": 1,
+    published = predict_time(kimi, TimeConfig.from_flat(**base), cal)
+    moved = predict_time(kimi, TimeConfig.from_flat(**{**base, "pp": 1, "vp": None, "ep": 128, "mbs": 1,
                                              "pipeline_model_parallel_layout": None}), cal)  # fmt: skip
     stranger = dataclasses.replace(models["mixtral_8x22b"] if "mixtral_8x22b" in models else kimi, name="my_moe")
-    unknown = predict_time(stranger, TimeConfig(**base), cal)
+    unknown = predict_time(stranger, TimeConfig.from_flat(**base), cal)
     assert published.novelty == ("seen configuration",) and moved.novelty == ("new configuration",)
     assert unknown.novelty == ("uncalibrated model",)
     assert unknown.band_source == "uncalibrated: nothing of this model was measured"

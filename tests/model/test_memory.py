@@ -3,6 +3,7 @@ values of Megatron-LM's functional tests (static memory, exact enough to test)."
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -29,26 +30,28 @@ LLAMA3_8B = ModelSpec(
 
 
 def test_adam_without_distributed_optimizer_is_18_bytes_per_param():
-    b = estimate_memory(LLAMA3_8B, MemoryConfig(num_gpus=1, mbs=1, gbs=1, use_distributed_optimizer=False))
+    b = estimate_memory(LLAMA3_8B, MemoryConfig.from_flat(num_gpus=1, mbs=1, gbs=1, use_distributed_optimizer=False))
     n = b.weights / 2
-    assert n == sum(parameter_counts(LLAMA3_8B, MemoryConfig(num_gpus=1, mbs=1, gbs=1))[0])
+    assert n == sum(parameter_counts(LLAMA3_8B, MemoryConfig.from_flat(num_gpus=1, mbs=1, gbs=1))[0])
     assert 8.0e9 < n < 8.1e9  # Llama 3 8B: 8.03 B parameters
     assert b.model_state == pytest.approx(18 * n)  # 2 + 4 + 12 [MLM]
 
 
 def test_distributed_optimizer_shards_adam_state_over_dp_times_cp():
-    sharded = estimate_memory(LLAMA3_8B, MemoryConfig(num_gpus=8, mbs=1, gbs=8, cp=2))
-    whole = estimate_memory(LLAMA3_8B, MemoryConfig(num_gpus=8, mbs=1, gbs=8, cp=2, use_distributed_optimizer=False))
+    sharded = estimate_memory(LLAMA3_8B, MemoryConfig.from_flat(num_gpus=8, mbs=1, gbs=8, cp=2))
+    whole = estimate_memory(
+        LLAMA3_8B, MemoryConfig.from_flat(num_gpus=8, mbs=1, gbs=8, cp=2, use_distributed_optimizer=False)
+    )
     assert sharded.optimizer_state == pytest.approx(whole.optimizer_state / 8)
 
 
 def test_grad_precision_and_mxfp8_weight_copies():
     base = dict(num_gpus=8, mbs=1, gbs=8)
-    fp32 = estimate_memory(LLAMA3_8B, MemoryConfig(**base))
-    bf16 = estimate_memory(LLAMA3_8B, MemoryConfig(**base, grad_reduce_in_fp32=False))
+    fp32 = estimate_memory(LLAMA3_8B, MemoryConfig.from_flat(**base))
+    bf16 = estimate_memory(LLAMA3_8B, MemoryConfig.from_flat(**base, grad_reduce_in_fp32=False))
     assert bf16.grads == pytest.approx(fp32.grads / 2)
-    mx = estimate_memory(LLAMA3_8B, MemoryConfig(**base, precision="mxfp8"))
-    gathered = estimate_memory(LLAMA3_8B, MemoryConfig(**base, precision="mxfp8", fp8_param_gather=True))
+    mx = estimate_memory(LLAMA3_8B, MemoryConfig.from_flat(**base, precision="mxfp8"))
+    gathered = estimate_memory(LLAMA3_8B, MemoryConfig.from_flat(**base, precision="mxfp8", fp8_param_gather=True))
     assert fp32.weights < gathered.weights < mx.weights
     assert mx.activations < fp32.activations  # GEMM inputs saved in 1 + 1/32 B instead of 2
 
@@ -57,9 +60,7 @@ def test_muon_keeps_one_momentum_per_matrix():
     case = next(c for c in golden_cases() if c.short == "muon" and c.hardware == "dgx_h100")
     spec, cfg = golden_spec(case.args), golden_memory_config(case)
     muon = estimate_memory(spec, cfg)
-    adam = estimate_memory(
-        spec, MemoryConfig(**{**cfg.__dict__, "optimizer": "adam", "use_distributed_optimizer": False})
-    )
+    adam = estimate_memory(spec, dataclasses.replace(cfg, optimizer="adam", use_distributed_optimizer=False))
     assert muon.optimizer_state < adam.optimizer_state
     # Muon matrices 8 B (master + momentum) instead of 12 B: the difference is 4 B per Muon-matrix element
     assert adam.optimizer_state - muon.optimizer_state == pytest.approx(
@@ -128,12 +129,17 @@ def test_inflight_microbatches():
 def test_recompute_lowers_activations(models):
     spec = models["qwen3_30b_a3b"]
     kw = dict(num_gpus=8, mbs=8, gbs=512, ep=8)
-    none = estimate_memory(spec, MemoryConfig(**kw))
-    act = estimate_memory(spec, MemoryConfig(**kw, recompute_granularity="selective", recompute_modules=("moe_act",)))
-    moe = estimate_memory(spec, MemoryConfig(**kw, recompute_granularity="selective", recompute_modules=("moe",)))
-    full = estimate_memory(spec, MemoryConfig(**kw, recompute_granularity="full", recompute_method="uniform"))
+    none = estimate_memory(spec, MemoryConfig.from_flat(**kw))
+    act = estimate_memory(
+        spec, MemoryConfig.from_flat(**kw, recompute_granularity="selective", recompute_modules=("moe_act",))
+    )
+    moe = estimate_memory(
+        spec, MemoryConfig.from_flat(**kw, recompute_granularity="selective", recompute_modules=("moe",))
+    )
+    full = estimate_memory(spec, MemoryConfig.from_flat(**kw, recompute_granularity="full", recompute_method="uniform"))
     block = estimate_memory(
-        spec, MemoryConfig(**kw, recompute_granularity="full", recompute_method="block", recompute_num_layers=24)
+        spec,
+        MemoryConfig.from_flat(**kw, recompute_granularity="full", recompute_method="block", recompute_num_layers=24),
     )
     assert full.activations < moe.activations < act.activations < none.activations
     assert full.activations < block.activations < none.activations
@@ -149,7 +155,7 @@ def test_kimi_layout_puts_embedding_and_loss_on_the_right_ranks(models):
     assert sum(len(ch[0]) for r in ranks for ch in r) == 61
     b = estimate_memory(
         spec,
-        MemoryConfig(
+        MemoryConfig.from_flat(
             num_gpus=256, mbs=2, gbs=4096, pp=4, vp=4, ep=64, etp=1, pipeline_model_parallel_layout=layout,
             optimizer="dist_muon", use_distributed_optimizer=False, precision="mxfp8", grad_reduce_in_fp32=False,
             recompute_granularity="selective", recompute_modules=("mla_up_proj",),
@@ -172,7 +178,7 @@ def test_kimi_layout_puts_embedding_and_loss_on_the_right_ranks(models):
 )
 def test_bad_points_raise_naming_the_rule(kw, match):
     with pytest.raises(MemoryModelError, match=match):
-        estimate_memory(LLAMA3_8B, MemoryConfig(**kw))
+        estimate_memory(LLAMA3_8B, MemoryConfig.from_flat(**kw))
 
 
 # ---------------------------------------------------------------------------------------------------- issue 15
@@ -196,44 +202,53 @@ def test_megatron_core_splits_embedding_and_loss_as_layers():
 
 def test_fsdp_shards_the_model_state_and_keeps_two_gathered_units():
     kw = dict(num_gpus=64, mbs=1, gbs=64, grad_reduce_in_fp32=False)
-    ddp = estimate_memory(LLAMA3_8B, MemoryConfig(**kw))
+    ddp = estimate_memory(LLAMA3_8B, MemoryConfig.from_flat(**kw))
     fsdp = estimate_memory(
-        LLAMA3_8B, MemoryConfig(**kw, use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
+        LLAMA3_8B,
+        MemoryConfig.from_flat(**kw, use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params"),
     )
-    layer = sum(n for n, _ in parameter_counts(LLAMA3_8B, MemoryConfig(**kw))[:1]) // 32  # ~ one layer (bound)
+    layer = (
+        sum(n for n, _ in parameter_counts(LLAMA3_8B, MemoryConfig.from_flat(**kw))[:1]) // 32
+    )  # ~ one layer (bound)
     assert fsdp.weights < ddp.weights / 4 and fsdp.grads < ddp.grads / 4
     assert fsdp.weights > 2 * 2.0 * layer * 0.5  # two gathered bf16 units (a layer, or the larger embedding)
     assert fsdp.optimizer_state == pytest.approx(ddp.optimizer_state)  # both shard Adam over DP x CP
     optim = estimate_memory(
-        LLAMA3_8B, MemoryConfig(**kw, use_megatron_fsdp=True, data_parallel_sharding_strategy="optim")
+        LLAMA3_8B, MemoryConfig.from_flat(**kw, use_megatron_fsdp=True, data_parallel_sharding_strategy="optim")
     )
     assert optim.weights == pytest.approx(ddp.weights) and optim.grads == pytest.approx(ddp.grads)
 
 
 def test_activation_offloading_keeps_the_other_layers_and_fine_grained_drops_module_inputs():
     kw = dict(num_gpus=8, mbs=1, gbs=8)
-    base = estimate_memory(LLAMA3_8B, MemoryConfig(**kw))
-    off = estimate_memory(LLAMA3_8B, MemoryConfig(**kw, cpu_offloading=True, cpu_offloading_num_layers=8))
+    base = estimate_memory(LLAMA3_8B, MemoryConfig.from_flat(**kw))
+    off = estimate_memory(LLAMA3_8B, MemoryConfig.from_flat(**kw, cpu_offloading=True, cpu_offloading_num_layers=8))
     # TE cpu_offload: layers 0..N-1 offloaded, the peak holds the other L - N layers' activations
     layers_part = base.activations - (8.0 + 2.0 * 4096) * 8192  # without the embedding input / output
     assert off.activations == pytest.approx(base.activations - layers_part * 8 / 32, rel=1e-6)
     fine = estimate_memory(
         LLAMA3_8B,
-        MemoryConfig(**kw, fine_grained_activation_offloading=True, offload_modules=("core_attn", "attn_proj")),
+        MemoryConfig.from_flat(
+            **kw, fine_grained_activation_offloading=True, offload_modules=("core_attn", "attn_proj")
+        ),
     )
     assert fine.activations < base.activations
     with pytest.raises(MemoryModelError, match="offload_modules"):
-        estimate_memory(LLAMA3_8B, MemoryConfig(**kw, fine_grained_activation_offloading=True, offload_modules=("x",)))
+        estimate_memory(
+            LLAMA3_8B, MemoryConfig.from_flat(**kw, fine_grained_activation_offloading=True, offload_modules=("x",))
+        )
 
 
 def test_precision_aware_optimizer_and_optimizer_offload():
     kw = dict(num_gpus=8, mbs=1, gbs=8, use_distributed_optimizer=False)
-    fp32 = estimate_memory(LLAMA3_8B, MemoryConfig(**kw))
+    fp32 = estimate_memory(LLAMA3_8B, MemoryConfig.from_flat(**kw))
     bf16 = estimate_memory(
         LLAMA3_8B,
-        MemoryConfig(**kw, use_precision_aware_optimizer=True, exp_avg_dtype="torch.bfloat16",
+        MemoryConfig.from_flat(**kw, use_precision_aware_optimizer=True, exp_avg_dtype="torch.bfloat16",
                      exp_avg_sq_dtype="torch.bfloat16", main_params_dtype="torch.float32"),
     )  # fmt: skip
     assert bf16.optimizer_state == pytest.approx(fp32.optimizer_state * 8 / 12)
-    half = estimate_memory(LLAMA3_8B, MemoryConfig(**kw, optimizer_cpu_offload=True, optimizer_offload_fraction=0.5))
+    half = estimate_memory(
+        LLAMA3_8B, MemoryConfig.from_flat(**kw, optimizer_cpu_offload=True, optimizer_offload_fraction=0.5)
+    )
     assert half.optimizer_state == pytest.approx(fp32.optimizer_state / 2)

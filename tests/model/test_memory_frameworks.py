@@ -24,7 +24,7 @@ GB = 1e9
 def _titan(**kw) -> MemoryConfig:
     base = dict(num_gpus=8, mbs=2, gbs=16, use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params",
                 framework="torchtitan", grad_reduce_in_fp32=True)  # fmt: skip
-    return MemoryConfig(**(base | kw))
+    return MemoryConfig.from_flat(**(base | kw))
 
 
 def test_torchtitan_op_sac_keeps_every_other_matmul_output():
@@ -75,7 +75,7 @@ def test_torchtitan_op_sac_is_dense_only_and_frameworks_are_named():
     with pytest.raises(MemoryModelError, match="dense GQA/MHA layers only"):
         estimate_memory(moe, _titan(recompute_granularity="selective"))
     with pytest.raises(MemoryModelError, match="framework must be one of"):
-        estimate_memory(LLAMA31_8B, MemoryConfig(num_gpus=8, mbs=1, gbs=8, framework="jax"))
+        estimate_memory(LLAMA31_8B, MemoryConfig.from_flat(num_gpus=8, mbs=1, gbs=8, framework="jax"))
 
 
 def test_deepspeed_zero3_gathers_one_tensor_not_two_layers():
@@ -86,9 +86,9 @@ def test_deepspeed_zero3_gathers_one_tensor_not_two_layers():
     kw = dict(num_gpus=640, mbs=4, gbs=2560, use_distributed_optimizer=False, use_megatron_fsdp=True,
               data_parallel_sharding_strategy="optim_grads_params", recompute_granularity="full",
               recompute_method="uniform", recompute_num_layers=1, grad_reduce_in_fp32=False)  # fmt: skip
-    ds = estimate_memory(GPT530B, MemoryConfig(**kw, framework="deepspeed"))
-    mfsdp = estimate_memory(GPT530B, MemoryConfig(**kw))
-    n = sum(parameter_counts(GPT530B, MemoryConfig(**kw))[0])
+    ds = estimate_memory(GPT530B, MemoryConfig.from_flat(**kw, framework="deepspeed"))
+    mfsdp = estimate_memory(GPT530B, MemoryConfig.from_flat(**kw))
+    n = sum(parameter_counts(GPT530B, MemoryConfig.from_flat(**kw))[0])
     big = 4 * 20480 * 20480
     assert ds.weights == pytest.approx(2 * n / 640 + 2 * big)
     assert ds.grads == pytest.approx(2 * n / 640 + 2 * (5e8 + big))
@@ -96,16 +96,16 @@ def test_deepspeed_zero3_gathers_one_tensor_not_two_layers():
     a100 = 81920 * 2**20 / 1.01  # the driver's 80 GB less the pruning margin
     assert ds.total < a100 < mfsdp.total
     # a small tensor leaves room under the cap: the prefetch bucket (5e7) is gathered too
-    small = estimate_memory(LLAMA31_8B, MemoryConfig(num_gpus=8, mbs=1, gbs=8, use_megatron_fsdp=True,
+    small = estimate_memory(LLAMA31_8B, MemoryConfig.from_flat(num_gpus=8, mbs=1, gbs=8, use_megatron_fsdp=True,
                             data_parallel_sharding_strategy="optim_grads_params", framework="deepspeed"))  # fmt: skip
-    n8 = sum(parameter_counts(LLAMA31_8B, MemoryConfig(num_gpus=8, mbs=1, gbs=8))[0])
+    n8 = sum(parameter_counts(LLAMA31_8B, MemoryConfig.from_flat(num_gpus=8, mbs=1, gbs=8))[0])
     assert small.weights == pytest.approx(2 * n8 / 8 + 2 * (128256 * 4096 + 5e7))
 
 
 def test_oversized_points_are_still_refused():
     """The framework semantics do not blind the pruner: ZeRO-3 GPT 530B on 64 A100 (18 B x 530 B / 64 of sharded
     state alone) and torchtitan's 8B at MBS 16 on 8 H100 96 GB stay far above the GPU."""
-    zero3 = estimate_memory(GPT530B, MemoryConfig(
+    zero3 = estimate_memory(GPT530B, MemoryConfig.from_flat(
         num_gpus=64, mbs=1, gbs=64, use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params",
         recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1, framework="deepspeed",
     ))  # fmt: skip

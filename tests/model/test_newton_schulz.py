@@ -194,7 +194,7 @@ def test_attention_matrices_are_the_flops_models_projections(models):
 
 def test_layer_wise_counts_each_matrix_once_and_replicated_counts_it_dp_times(models):
     q = models["qwen3_30b_a3b"]
-    par = Parallelism(num_gpus=8, expert_model_parallel_size=8)
+    par = Parallelism.from_flat(num_gpus=8, expert_model_parallel_size=8)
     lw = ns_load(q, par, NSPolicy(layer_wise=True))
     rep = ns_load(q, par, NSPolicy(layer_wise=False))
     assert lw.total == lw.per_replica  # TP 1: the whole model's NS once
@@ -228,9 +228,9 @@ def test_ping_pong_assignment_follows_megatron_core_docstring():
 
 def test_parallel_grid_errors(models):
     with pytest.raises(ValueError, match="not divisible by TP x PP x CP"):
-        ns_load(models["qwen3_30b_a3b"], Parallelism(num_gpus=6, pipeline_model_parallel_size=4))
+        ns_load(models["qwen3_30b_a3b"], Parallelism.from_flat(num_gpus=6, pipeline_model_parallel_size=4))
     with pytest.raises(ValueError, match="num_moe_experts 128 is not divisible by EP 3"):
-        ns_load(models["qwen3_30b_a3b"], Parallelism(num_gpus=3, expert_model_parallel_size=3))
+        ns_load(models["qwen3_30b_a3b"], Parallelism.from_flat(num_gpus=3, expert_model_parallel_size=3))
 
 
 def test_pipeline_layout_places_layers(models):
@@ -246,9 +246,9 @@ def test_pipeline_layout_places_layers(models):
         expert_model_parallel_size=64,
         expert_tensor_parallel_size=1,
     )
-    laid = Parallelism(**base, pipeline_model_parallel_layout="Et*4|(t*4|)*14tL")
+    laid = Parallelism.from_flat(**base, pipeline_model_parallel_layout="Et*4|(t*4|)*14tL")
     stages = pp_stage_of_layer(kimi, laid)
     assert stages[:4] == [0] * 4 and stages[4:8] == [1] * 4 and stages[-1] == 3 and len(stages) == 61
-    assert ns_load(kimi, laid).total == ns_load(kimi, Parallelism(**base)).total
+    assert ns_load(kimi, laid).total == ns_load(kimi, Parallelism.from_flat(**base)).total
     with pytest.raises(ValueError, match="holds 60 decoder layers"):
-        pp_stage_of_layer(kimi, Parallelism(**base, pipeline_model_parallel_layout="Et*4|(t*4|)*14L"))
+        pp_stage_of_layer(kimi, Parallelism.from_flat(**base, pipeline_model_parallel_layout="Et*4|(t*4|)*14L"))

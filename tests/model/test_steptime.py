@@ -44,7 +44,7 @@ def test_gpu_facts_come_from_configs_gpu():
 
 
 def test_every_term_is_reported_and_they_sum_to_the_step(models):
-    b = predict_time(models["kimi_k2"], TimeConfig(**KIMI), FLAT)
+    b = predict_time(models["kimi_k2"], TimeConfig.from_flat(**KIMI), FLAT)
     assert tuple(b.terms) == TERMS
     required = {"compute", "tp_comm", "cp_comm", "ep_a2a", "pp_p2p", "bubble", "dp_comm", "recompute", "optimizer"}
     assert required <= set(b.terms) and all(v >= 0 for v in b.terms.values())
@@ -55,8 +55,18 @@ def test_every_term_is_reported_and_they_sum_to_the_step(models):
 
 def test_the_bubble_is_pp_minus_one_over_vp_microbatch_times(models):
     spec = models["llama3_70b"]
-    inter = predict_time(spec, TimeConfig(H100, "fp8", 64, 1, 256, tp=4, pp=8, vp=5, sequence_parallel=True), FLAT)
-    plain = predict_time(spec, TimeConfig(H100, "fp8", 64, 1, 256, tp=4, pp=8, sequence_parallel=True), FLAT)
+    inter = predict_time(
+        spec,
+        TimeConfig.from_flat(
+            gpu=H100, peak_key="fp8", num_gpus=64, mbs=1, gbs=256, tp=4, pp=8, vp=5, sequence_parallel=True
+        ),
+        FLAT,
+    )
+    plain = predict_time(
+        spec,
+        TimeConfig.from_flat(gpu=H100, peak_key="fp8", num_gpus=64, mbs=1, gbs=256, tp=4, pp=8, sequence_parallel=True),
+        FLAT,
+    )
     m = 256 // 2  # GBS / (MBS x DP), DP = 64 / 32
     per_mb = lambda b: sum(b.terms[k] for k in TERMS[:7]) / m  # noqa: E731  (the per-microbatch terms)
     assert inter.bubble == pytest.approx(per_mb(inter) * 7 / 5)
@@ -75,9 +85,9 @@ def test_gemm_efficiency_falls_for_small_gemms_so_tp_shrinks_them():
 def test_tensor_parallel_collectives_are_priced_and_overlap_hides_part(models):
     spec = models["llama3_70b"]
     base = dict(gpu=H100, peak_key="fp8", num_gpus=64, mbs=1, gbs=256, pp=8, vp=5)
-    tp1 = predict_time(spec, TimeConfig(**base, tp=1), FLAT)
-    sp = predict_time(spec, TimeConfig(**base, tp=8, sequence_parallel=True), FLAT)
-    hidden = predict_time(spec, TimeConfig(**base, tp=8, sequence_parallel=True, tp_comm_overlap=True), FLAT)
+    tp1 = predict_time(spec, TimeConfig.from_flat(**base, tp=1), FLAT)
+    sp = predict_time(spec, TimeConfig.from_flat(**base, tp=8, sequence_parallel=True), FLAT)
+    hidden = predict_time(spec, TimeConfig.from_flat(**base, tp=8, sequence_parallel=True, tp_comm_overlap=True), FLAT)
     assert tp1.terms["tp_comm"] == 0 and sp.terms["tp_comm"] > hidden.terms["tp_comm"] > 0
     # the same FLOPs per GPU per step, in smaller GEMMs: TP 8 computes more slowly than TP 1
     assert sp.terms["compute"] > tp1.terms["compute"]
@@ -88,8 +98,8 @@ def test_kimi_k2_cp2_and_cp1_differ_and_the_cp_term_is_why(models):
     difference is exactly the sum of the term differences with the CP term among them (no hidden constant)."""
     spec = models["kimi_k2"]
     cal = calibration.load().time
-    cp1 = predict_time(spec, TimeConfig(**KIMI), cal)
-    cp2 = predict_time(spec, TimeConfig(**{**KIMI, "cp": 2}), cal)
+    cp1 = predict_time(spec, TimeConfig.from_flat(**KIMI), cal)
+    cp2 = predict_time(spec, TimeConfig.from_flat(**{**KIMI, "cp": 2}), cal)
     assert cp1.terms["cp_comm"] == 0.0 and cp2.terms["cp_comm"] > 0.0
     diff = {k: cp2.terms[k] - cp1.terms[k] for k in TERMS}
     assert cp2.total - cp1.total == pytest.approx(sum(diff.values()), rel=1e-12)
@@ -104,10 +114,10 @@ def test_kimi_k2_cp2_and_cp1_differ_and_the_cp_term_is_why(models):
 
 def test_kimi_k2_ep64_pays_an_nvlink_all_to_all(models):
     spec = models["kimi_k2"]
-    b = predict_time(spec, TimeConfig(**KIMI), calibration.load().time)
+    b = predict_time(spec, TimeConfig.from_flat(**KIMI), calibration.load().time)
     assert b.terms["ep_a2a"] > 0 and not b.ep_scale_out
     ex = ep_comm.layer_exchange(
-        registry.handle(spec), registry.handle(GB300), layer_shape(TimeConfig(**KIMI)), "hybridep"
+        registry.handle(spec), registry.handle(GB300), layer_shape(TimeConfig.from_flat(**KIMI)), "hybridep"
     )
     assert ex.network_bytes == 0 and ex.nvlink_bytes > 0
     # HybridEP sends a token once per distinct GPU: 64 (1 - (63/64)^8) GPUs hit, the own one excluded
@@ -120,8 +130,8 @@ def test_kimi_k2_ep64_pays_an_nvlink_all_to_all(models):
 def test_kimi_k2_ep128_across_two_nvl72_racks_pays_the_scale_out_price(models):
     spec = models["kimi_k2"]
     cal = calibration.load().time
-    cfg = TimeConfig(**{**KIMI, "pp": 2, "vp": None, "ep": 128, "pipeline_model_parallel_layout": None})
-    inside = TimeConfig(**{**KIMI, "pp": 2, "vp": None, "ep": 64, "pipeline_model_parallel_layout": None})
+    cfg = TimeConfig.from_flat(**{**KIMI, "pp": 2, "vp": None, "ep": 128, "pipeline_model_parallel_layout": None})
+    inside = TimeConfig.from_flat(**{**KIMI, "pp": 2, "vp": None, "ep": 64, "pipeline_model_parallel_layout": None})
     out, ins = predict_time(spec, cfg, cal), predict_time(spec, inside, cal)
     assert out.ep_scale_out and not ins.ep_scale_out
     ex = ep_comm.layer_exchange(registry.handle(spec), registry.handle(GB300), layer_shape(cfg), "hybridep")
@@ -136,22 +146,26 @@ def test_kimi_k2_ep128_across_two_nvl72_racks_pays_the_scale_out_price(models):
 def test_dispatcher_and_ep_overlap_change_the_exchange(models):
     spec = models["qwen3_30b_a3b"]
     base = dict(gpu=GB300, peak_key="mxfp8", num_gpus=8, mbs=4, gbs=512, ep=8, release="26.02")
-    a2a = predict_time(spec, TimeConfig(**base), FLAT)
+    a2a = predict_time(spec, TimeConfig.from_flat(**base), FLAT)
     hybrid = predict_time(
-        spec, TimeConfig(**base, moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep"), FLAT
+        spec,
+        TimeConfig.from_flat(**base, moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep"),
+        FLAT,
     )
-    hidden = predict_time(spec, TimeConfig(**base, overlap_moe_expert_parallel_comm=True), FLAT)
+    hidden = predict_time(spec, TimeConfig.from_flat(**base, overlap_moe_expert_parallel_comm=True), FLAT)
     assert a2a.terms["ep_a2a"] > hybrid.terms["ep_a2a"] > 0
     assert 0 < hidden.terms["ep_a2a"] < a2a.terms["ep_a2a"]
     with pytest.raises(TimeModelError, match="dispatcher"):
-        TimeConfig(**base, moe_token_dispatcher_type="nvls")
+        TimeConfig.from_flat(**base, moe_token_dispatcher_type="nvls")
 
 
 def test_data_parallel_exposure_follows_the_overlap_flags(models):
     spec = models["llama3_70b"]
     base = dict(gpu=H100, peak_key="fp8", num_gpus=128, mbs=1, gbs=128, tp=4, pp=2, sequence_parallel=True)
-    hidden = predict_time(spec, TimeConfig(**base), FLAT)
-    exposed = predict_time(spec, TimeConfig(**base, overlap_grad_reduce=False, overlap_param_gather=False), FLAT)
+    hidden = predict_time(spec, TimeConfig.from_flat(**base), FLAT)
+    exposed = predict_time(
+        spec, TimeConfig.from_flat(**base, overlap_grad_reduce=False, overlap_param_gather=False), FLAT
+    )
     assert exposed.terms["dp_comm"] > hidden.terms["dp_comm"] >= 0
     # a group that leaves the NVLink domain is hierarchical: 8 members per node share the node's 8 NICs
     flat = collectives.ring(1e9, 16, H100.network_bandwidth, collectives.NETWORK_ALPHA)
@@ -161,7 +175,7 @@ def test_data_parallel_exposure_follows_the_overlap_flags(models):
 
 def test_recompute_repeats_the_forward_of_what_it_recomputes(models):
     spec = models["kimi_k2"]
-    cfg = TimeConfig(**KIMI)
+    cfg = TimeConfig.from_flat(**KIMI)
     f = model_flops(spec, cfg.gbs, formula="v1")
     full = dataclasses.replace(cfg, recompute_granularity="full", recompute_method="uniform")
     layers = f.total - f.logits - f.mtp_projections
@@ -178,12 +192,29 @@ def test_recompute_repeats_the_forward_of_what_it_recomputes(models):
 @pytest.mark.parametrize(
     "model, par",
     [
-        ("kimi_k2", Parallelism(256, 1, 4, 4, 1, 64, 1, "Et*4|(t*4|)*14tL")),
-        ("kimi_k2", Parallelism(256, 2, 4, None, 1, 8, 1, "Et*16|t*16|t*16|t*13L")),
-        ("qwen3_30b_a3b", Parallelism(8, 1, 1, None, 1, 8, 1)),
-        ("qwen3_30b_a3b", Parallelism(32, 1, 2, 2, 1, 4, 2)),
-        ("deepseek_v3", Parallelism(256, 1, 8, None, 1, 32, 1)),
-        ("llama3_70b", Parallelism(64, 4, 4, 5, 1, 1, None)),
+        (
+            "kimi_k2",
+            Parallelism.from_flat(
+                num_gpus=256, tp=1, pp=4, vp=4, cp=1, ep=64, etp=1, pipeline_model_parallel_layout="Et*4|(t*4|)*14tL"
+            ),
+        ),
+        (
+            "kimi_k2",
+            Parallelism.from_flat(
+                num_gpus=256,
+                tp=2,
+                pp=4,
+                vp=None,
+                cp=1,
+                ep=8,
+                etp=1,
+                pipeline_model_parallel_layout="Et*16|t*16|t*16|t*13L",
+            ),
+        ),
+        ("qwen3_30b_a3b", Parallelism.from_flat(num_gpus=8, tp=1, pp=1, vp=None, cp=1, ep=8, etp=1)),
+        ("qwen3_30b_a3b", Parallelism.from_flat(num_gpus=32, tp=1, pp=2, vp=2, cp=1, ep=4, etp=2)),
+        ("deepseek_v3", Parallelism.from_flat(num_gpus=256, tp=1, pp=8, vp=None, cp=1, ep=32, etp=1)),
+        ("llama3_70b", Parallelism.from_flat(num_gpus=64, tp=4, pp=4, vp=5, cp=1, ep=1, etp=None)),
     ],
 )
 @pytest.mark.parametrize(
@@ -198,7 +229,10 @@ def test_muon_rank_loads_equal_the_newton_schulz_counter(models, model, par, pol
 
 
 def test_cost_balanced_assignment_is_never_worse(models):
-    for model, par in (("qwen3_30b_a3b", Parallelism(16, 1, 2, None, 1, 4, 1)), ("llama3_70b", Parallelism(64, 8))):
+    for model, par in (
+        ("qwen3_30b_a3b", Parallelism.from_flat(num_gpus=16, tp=1, pp=2, vp=None, cp=1, ep=4, etp=1)),
+        ("llama3_70b", Parallelism.from_flat(num_gpus=64, tp=8)),
+    ):
         ping = muon_rank_loads(models[model], par)
         balanced = muon_rank_loads(models[model], par, assignment="cost_balanced")
         assert sum(balanced.ns_flops) == sum(ping.ns_flops)
@@ -207,7 +241,7 @@ def test_cost_balanced_assignment_is_never_worse(models):
 
 def test_muon_cost_adds_up_and_names_its_release(models):
     cal = calibration.load().time
-    cost = muon_cost(models["kimi_k2"], TimeConfig(**KIMI), cal)
+    cost = muon_cost(models["kimi_k2"], TimeConfig.from_flat(**KIMI), cal)
     assert cost.release == "26.02.01" == cost.adam.release
     assert cost.muon.total > cost.adam.total
     assert cost.muon.ns == pytest.approx(cost.muon.busiest_ns_flops / cost.ns_rate)
@@ -222,7 +256,7 @@ def test_muon_what_ifs_price_each_choice(models):
     """TP modes: blockwise moves nothing, duplicated gathers the shards (and runs NS on full matrices), distributed
     all-reduces the Gram matrix every NS step; SYRK (hypothetical) cuts the NS time; cost-balanced never loses."""
     spec = models["qwen3_30b_a3b"]
-    cfg = TimeConfig(gpu=GB300, peak_key="mxfp8", num_gpus=16, mbs=2, gbs=512, tp=2, pp=2, ep=4, etp=1,
+    cfg = TimeConfig.from_flat(gpu=GB300, peak_key="mxfp8", num_gpus=16, mbs=2, gbs=512, tp=2, pp=2, ep=4, etp=1,
                      sequence_parallel=True, optimizer="dist_muon", release="26.02")  # fmt: skip
     cost = muon_cost(spec, cfg, calibration.load().time)
     v = {(x.assignment, x.tp_mode, x.kernel): x for x in cost.variants}
@@ -243,13 +277,22 @@ def test_the_release_level_moves_a_prediction_and_is_named(models):
     spec = models["qwen3_30b_a3b"]
     base = dict(gpu=GB300, peak_key="mxfp8", num_gpus=8, mbs=8, gbs=512, ep=8, etp=1,
                 moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep")  # fmt: skip
-    early, late = (predict_time(spec, TimeConfig(**base, release=r), cal) for r in ("26.02", "26.08"))
+    early, late = (predict_time(spec, TimeConfig.from_flat(**base, release=r), cal) for r in ("26.02", "26.08"))
     assert (early.release, late.release) == ("26.02", "26.08") and early.level_source == "group"
     assert late.level > early.level and late.total < early.total
-    other = predict_time(models["llama3_70b"], TimeConfig(GB300, "bf16", 64, 1, 256, release="26.04"), cal)
+    other = predict_time(
+        models["llama3_70b"],
+        TimeConfig.from_flat(gpu=GB300, peak_key="bf16", num_gpus=64, mbs=1, gbs=256, release="26.04"),
+        cal,
+    )
     assert other.level_source == "same model and GPU"
     unknown = dataclasses.replace(models["llama3_70b"], name="my_dense_model")
-    assert predict_time(unknown, TimeConfig(GB300, "bf16", 64, 1, 256), cal).level_source == "family mean"
+    assert (
+        predict_time(
+            unknown, TimeConfig.from_flat(gpu=GB300, peak_key="bf16", num_gpus=64, mbs=1, gbs=256), cal
+        ).level_source
+        == "family mean"
+    )
     assert release_index("26.04.01") > release_index("26.04") > release_index("26.02.01")
     with pytest.raises(ValueError):
         release_index("latest")
@@ -264,7 +307,18 @@ def test_calibration_recovers_a_known_efficiency(models):
     rows = []
     for release, points in (("26.02", ((1, 1, None), (2, 4, 5))), ("26.04", ((4, 4, None), (1, 4, 5)))):
         for tp, pp, vp in points:
-            cfg = TimeConfig(gb200, "fp8", 64, 1, 256, tp=tp, pp=pp, vp=vp, sequence_parallel=tp > 1, release=release)
+            cfg = TimeConfig.from_flat(
+                gpu=gb200,
+                peak_key="fp8",
+                num_gpus=64,
+                mbs=1,
+                gbs=256,
+                tp=tp,
+                pp=pp,
+                vp=vp,
+                sequence_parallel=tp > 1,
+                release=release,
+            )
             rows.append(Row(spec, cfg, predict_time(spec, cfg, truth).tflops_per_gpu, release))
     cal = calibrate(rows, c_grid=(0.0, 1e-4, 4e-4))
     assert cal.c_layer == pytest.approx(1e-4)
@@ -303,13 +357,15 @@ def test_shipped_calibration_is_the_fit_of_the_shipped_published_table():
 
 
 def test_unknown_optimizer_is_refused(models):
-    cfg = dataclasses.replace(TimeConfig(**KIMI), optimizer="sgd")
+    cfg = dataclasses.replace(TimeConfig.from_flat(**KIMI), optimizer="sgd")
     with pytest.raises(TimeModelError, match="unknown optimizer"):
         predict_time(models["kimi_k2"], cfg, calibration.load().time)
 
 
 def test_an_unfitted_precision_borrows_the_same_gpu_at_its_peak_ratio(models):
     cal = Calibration(efficiency={("gb300", "fp8"): 0.4})
-    b = predict_time(models["llama3_70b"], TimeConfig(GB300, "bf16", 64, 1, 256), cal)
+    b = predict_time(
+        models["llama3_70b"], TimeConfig.from_flat(gpu=GB300, peak_key="bf16", num_gpus=64, mbs=1, gbs=256), cal
+    )
     assert b.efficiency_source == "other precision"
     assert b.efficiency == pytest.approx(0.4 * math.sqrt(2))

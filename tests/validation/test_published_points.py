@@ -62,7 +62,7 @@ def test_the_printed_sizes_replaced_are_still_refused(table):
     ]  # fmt: skip
     assert printed != row["overrides"].split(" ")
     out = predict(printed, calibration.load())
-    assert not out["fits"] and out["mem_total_gb"] > 1.2 * out["hbm_gb"]
+    assert not out.fits and out.mem_total_gb > 1.2 * out.hbm_gb
 
 
 def test_every_row_says_where_its_settings_come_from(table):

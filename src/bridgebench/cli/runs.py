@@ -49,7 +49,7 @@ def plan(
             json.dumps(
                 {
                     "plan": str(out_dir),
-                    "runs": [dataclasses.asdict(r) for r in runs],
+                    "runs": [r.to_json() for r in runs],
                     "invalid": [dataclasses.asdict(r) for r in invalid],
                 },
                 indent=2,

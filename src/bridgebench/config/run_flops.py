@@ -11,7 +11,7 @@ from bridgebench.model.newton_schulz import NSPolicy, Parallelism
 def parallelism(f: RunFacts) -> Parallelism:
     """Parallel sizes of a run (``model.*_parallel_size`` keys; unset sizes are 1, ETP defaults to TP)."""
     p = f.parallel
-    return Parallelism(
+    return Parallelism.from_flat(
         num_gpus=f.num_gpus,
         tensor_model_parallel_size=p["tensor_model_parallel_size"] or 1,
         pipeline_model_parallel_size=p["pipeline_model_parallel_size"] or 1,

@@ -208,7 +208,7 @@ class _Loop:
             c["run_ids"] = have
             self.say.log(f"adopted {pid}: the ledger has its run(s) {have} (submitted before an interrupt)")
         else:
-            run = PlannedRun(**json.loads((Path(c["plan_dir"]) / c["run"] / "run.json").read_text()))
+            run = PlannedRun.from_json(json.loads((Path(c["plan_dir"]) / c["run"] / "run.json").read_text()))
             c["run_ids"] = [a.run_id for a in sub.submit_planned([run], ledger=self.ledger, progress=self.say.log)]
         c["status"] = "submitted"
         self.save()

@@ -45,7 +45,9 @@ from bridgebench.launch.jobspec import Job, build_job, job_paths, run_id_for
 from bridgebench.launch.jobspec import nodes_and_tasks as jobspec_nodes_and_tasks
 from bridgebench.model.newton_schulz import ns_load
 from bridgebench.model.optimizer import OptimizerKind
+from bridgebench.model.parallel import DIM_FIELDS, DimsView, ParallelDims
 from bridgebench.paths import load_paths
+from bridgebench.sweep.row import SweepRow
 
 
 class PlanError(BridgebenchError):
@@ -63,23 +65,18 @@ class InvalidRun:
     reason: str
 
 
-@dataclass
-class PlannedRun:
+@dataclass(kw_only=True)
+class PlannedRun(DimsView):
+    """One planned run: its name, overrides and config hash, the parallel sizes and batch (``dims``, read as
+    ``run.tp``, ``run.dp`` ...), the job shape, the FLOPs per step and the provenance. ``run.json`` is
+    :meth:`to_json` (the sizes flat, with DP), read back by :meth:`from_json`."""
+
     name: str
     overrides: list[str]
     config_hash: str
-    num_gpus: int
+    dims: ParallelDims
     nodes: int
     tasks_per_node: int
-    tp: int
-    pp: int
-    vp: int | None
-    cp: int
-    ep: int
-    etp: int | None
-    dp: int
-    mbs: int
-    gbs: int
     seq_length: int
     optimizer: str
     container_image: str | None  # the image the job starts in on this cluster; None: the payload runs on the host
@@ -108,6 +105,25 @@ class PlannedRun:
     #: what the time model predicted for this run when it was planned (:func:`_prediction`): step_time_s,
     #: tflops_per_gpu, band_pct, release, calibration, calibration_sha256, source; None for the optimizer-step payload
     prediction: dict | None = None
+
+    def to_json(self) -> dict:
+        """The run as ``run.json`` / ``plan.json`` hold it: every field, the sizes flat (``num_gpus`` ... ``gbs``)
+        with the data-parallel size ``dp``."""
+        data = asdict(self)
+        dims = data.pop("dims")
+        head = {k: data.pop(k) for k in ("name", "overrides", "config_hash")}
+        flat = {"num_gpus": dims["num_gpus"], "nodes": data.pop("nodes"), "tasks_per_node": data.pop("tasks_per_node")}
+        flat |= {k: dims[k] for k in ("tp", "pp", "vp", "cp", "ep", "etp")}
+        flat |= {"dp": self.dp, "mbs": dims["mbs"], "gbs": dims["gbs"]}
+        return head | flat | data
+
+    @classmethod
+    def from_json(cls, data: dict) -> PlannedRun:
+        """A run from :meth:`to_json`'s mapping (``dp`` is derived, not read)."""
+        data = dict(data)
+        data.pop("dp", None)
+        sizes = {k: data.pop(k) for k in DIM_FIELDS if k in data}
+        return cls(dims=ParallelDims(**sizes), **data)
 
 
 def _priced_placement(cfg: DictConfig, nodes: int) -> dict[str, int | None]:
@@ -292,19 +308,19 @@ def plan(
                 name=name,
                 overrides=list(ov),
                 config_hash=h,
-                num_gpus=int(cfg.num_gpus),
+                dims=ParallelDims(
+                    num_gpus=int(cfg.num_gpus),
+                    tp=m.tensor_model_parallel_size,
+                    pp=m.pipeline_model_parallel_size,
+                    vp=m.virtual_pipeline_model_parallel_size,
+                    cp=m.context_parallel_size,
+                    ep=m.expert_model_parallel_size,
+                    etp=m.expert_tensor_parallel_size,
+                    mbs=cfg.train.micro_batch_size,
+                    gbs=cfg.train.global_batch_size,
+                ),
                 nodes=nodes,
                 tasks_per_node=per_node,
-                tp=m.tensor_model_parallel_size,
-                pp=m.pipeline_model_parallel_size,
-                vp=m.virtual_pipeline_model_parallel_size,
-                cp=m.context_parallel_size,
-                ep=m.expert_model_parallel_size,
-                etp=m.expert_tensor_parallel_size,
-                dp=int(cfg.num_gpus)
-                // (m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size),
-                mbs=cfg.train.micro_batch_size,
-                gbs=cfg.train.global_batch_size,
                 seq_length=m.seq_length,
                 optimizer=str(cfg.optimizer.optimizer),
                 container_image=job.spec.container_image,
@@ -325,14 +341,14 @@ def plan(
                 **_priced_placement(cfg, nodes),
                 prediction=predictions.get(h) if predictions.get(h) is not None else _prediction(ov, cfg, calibration),
             )
-            (run_dir / "run.json").write_text(json.dumps(asdict(run), indent=2))
+            (run_dir / "run.json").write_text(json.dumps(run.to_json(), indent=2))
             runs.append(run)
         (tmp / "plan.json").write_text(
             json.dumps(
                 {
                     "overrides": [redact_override(o) for o in overrides],  # a refused run's credential: never written
                     "created": stamp,
-                    "runs": [asdict(r) for r in runs],
+                    "runs": [r.to_json() for r in runs],
                     "invalid": [asdict(r) for r in invalid],
                 },
                 indent=2,
@@ -408,26 +424,32 @@ def _prediction(overrides: list[str], cfg: DictConfig, calibration: str) -> dict
     return prediction_of(row, calibration, source="plan")
 
 
-def prediction_of(row: dict, calibration: str, *, source: str) -> dict:
-    """A plan's ``prediction`` from a sweep-pipeline row (see :class:`PlannedRun`)."""
+def prediction_of(row: SweepRow | dict, calibration: str, *, source: str) -> dict:
+    """A plan's ``prediction`` from a sweep-pipeline row, typed (:class:`bridgebench.sweep.row.SweepRow`, as
+    :func:`bridgebench.sweep.predict` returns it) or a record of a sweep (see :class:`PlannedRun`).
+
+    Raises:
+        bridgebench.sweep.row.SweepRowError: a record that does not fit the row schema.
+    """
     from bridgebench.config import calibration as calib_mod
 
+    r = row if isinstance(row, SweepRow) else SweepRow.from_record(row)
     return {
-        "step_time_s": row.get("step_time_s"),
-        "tflops_per_gpu": row.get("tflops_per_gpu"),
-        "band_pct": row.get("band_pct"),
-        "release": row.get("time_release"),
+        "step_time_s": r.step_time_s,
+        "tflops_per_gpu": r.tflops_per_gpu,
+        "band_pct": r.band_pct,
+        "release": r.time_release,
         "calibration": calibration,
         "calibration_sha256": calib_mod.sha256(calibration),
         "source": source,
         # what a refit from this run needs (bridgebench.model.refit.Candidate): the terms and FLOPs behind the figure
-        "terms_s": {k[2:-2]: float(v) for k, v in row.items() if k.startswith("t_") and k.endswith("_s") and v == v},
+        "terms_s": {k: float(v) for k, v in r.terms_s.items() if v is not None and v == v},
         "flops_per_step": (
-            float(row["tflops_per_gpu"]) * float(row["step_time_s"]) * int(row["num_gpus"]) * 1e12
-            if row.get("tflops_per_gpu") and row.get("step_time_s")
+            float(r.tflops_per_gpu) * float(r.step_time_s) * int(r.dims.num_gpus) * 1e12
+            if r.tflops_per_gpu and r.step_time_s
             else None
         ),
-        "num_gpus": row.get("num_gpus"),
-        "group": f"{row.get('gpu')}/{row.get('precision')}",
-        "ep_scale_out": bool(row.get("ep_scale_out")),
+        "num_gpus": r.dims.num_gpus,
+        "group": f"{r.gpu}/{r.precision}",
+        "ep_scale_out": bool(r.ep_scale_out),
     }

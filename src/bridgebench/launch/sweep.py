@@ -38,6 +38,7 @@ from bridgebench.config.hashing import config_hash
 from bridgebench.errors import BridgebenchError
 from bridgebench.launch.ledger import Ledger
 from bridgebench.paths import load_paths
+from bridgebench.sweep.row import read_rows, write_rows
 
 STAGES = (*engine.STAGES, "plan", "submit")
 STATE_VERSION = 2
@@ -111,13 +112,12 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
-    import pandas as pd
-
+    """Rows to ``path`` atomically, through the typed row (:func:`bridgebench.sweep.row.write_rows`)."""
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
         os.close(fd)
-        pd.DataFrame(rows).to_parquet(tmp, index=False)
+        write_rows(Path(tmp), rows)
         os.replace(tmp, path)
     except BaseException as err:
         if tmp is not None:
@@ -128,22 +128,8 @@ def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    import math
-
-    import pandas as pd
-
-    rows = pd.read_parquet(path).to_dict("records")
-    for r in rows:  # parquet turns missing values into NaN / None and ints into floats where a column has gaps
-        for k, v in list(r.items()):
-            if isinstance(v, float) and math.isnan(v):
-                r[k] = None
-            elif hasattr(v, "item"):
-                r[k] = v.item()
-        for k in ("num_gpus", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "rank", "base", "mem_stage",
-                  "twins", "ep_span"):  # fmt: skip
-            if isinstance(r.get(k), float):
-                r[k] = int(r[k])
-    return rows
+    """The records of a stage or points file, types restored (:func:`bridgebench.sweep.row.read_rows`)."""
+    return read_rows(path)
 
 
 class _Stages:
@@ -435,7 +421,7 @@ def _submit_top(top, state: _State, say: Progress, ledger, repeats: int, timings
             state.save()
             continue
         run_json = Path(info["plan_dir"]) / info["run"] / "run.json"
-        run = PlannedRun(**json.loads(run_json.read_text()))
+        run = PlannedRun.from_json(json.loads(run_json.read_text()))
         attempts = submit_planned([run], repeats=repeats, again=True, ledger=ledger, progress=say.log)
         state.data["submitted"][pid] = [a.run_id for a in attempts]
         state.save()

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bridgebench.errors import BridgebenchError
+from bridgebench.model.parallel import DimsView, ParallelDims
 from bridgebench.model.spec import ModelSpec
 
 
@@ -92,59 +93,39 @@ class NSPolicy:
             raise NSError(f"muon_tp_mode must be 'blockwise', 'duplicated' or 'distributed', got {self.tp_mode!r}")
 
 
-@dataclass(frozen=True)
-class Parallelism:
-    """Parallel sizes of a run (Megatron-Core names). ``world = TP x PP x CP x DP``; experts use ``ETP x EP x EDP x
-    PP``."""
+@dataclass(frozen=True, kw_only=True)
+class Parallelism(DimsView):
+    """The parallel sizes of a run as the Newton-Schulz model reads them: ``dims``
+    (:class:`bridgebench.model.parallel.ParallelDims`; ``world = TP x PP x CP x DP``, experts ``ETP x EP x EDP x PP``)
+    and Megatron-Core's ``pipeline_model_parallel_layout``. ``Parallelism.from_flat(num_gpus=..,
+    tensor_model_parallel_size=..)`` takes short or Megatron-Core names."""
 
-    num_gpus: int
-    tensor_model_parallel_size: int = 1
-    pipeline_model_parallel_size: int = 1
-    virtual_pipeline_model_parallel_size: int | None = None
-    context_parallel_size: int = 1
-    expert_model_parallel_size: int = 1
-    expert_tensor_parallel_size: int | None = None
+    dims: ParallelDims
     pipeline_model_parallel_layout: str | None = None
 
     @property
-    def tp(self) -> int:
-        return self.tensor_model_parallel_size
-
-    @property
-    def pp(self) -> int:
-        return self.pipeline_model_parallel_size
-
-    @property
-    def cp(self) -> int:
-        return self.context_parallel_size
-
-    @property
-    def ep(self) -> int:
-        return self.expert_model_parallel_size
-
-    @property
-    def etp(self) -> int:
-        return self.expert_tensor_parallel_size or self.tp
-
-    @property
     def dp(self) -> int:
-        """Data-parallel size; raises ValueError if ``num_gpus`` is not a multiple of ``TP x PP x CP``."""
-        model = self.tp * self.pp * self.cp
-        if self.num_gpus % model:
-            raise NSError(
-                f"world size {self.num_gpus} is not divisible by TP x PP x CP = {self.tp} x {self.pp} x {self.cp}"
-            )
-        return self.num_gpus // model
+        """Data-parallel size.
+
+        Raises:
+            NSError: ``num_gpus`` is not a multiple of ``TP x PP x CP`` (rule ``world_size``).
+        """
+        problem = self.dims.world_size_problem()
+        if problem:
+            raise NSError(problem)
+        return self.dims.dp
 
     @property
     def expert_dp(self) -> int:
-        """Expert data-parallel size; raises ValueError if ``num_gpus`` is not a multiple of ``ETP x EP x PP``."""
-        grid = self.etp * self.ep * self.pp
-        if self.num_gpus % grid:
-            raise NSError(
-                f"world size {self.num_gpus} is not divisible by ETP x EP x PP = {self.etp} x {self.ep} x {self.pp}"
-            )
-        return self.num_gpus // grid
+        """Expert data-parallel size.
+
+        Raises:
+            NSError: ``num_gpus`` is not a multiple of ``ETP x EP x PP`` (rule ``expert_grid``).
+        """
+        problem = self.dims.expert_grid_problem()
+        if problem:
+            raise NSError(problem)
+        return self.dims.edp
 
 
 def ns_flops(rows: int, cols: int, steps: int = 5, kernel: Kernel = "gemm") -> int:
@@ -338,7 +319,7 @@ def pp_stage_of_layer(model: ModelSpec, par: Parallelism) -> list[int]:
                 f"layers, the model has {model.num_layers}"
             )
         return decoder + (mtp if len(mtp) == model.mtp_layers else [par.pp - 1] * model.mtp_layers)
-    chunks = par.pp * (par.virtual_pipeline_model_parallel_size or 1)
+    chunks = par.pp * (par.vp or 1)
     base, extra = divmod(model.num_layers, chunks)
     stages = []
     for c in range(chunks):
@@ -383,7 +364,7 @@ def ns_load(model: ModelSpec, par: Parallelism, policy: NSPolicy = NSPolicy()) -
     Raises:
         ValueError: parallel sizes that do not fit the world size or do not divide the matrices.
     """
-    dp, edp = par.dp, par.expert_dp  # validate the grids
+    _, edp = par.dp, par.expert_dp  # both validate their grid (NSError)
     if model.is_moe and model.num_moe_experts % par.ep:
         raise NSError(f"num_moe_experts {model.num_moe_experts} is not divisible by EP {par.ep}")
     if model.query_groups % par.tp:
@@ -414,7 +395,7 @@ def ns_load(model: ModelSpec, par: Parallelism, policy: NSPolicy = NSPolicy()) -
     for m in mats:
         stage = stage_of[m.layer]
         if m.is_expert:
-            tp = par.etp
+            tp = par.etp_
             full, f, numel = cost_of(m, tp)
             per_replica += full
             e = int(m.name.rsplit("weight", 1)[1])
@@ -428,9 +409,9 @@ def ns_load(model: ModelSpec, par: Parallelism, policy: NSPolicy = NSPolicy()) -
             per_replica += full
             dense_params[stage][m.param] += f
             dense_numel[stage][m.param] = dense_numel[stage].get(m.param, 0) + numel
-            by_family[m.family] += f * tp * (1 if policy.layer_wise else dp * par.cp)
+            by_family[m.family] += f * tp * (1 if policy.layer_wise else par.dims.dp_cp)
 
-    dense_group = dp * par.cp
+    dense_group = par.dims.dp_cp
     # Per-GPU load: GPU = (stage, tp rank, dense-group rank) for dense; (stage, etp rank, ep rank, edp rank) for
     # experts. Every TP rank of a group does the same per-rank work, so the max over TP ranks is the same.
     dense_load = {
@@ -443,8 +424,8 @@ def ns_load(model: ModelSpec, par: Parallelism, policy: NSPolicy = NSPolicy()) -
     for st in range(par.pp):
         for g in range(gpus_per_stage):
             dense_rank = g // par.tp  # (tp fastest, then cp x dp)
-            ep_rank = (g // par.etp) % par.ep
-            edp_rank = g // (par.etp * par.ep)
+            ep_rank = (g // par.etp_) % par.ep
+            edp_rank = g // (par.etp_ * par.ep)
             load = dense_load[st][dense_rank] + (
                 expert_load[(st, ep_rank)][edp_rank] if (st, ep_rank) in expert_load else 0
             )

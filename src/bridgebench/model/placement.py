@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from bridgebench.errors import BridgebenchError
+from bridgebench.model.parallel import ParallelDims
 
 #: Largest segment (nodes) Megatron-Bridge's launcher asks SLURM for on 4-GPU nodes: one NVL72 rack holds 18
 #: compute trays (``scripts/performance/utils/executors.py``: ``range(18, 0, -1)``).
@@ -191,12 +192,12 @@ def place(
     sizes = (num_gpus, tp, cp, pp, ep, etp, domain)
     if any(type(x) is not int or x < 1 for x in sizes):
         raise PlacementError(f"placement needs positive integer sizes, got {sizes}")
-    if num_gpus % (tp * cp * pp):
+    dims = ParallelDims(num_gpus=num_gpus, tp=tp, cp=cp, pp=pp, ep=ep, etp=etp)  # the DP formula, once
+    if dims.world_size_problem():
         raise PlacementError(f"world_size: {num_gpus} GPUs are not divisible by TP x CP x PP = {tp * cp * pp}")
-    if num_gpus % (etp * ep * pp):
+    if dims.expert_grid_problem():
         raise PlacementError(f"expert_grid: {num_gpus} GPUs are not divisible by ETP x EP x PP = {etp * ep * pp}")
-    dp = num_gpus // (tp * cp * pp)
-    edp = num_gpus // (etp * ep * pp)
+    dp, edp = dims.dp, dims.edp
     spec = (
         ("tp", tp, 1),
         ("cp", cp, tp),

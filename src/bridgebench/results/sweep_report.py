@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bridgebench.config.rules import RULES
+from bridgebench.sweep.row import write_rows
 
 #: pruning reasons that are not a ``bridgebench.config.rules`` rule.
 OTHER_REASONS = {
@@ -265,12 +266,9 @@ def points_figure(result: Any, calib: Any) -> Any:
 
 def write_outputs(result: Any, state: dict[str, Any], calib: Any) -> dict[str, Path]:
     """Write ``points.parquet``, ``summary.md`` and ``points.png`` into the sweep folder; returns their paths."""
-    import pandas as pd
-
     out = Path(result.dir)
     paths = {"points": out / "points.parquet", "summary": out / "summary.md", "plot": out / "points.png"}
-    frame = pd.DataFrame(result.rows)
-    _replace(paths["points"], lambda tmp: frame.to_parquet(tmp, index=False))
+    _replace(paths["points"], lambda tmp: write_rows(Path(tmp), result.rows))  # through the typed row
     points_plot(result, paths["plot"], calib)
     text = summary_markdown(result, state, calib)
     _replace(paths["summary"], lambda tmp: Path(tmp).write_text(text))

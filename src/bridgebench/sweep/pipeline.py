@@ -3,7 +3,8 @@ trust the ranking). ``bridgebench sweep`` runs it over a space and then plans th
 sweep``); ``bridgebench predict`` is the same pipeline over one point (:func:`predict`); the published-table check
 runs it over NVIDIA's published configurations (``bridgebench.validation.published_points``).
 
-Stages (each a function over point rows, plain dicts that become ``points.parquet``):
+Stages (each a function over point records, plain dicts updated in place; a record's columns are declared once
+by the typed row :class:`bridgebench.sweep.row.SweepRow`, through which ``points.parquet`` is written and read):
 
 1. ``enumerate`` (:func:`bridgebench.sweep.points.enumerate_points`): every candidate, ``auto`` keys derived;
 2. ``rules`` (:func:`bridgebench.sweep.points.check_rules`): the fast validity rules, duplicates;
@@ -34,6 +35,7 @@ from bridgebench.model.placement import PlacementError
 from bridgebench.model.steptime.config import TimeModelError
 from bridgebench.sweep.bases import Base, arch_spec, base_of, compose_bases, effective
 from bridgebench.sweep.points import check_rules, enumerate_points, rule_point
+from bridgebench.sweep.row import SweepRow, records
 from bridgebench.sweep.scoring import placement_json, score_memory, score_time, time_config
 from bridgebench.sweep.space import Space, parse_space
 from bridgebench.sweep.trust import published_place, rank_and_annotate
@@ -104,7 +106,8 @@ def run_pipeline(
     progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Run the four stages over a space's candidates (``space``) or explicit ``(base, delta)`` pairs; returns every
-    point's row (see the module docstring). ``total`` is the number of pairs (for progress)."""
+    point's record, checked against the row schema (:class:`bridgebench.sweep.row.SweepRow`: every column, in its
+    order, as a stored sweep reads back). ``total`` is the number of pairs (for progress)."""
     say = progress or Quiet()
     rows: list[dict[str, Any]] = []
     steps: dict[str, Callable[[list[dict[str, Any]]], list[dict[str, Any]]]] = {
@@ -127,7 +130,7 @@ def run_pipeline(
         rows = steps[stage](rows)
         if store is not None:
             store.save(stage, index, rows, time.perf_counter() - t0, points)
-    return rows
+    return records(rows)
 
 
 def _space_size(space: Space | None, bases: Sequence[Base]) -> int:
@@ -142,10 +145,10 @@ def _space_size(space: Space | None, bases: Sequence[Base]) -> int:
     return size * len(bases)
 
 
-def predict(overrides: Sequence[str], calib: ModelCalibration) -> dict[str, Any]:
-    """One point through the sweep pipeline (no second path): its row with ``fits`` and ``pruned_by`` added. A point
-    a validity rule refuses is still scored for memory and time where the models can (its row says so in
-    ``pruned_by``), so the numbers that would have mattered are shown.
+def predict(overrides: Sequence[str], calib: ModelCalibration) -> SweepRow:
+    """One point through the sweep pipeline (no second path): its typed row (:class:`SweepRow`) with ``fits`` and
+    ``pruned_by`` set. A point a validity rule refuses is still scored for memory and time where the models can (its
+    row says so in ``pruned_by``), so the numbers that would have mattered are shown.
 
     The row also carries ``knobs`` (:func:`bridgebench.config.time_knobs.shown_knobs`: the settings users do not
     type, as they run) and ``placement`` (:func:`bridgebench.sweep.scoring.placement_json`).
@@ -174,7 +177,7 @@ def predict(overrides: Sequence[str], calib: ModelCalibration) -> dict[str, Any]
         row["placement"] = placement_json(time_config(v, base.gpu), spec)
     except (TimeModelError, PlacementError, TypeError, ValueError):
         row["placement"] = None
-    return row
+    return SweepRow.from_record(row)
 
 
 def _refuse_with_fix(base: Base, row: dict[str, Any]) -> None:

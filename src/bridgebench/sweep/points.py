@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from bridgebench.config import rules
 from bridgebench.model.layout import LayoutError, auto_split
+from bridgebench.model.parallel import ParallelDims
 from bridgebench.model.spec import ModelSpec
 from bridgebench.sweep.bases import Base, arch_spec, effective
 from bridgebench.sweep.keys import AUTO, KEYS
@@ -21,19 +22,11 @@ from bridgebench.sweep.space import Space
 def rule_point(v: dict[str, Any], spec: ModelSpec, env: dict[str, Any] | None = None) -> rules.Point:
     return rules.Point(
         **(env or {}),
-        num_gpus=v["num_gpus"],
+        dims=ParallelDims.from_row(v),
         num_layers=spec.num_layers,
         num_attention_heads=spec.num_attention_heads,
         seq_length=v["seq_length"],
-        gbs=v["gbs"],
-        mbs=v["mbs"],
         gpus_per_node=v["gpus_per_node"],
-        tp=v["tp"],
-        pp=v["pp"],
-        vp=v["vp"],
-        cp=v["cp"],
-        ep=v["ep"],
-        etp=v["etp"],
         sequence_parallel=bool(v["sequence_parallel"]),
         mtp_num_layers=spec.mtp_num_layers,
         num_query_groups=spec.num_query_groups,
@@ -76,8 +69,9 @@ def _point_id(base: Base, delta: dict[str, Any], v: dict[str, Any]) -> str:
 
 def _row(base: Base, delta: dict[str, Any], v: dict[str, Any]) -> dict[str, Any]:
     tp, pp, cp = v["tp"], v["pp"], v["cp"]
-    ok = all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (v["num_gpus"], tp, pp, cp))
-    dp = v["num_gpus"] // (tp * pp * cp) if ok and v["num_gpus"] % (tp * pp * cp) == 0 else None
+    dims = ParallelDims.from_row(v)
+    bad = [m for rule, m in dims.size_problems() if m.split(" ", 1)[0] in ("num_gpus", "tp", "pp", "cp")]
+    dp = dims.dp if not bad and dims.world_size_problem() is None else None
     mods = v["recompute_modules"]
     return {
         "base": base.index,

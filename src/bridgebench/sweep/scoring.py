@@ -14,6 +14,7 @@ from bridgebench.model import placement as pl
 from bridgebench.model.layout import LayoutError
 from bridgebench.model.newton_schulz import NSError, NSPolicy, muon_matrices, ns_flops
 from bridgebench.model.optimizer import OptimizerKind
+from bridgebench.model.parallel import ParallelDims
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError
 from bridgebench.model.steptime.predict import predict_time
@@ -59,15 +60,7 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
     mods = recompute_modules(v)
     fine = bool(v["fine_grained_offloading"])
     return mem.MemoryConfig(
-        num_gpus=v["num_gpus"],
-        mbs=v["mbs"],
-        gbs=v["gbs"],
-        tp=v["tp"],
-        pp=v["pp"],
-        vp=v["vp"],
-        cp=v["cp"],
-        ep=v["ep"],
-        etp=v["etp"],
+        dims=ParallelDims.from_row(v),
         seq_length=v["seq_length"],
         sequence_parallel=bool(v["sequence_parallel"]),
         pipeline_model_parallel_layout=v["layout"],
@@ -112,15 +105,7 @@ def time_config(v: dict[str, Any], gpu: GpuFacts) -> TimeConfig:
     return TimeConfig(
         gpu=gpu,
         peak_key=v["peak_key"],
-        num_gpus=v["num_gpus"],
-        mbs=v["mbs"],
-        gbs=v["gbs"],
-        tp=v["tp"],
-        pp=v["pp"],
-        vp=v["vp"],
-        cp=v["cp"],
-        ep=v["ep"],
-        etp=v["etp"],
+        dims=ParallelDims.from_row(v),
         pipeline_model_parallel_layout=v["layout"],
         optimizer=v["optimizer"],
         ns_policy=ns_policy(v),

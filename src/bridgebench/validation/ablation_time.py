@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, overload
 
+from bridgebench.model.parallel import ParallelDims
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig
@@ -89,7 +90,7 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
     if vp is None and "interleaved" in (r["vp"] + r["notes"]).lower() and pp > 1:
         vp = 2
         notes.append("interleaved schedule, stages per rank not stated: VP 2")
-    dp = n // (tp * pp * cp)
+    dp = ParallelDims(num_gpus=n, tp=tp, pp=pp, cp=cp).dp
     mbs = _int(r["mbs"])
     gbs = _int(r["gbs"])
     local = re.search(r"local batch (\d+)", r["notes"])
@@ -126,7 +127,7 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
     dispatcher = ("flex", "hybridep") if "hybridep" in r["notes"].lower() else (
         ("flex", "deepep") if "deepep" in r["notes"].lower() else ("alltoall", None)
     )  # fmt: skip
-    cfg = TimeConfig(
+    cfg = TimeConfig.from_flat(
         gpu=gpu,
         peak_key=precision_of(r["precision"]),
         num_gpus=n,

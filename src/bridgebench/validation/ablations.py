@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from bridgebench.config.calibration import ModelCalibration
+from bridgebench.model.parallel import ParallelDims
 from bridgebench.paths import CONFIG_DIR
 from bridgebench.validation.data import require
 
@@ -141,7 +142,7 @@ def ablation_point(set_id: str, row: dict[str, str]) -> tuple[list[str], dict[st
     tp, pp, cp, ep = (_int(row[k]) or 1 for k in ("tp", "pp", "cp", "ep"))
     vp = _int(row["vp"])
     num_gpus = _need(row, "num_gpus")
-    dp = num_gpus // (tp * pp * cp)
+    dp = ParallelDims(num_gpus=num_gpus, tp=tp, pp=pp, cp=cp).dp
     mbs = _int(row["mbs"]) or 1
     gbs = _int(row["gbs"]) or mbs * dp
     gbs = max(gbs, mbs * dp)

@@ -132,7 +132,7 @@ def golden_memory_config(case: GoldenCase, other_bytes: float = 0.0) -> MemoryCo
         layout_path = distributed and not a.get("--no-use-layer-wise-param-layout")
     else:
         optimizer, layout_path = "adam", distributed
-    return MemoryConfig(
+    return MemoryConfig.from_flat(
         num_gpus=case.num_gpus,
         mbs=int(a["--micro-batch-size"]),
         gbs=int(a["--global-batch-size"]),

@@ -112,7 +112,7 @@ def _golden_points() -> list[MuonPoint]:
         twin = cases.get((c.twin, c.hardware))
         if twin is None or twin.iter_time_median_s is None:
             continue
-        cfg = TimeConfig(
+        cfg = TimeConfig.from_flat(
             gpu=GpuFacts.from_mapping(load_gpu(c.gpu)),
             peak_key="bf16",
             num_gpus=c.num_gpus,

@@ -210,7 +210,7 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
             continue  # a published row whose sizes do not fit its GPU count (DeepSeekV3 25.09 GB200 PP8 x EP64 on 256)
         muon = r.optimizer == "muon"
         dispatcher, backend = DISPATCHER_BY_GPU.get(r.system, ("alltoall", None))
-        cfg = TimeConfig(
+        cfg = TimeConfig.from_flat(
             gpu=gpus[r.system],
             peak_key=peak_key(r.precision) if r.precision else "fp8",
             num_gpus=r.num_gpus,
@@ -247,9 +247,9 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     for key, row, unprinted in pending:
         own, values = knobs[key] or (False, None)
         if values:
-            row = dataclasses.replace(row, cfg=dataclasses.replace(row.cfg, **values))
+            row = dataclasses.replace(row, cfg=row.cfg.with_dims(**values))
         if unprinted and not own:
-            cfg = dataclasses.replace(row.cfg, **unprinted)
+            cfg = row.cfg.with_dims(**unprinted)
             if (cfg.pp, cfg.vp) != (row.cfg.pp, row.cfg.vp):
                 layout = balanced_layout(row.spec.num_layers, cfg.pp, cfg.vp, row.spec.mtp_layers)
                 cfg = dataclasses.replace(cfg, pipeline_model_parallel_layout=layout)

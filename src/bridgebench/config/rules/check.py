@@ -16,24 +16,25 @@ from bridgebench.model.optimizer import family as optimizer_family
 
 def check(p: Point) -> list[Violation]:
     """All rules broken by ``p`` (empty list = valid). Pure Python; see the module docstring for each rule's source."""
+    d = p.dims
     for v in (
-        p.num_gpus,
+        d.num_gpus,
         p.num_layers,
         p.num_attention_heads,
         p.seq_length,
-        p.gbs,
-        p.mbs,
+        d.gbs,
+        d.mbs,
         p.gpus_per_node,
-        p.tp,
-        p.pp,
-        p.cp,
-        p.ep,
+        d.tp,
+        d.pp,
+        d.cp,
+        d.ep,
     ):
         if type(v) is not int or v < 1:
             return _slow_path(p)
     for opt in (
-        p.vp,
-        p.etp,
+        d.vp,
+        d.etp,
         p.num_query_groups,
         p.num_moe_experts,
         p.num_layers_in_first_pipeline_stage,
@@ -64,19 +65,17 @@ def _grid_violations(p: Point) -> tuple[list[Violation], int]:
     """World size, nodes, the expert grid, experts over EP, heads and query groups over TP, sequence parallelism and
     the sequence over CP / TP; with the data-parallel size (0 when TP x PP x CP does not divide the world)."""
     out: list[Violation] = []
-    n = p.num_gpus
-    tp, pp, cp, ep = p.tp, p.pp, p.cp, p.ep
-    etp = tp if p.etp is None else p.etp
+    d = p.dims
+    n = d.num_gpus
+    tp, cp, ep = d.tp, d.cp, d.ep
 
     # world size = TP x PP x CP x DP
-    model = tp * pp * cp
     dp = 0
-    if n % model:
-        out.append(
-            Violation("world_size", f"world size {n} is not divisible by TP x PP x CP = {tp} x {pp} x {cp} = {model}")
-        )
+    world = d.world_size_problem()
+    if world:
+        out.append(Violation("world_size", world))
     else:
-        dp = n // model
+        dp = d.dp
 
     gpn = p.gpus_per_node
     if n % gpn and (n > gpn or gpn % n):
@@ -89,15 +88,9 @@ def _grid_violations(p: Point) -> tuple[list[Violation], int]:
         )
 
     # expert grid: ETP x EP x PP x expert-DP = world size
-    egrid = etp * ep * pp
-    if n % egrid:
-        out.append(
-            Violation(
-                "expert_grid",
-                f"world size {n} is not divisible by ETP x EP x PP = {etp} x {ep} x "
-                f"{pp} = {egrid} (expert data-parallel size must be an integer)",
-            )
-        )
+    grid = d.expert_grid_problem()
+    if grid:
+        out.append(Violation("expert_grid", grid))
     experts = p.num_moe_experts
     if experts is None:
         if ep > 1:
@@ -172,29 +165,12 @@ def _pipeline_violations(p: Point, mtp: int) -> tuple[int | None, list[Violation
 
 
 def _batch_violations(p: Point, dp: int, vp: int | None) -> list[Violation]:
-    """``gbs_divisible`` and ``microbatches_interleaved`` (skipped when the world size rule already failed)."""
-    out: list[Violation] = []
-    pp = p.pp
-    # batch
-    if dp:
-        mbs, gbs = p.mbs, p.gbs
-        mdp = mbs * dp
-        if gbs % mdp:
-            out.append(
-                Violation(
-                    "gbs_divisible", f"global batch size {gbs} is not divisible by MBS x DP = {mbs} x {dp} = {mdp}"
-                )
-            )
-        elif vp is not None and pp > 1 and (gbs // mdp) % pp:
-            out.append(
-                Violation(
-                    "microbatches_interleaved",
-                    f"{gbs // mdp} micro-batches (GBS {gbs} / (MBS {mbs} "
-                    f"x DP {dp})) is not a multiple of PP = {pp}, as the "
-                    f"interleaved schedule (VP = {vp}) needs",
-                )
-            )
-    return out
+    """``gbs_divisible`` and ``microbatches_interleaved`` (skipped when the world size rule already failed):
+    :meth:`bridgebench.model.parallel.ParallelDims.batch_problem` with the VP in effect."""
+    if not dp:
+        return []
+    found = p.dims.batch_problem(vp)
+    return [Violation(*found)] if found else []
 
 
 def _optimizer_violations(p: Point) -> list[Violation]:

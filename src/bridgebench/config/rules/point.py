@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from bridgebench.errors import BridgebenchError
+from bridgebench.model.parallel import DimsView, ParallelDims
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,31 +37,22 @@ class RuleError(BridgebenchError):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Point:
+class Point(DimsView):
     """The flat numbers and flags of one run that the rules need.
 
-    Names: ``tp pp vp cp ep etp`` are the Megatron-Core tensor / pipeline / virtual-pipeline / context / expert /
-    expert-tensor parallel sizes (``etp=None`` means "= TP", ``vp=None`` means no interleaving); ``mbs``/``gbs`` the
-    micro / global batch sizes; the rest are Megatron-Bridge ``ConfigContainer`` field names
-    (``use_distributed_optimizer`` is ``optimizer.use_distributed_optimizer``, ``ddp_use_distributed_optimizer`` and
-    ``overlap_param_gather`` are ``ddp.*``, ``fp8_param_gather`` / ``reuse_grad_buf_for_mxfp8_param_ag`` are
-    ``mixed_precision.*``, ``precision`` is bridgebench's precision name: bf16, fp8_cs, mxfp8, nvfp4).
-    Defaults are those of ``configs/`` (adamw, bf16).
+    ``dims``: the parallel sizes and batch (:class:`bridgebench.model.parallel.ParallelDims`, read as ``p.tp`` ...;
+    ``Point.from_flat(num_gpus=.., tp=.., num_layers=..)`` from flat keywords); the rest are Megatron-Bridge
+    ``ConfigContainer`` field names (``use_distributed_optimizer`` is ``optimizer.use_distributed_optimizer``,
+    ``ddp_use_distributed_optimizer`` and ``overlap_param_gather`` are ``ddp.*``, ``fp8_param_gather`` /
+    ``reuse_grad_buf_for_mxfp8_param_ag`` are ``mixed_precision.*``, ``precision`` is bridgebench's precision name:
+    bf16, fp8_cs, mxfp8, nvfp4). Defaults are those of ``configs/`` (adamw, bf16).
     """
 
-    num_gpus: int
+    dims: ParallelDims
     num_layers: int
     num_attention_heads: int
     seq_length: int
-    gbs: int
-    mbs: int = 1
     gpus_per_node: int = 8
-    tp: int = 1
-    pp: int = 1
-    vp: int | None = None
-    cp: int = 1
-    ep: int = 1
-    etp: int | None = None
     sequence_parallel: bool = False
     mtp_num_layers: int | None = None
     num_query_groups: int | None = None
@@ -99,17 +90,19 @@ class Point:
         d = cfg.ddp
         mp = cfg.mixed_precision
         return cls(
-            num_gpus=cfg.num_gpus,
+            dims=ParallelDims(
+                num_gpus=cfg.num_gpus,
+                tp=m.tensor_model_parallel_size,
+                pp=m.pipeline_model_parallel_size,
+                vp=m.virtual_pipeline_model_parallel_size,
+                cp=m.context_parallel_size,
+                ep=m.expert_model_parallel_size,
+                etp=m.expert_tensor_parallel_size,
+                mbs=t.micro_batch_size,
+                gbs=t.global_batch_size,
+            ),
             gpus_per_node=cfg.gpu.gpus_per_node,
-            tp=m.tensor_model_parallel_size,
-            pp=m.pipeline_model_parallel_size,
-            vp=m.virtual_pipeline_model_parallel_size,
-            cp=m.context_parallel_size,
-            ep=m.expert_model_parallel_size,
-            etp=m.expert_tensor_parallel_size,
             sequence_parallel=m.sequence_parallel,
-            mbs=t.micro_batch_size,
-            gbs=t.global_batch_size,
             seq_length=m.seq_length,
             num_layers=m.num_layers,
             mtp_num_layers=m.mtp_num_layers,
@@ -141,8 +134,8 @@ class Point:
         )
 
     def replace(self, **changes: Any) -> Point:
-        """A copy with some fields changed (``dataclasses.replace``)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields changed, sizes (``tp``, ``gbs`` ...) included (:meth:`DimsView.with_dims`)."""
+        return self.with_dims(**changes)
 
 
 def env_value(cfg: Any, key: str) -> Any:

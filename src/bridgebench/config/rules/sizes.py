@@ -4,7 +4,6 @@ not a positive integer (``mtp_num_layers`` a non-negative one), named; or a copy
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
 from typing import Any
 
@@ -65,4 +64,4 @@ def size_violations(p: Point) -> tuple[list[Violation], Point | None]:
                 "layout_syntax", f"pipeline_model_parallel_layout must be a string or None, got {type(layout).__name__}"
             )
         )
-    return out, (None if out else dataclasses.replace(p, **fixed))
+    return out, (None if out else p.with_dims(**fixed))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bridgebench.errors import BridgebenchError
-from bridgebench.model.parallel import ParallelSizes
+from bridgebench.model.parallel import DimsView, ParallelDims
 from bridgebench.model.spec import ModelSpec
 
 GiB = 1024**3
@@ -69,14 +69,14 @@ class MemoryModelError(BridgebenchError):
     """A point the memory model cannot evaluate; the message names the field and the rule."""
 
 
-@dataclass(frozen=True)
-class MemoryConfig(ParallelSizes):
+@dataclass(frozen=True, kw_only=True)
+class MemoryConfig(DimsView):
     """Parallelism, batch, optimizer, precision and recompute settings of one point.
 
-    Sizes use the names of :class:`bridgebench.config.rules.Point` (``tp pp vp cp ep etp`` are Megatron-Core's
-    tensor / pipeline / virtual-pipeline / context / expert / expert-tensor parallel sizes, ``etp=None`` means TP,
-    ``vp=None`` no interleaving; ``mbs`` / ``gbs`` micro / global batch in sequences); the rest are Megatron-Core /
-    Megatron-Bridge field names. ``seq_length=None`` takes the model's.
+    ``dims``: the parallel sizes and batch (:class:`bridgebench.model.parallel.ParallelDims`; read as ``cfg.tp``,
+    ``cfg.dp`` ... through :class:`~bridgebench.model.parallel.DimsView`; ``MemoryConfig.from_flat(num_gpus=..,
+    tp=.., optimizer=..)`` builds one from flat keywords); the rest are Megatron-Core / Megatron-Bridge field names.
+    ``seq_length=None`` takes the model's.
 
     ``optimizer``: ``adam`` (AdamW), ``muon`` (every DP rank holds all state) or ``dist_muon`` (layer-wise
     distributed Muon). ``use_distributed_optimizer``: Adam through Megatron's ``DistributedOptimizer``; for
@@ -104,15 +104,7 @@ class MemoryConfig(ParallelSizes):
     Neither is a Megatron-Core setting (nor a config key: only points built in code carry them).
     """
 
-    num_gpus: int
-    mbs: int
-    gbs: int
-    tp: int = 1
-    pp: int = 1
-    vp: int | None = None
-    cp: int = 1
-    ep: int = 1
-    etp: int | None = None
+    dims: ParallelDims
     seq_length: int | None = None
     sequence_parallel: bool = False
     pipeline_model_parallel_layout: str | None = None
@@ -191,18 +183,13 @@ def check_config(spec: ModelSpec, cfg: MemoryConfig) -> None:
             dividing the experts, an unknown optimizer, precision, recompute granularity, FSDP strategy, framework
             or offload module, an offload fraction outside [0, 1] or a negative offloaded layer count.
     """
-    for name in ("num_gpus", "mbs", "gbs", "tp", "pp", "cp", "ep"):
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise MemoryModelError(f"{name} must be a positive integer, got {value!r}")
-    if cfg.num_gpus % (cfg.tp * cfg.pp * cfg.cp):
-        raise MemoryModelError(
-            f"world size {cfg.num_gpus} is not divisible by TP x PP x CP = {cfg.tp * cfg.pp * cfg.cp}"
-        )
-    if cfg.num_gpus % (cfg.etp_ * cfg.ep * cfg.pp):
-        raise MemoryModelError(
-            f"world size {cfg.num_gpus} is not divisible by ETP x EP x PP = {cfg.etp_ * cfg.ep * cfg.pp}"
-        )
+    dims = cfg.dims
+    sizes = dims.size_problems()
+    if sizes:
+        raise MemoryModelError(sizes[0][1])
+    grid = dims.world_size_problem() or dims.expert_grid_problem()
+    if grid:
+        raise MemoryModelError(grid)
     if cfg.ep > 1 and (not spec.is_moe or spec.num_moe_experts % cfg.ep):
         raise MemoryModelError(f"num_moe_experts {spec.num_moe_experts} is not divisible by EP {cfg.ep}")
     if cfg.optimizer not in OPTIMIZERS:

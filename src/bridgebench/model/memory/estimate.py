@@ -67,7 +67,7 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
     recompute = cfg.recompute_granularity
     vpad = spec.padded_vocab_size(tp)
     lb = LOGITS_BYTES_FUSED if cfg.cross_entropy_loss_fusion else LOGITS_BYTES_UNFUSED
-    dense_group, expert_group = cfg.dp * cp, cfg.edp
+    dense_group, expert_group = cfg.dims.dp_cp, cfg.dims.edp
     distopt = cfg.use_distributed_optimizer or fsdp != "no_shard"
     titan = cfg.framework == "torchtitan"
     zero3 = cfg.framework == "deepspeed" and fsdp == "optim_grads_params"

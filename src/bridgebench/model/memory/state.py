@@ -233,7 +233,7 @@ def dist_muon_state_by_rank(spec: ModelSpec, cfg: MemoryConfig, stage: int = 0) 
     dense, experts = stage_params(
         id(tables), layers, cfg.tp, cfg.etp_, cfg.ep, any(c[1] for c in chunks), any(c[2] for c in chunks)
     )
-    loads = ping_pong_runs(((n, state_bytes(mu), c) for n, mu, c in dense), cfg.dp * cfg.cp)
+    loads = ping_pong_runs(((n, state_bytes(mu), c) for n, mu, c in dense), cfg.dims.dp_cp)
     expert_loads = ping_pong_runs(((n, state_bytes(mu), c) for n, mu, c in experts), cfg.edp)
     return [x + expert_loads[i % len(expert_loads)] for i, x in enumerate(loads)]
 

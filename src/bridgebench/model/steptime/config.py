@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from bridgebench.errors import BridgebenchError
 from bridgebench.model import placement as pl
 from bridgebench.model.newton_schulz import NSPolicy, Parallelism
-from bridgebench.model.parallel import ParallelSizes
+from bridgebench.model.parallel import DimsView, ParallelDims
 from bridgebench.model.spec import ModelSpec
 
 #: precision peak key (``configs/precision/*.yaml`` ``peak``) -> efficiency class: FP8 and MXFP8 share the FP8 rate.
@@ -90,11 +90,12 @@ class GpuFacts:
         return self.nvlink_bandwidth if span <= self.nvlink_domain else self.network_bandwidth
 
 
-@dataclass(frozen=True)
-class TimeConfig(ParallelSizes):
+@dataclass(frozen=True, kw_only=True)
+class TimeConfig(DimsView):
     """One training point.
 
-    Sizes (``num_gpus``, ``mbs``, ``gbs``, ``tp`` ... ``etp``) as in :class:`bridgebench.model.memory.MemoryConfig`;
+    ``dims`` the parallel sizes and batch (:class:`bridgebench.model.parallel.ParallelDims`, read as ``cfg.tp`` ...;
+    ``TimeConfig.from_flat(gpu=.., num_gpus=.., tp=..)`` from flat keywords);
     ``peak_key`` the precision's ``configs/precision`` peak key (``bf16 fp8 mxfp8 nvfp4``); ``optimizer`` a
     Megatron-Core name (``adam``, ``muon``, ``dist_muon``) with its Newton-Schulz policy; ``flops_formula`` the
     release's FLOPs formula (``v1``/``v2``); ``release`` the NeMo release the prediction is for (``26.02``; None:
@@ -118,15 +119,7 @@ class TimeConfig(ParallelSizes):
 
     gpu: GpuFacts
     peak_key: str
-    num_gpus: int
-    mbs: int
-    gbs: int
-    tp: int = 1
-    pp: int = 1
-    vp: int | None = None
-    cp: int = 1
-    ep: int = 1
-    etp: int | None = None
+    dims: ParallelDims
     pipeline_model_parallel_layout: str | None = None
     optimizer: str = "adam"
     ns_policy: NSPolicy = NSPolicy()
@@ -199,14 +192,10 @@ class TimeConfig(ParallelSizes):
         return self.tp > 1 and self.sequence_parallel
 
     def parallelism(self) -> Parallelism:
+        """The Newton-Schulz model's view: the sizes without the batch (which it does not read, so one point's
+        per-rank loads serve every batch size) and the pipeline layout."""
         return Parallelism(
-            num_gpus=self.num_gpus,
-            tensor_model_parallel_size=self.tp,
-            pipeline_model_parallel_size=self.pp,
-            virtual_pipeline_model_parallel_size=self.vp,
-            context_parallel_size=self.cp,
-            expert_model_parallel_size=self.ep,
-            expert_tensor_parallel_size=self.etp,
+            dims=self.dims.replace(mbs=1, gbs=None),
             pipeline_model_parallel_layout=self.pipeline_model_parallel_layout,
         )
 

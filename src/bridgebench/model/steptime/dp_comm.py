@@ -48,7 +48,7 @@ class DPComm:
 
 def bucket_params(cfg: TimeConfig) -> float:
     """Params per DDP bucket (``bucket_size`` or Megatron-Core's default)."""
-    return float(cfg.bucket_size or max(DEFAULT_BUCKET, 1_000_000 * cfg.dp * cfg.cp))
+    return float(cfg.bucket_size or max(DEFAULT_BUCKET, 1_000_000 * cfg.dims.dp_cp))
 
 
 def dense_ring(cfg: TimeConfig, bytes_: float, passes: int = 1) -> float:

@@ -176,7 +176,7 @@ def _muon_rank_loads(sid: int, par: Parallelism, policy: NSPolicy, assignment: s
     spec = registry.get(sid)
     dp, edp = par.dp, par.expert_dp  # validates the grids
     stage_of = pp_stage_of_layer(spec, par)
-    layers = _layer_params(sid, policy.split_qkv, par.tp, par.etp, policy.num_ns_steps, policy.kernel, policy.tp_mode)
+    layers = _layer_params(sid, policy.split_qkv, par.tp, par.etp_, policy.num_ns_steps, policy.kernel, policy.tp_mode)
     local_experts = spec.num_moe_experts // par.ep if spec.is_moe else 0
     mode = assignment if policy.layer_wise else "replicated"
     dense_items: list[list[Any]] = [[] for _ in range(par.pp)]
@@ -193,7 +193,7 @@ def _muon_rank_loads(sid: int, par: Parallelism, policy: NSPolicy, assignment: s
         d_loads = _deal(dense_items[st], group, mode)
         e_loads = _deal(expert_items[st], edp, mode) if expert_items[st] else [_ZERO] * edp
         for g in range(per_stage):
-            d, e = d_loads[g // par.tp], e_loads[g // (par.etp * par.ep)]
+            d, e = d_loads[g // par.tp], e_loads[g // (par.etp_ * par.ep)]
             for i in range(5):
                 cols[i].append(d[i] + e[i])
     return MuonRankLoads(tuple(cols[0]), tuple(cols[1]), assignment, tuple(cols[2]), tuple(cols[3]), tuple(cols[4]))
@@ -259,7 +259,7 @@ def optimizer_step(
         TimeModelError: an optimizer other than ``adam``, ``muon``, ``dist_muon``.
         bridgebench.model.newton_schulz.NSError: parallel sizes that do not fit (Muon).
     """
-    group, egroup = cfg.dp * cfg.cp, cfg.edp
+    group, egroup = cfg.dims.dp_cp, cfg.edp
     hbm = cfg.gpu.hbm_bandwidth
     if cfg.optimizer == "adam":
         if cfg.use_distributed_optimizer:

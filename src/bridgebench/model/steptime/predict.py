@@ -36,6 +36,7 @@ from typing import Any
 
 from bridgebench.model import memory
 from bridgebench.model.flops import model_flops
+from bridgebench.model.parallel import ParallelDims
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import cp_comm, dp_comm, ep_comm, pp, recompute, registry, tp_comm
 from bridgebench.model.steptime.bands import LEVELS
@@ -189,10 +190,8 @@ def local_params(
 ) -> tuple[Any, ...]:
     """(dense params, routed-expert params) on one GPU of each pipeline rank (elements)."""
     spec = registry.get(sid)
-    cfg = memory.MemoryConfig(
-        num_gpus=tp * pp_size * ep * etp, mbs=1, gbs=1, tp=tp, pp=pp_size, vp=vp, ep=ep, etp=etp,
-        pipeline_model_parallel_layout=layout,
-    )  # fmt: skip
+    dims = ParallelDims(num_gpus=tp * pp_size * ep * etp, mbs=1, gbs=1, tp=tp, pp=pp_size, vp=vp, ep=ep, etp=etp)
+    cfg = memory.MemoryConfig(dims=dims, pipeline_model_parallel_layout=layout)
     return tuple(memory.parameter_counts(spec, cfg))
 
 
