@@ -42,7 +42,6 @@ NOT_YET_SPLIT_FUNCTIONS = frozenset(
         "bridgebench.model.newton_schulz.ns_load",
         "bridgebench.payloads.optstep.run_optstep",
         "bridgebench.results.compare_stats.runs.compare_runs",
-        "bridgebench.results.table1.reproduce",
         "bridgebench.sweep.space.parse_space",
     }
 )
