@@ -24,7 +24,6 @@ NOT_YET_SPLIT_FUNCTIONS = frozenset(
     {
         "bridgebench.cli.analysis.table",
         "bridgebench.cli.compare.compare",
-        "bridgebench.cli.report.report",
         "bridgebench.cli.runs.plan",
         "bridgebench.cli.sweep.muon_cost",
         "bridgebench.cli.sweep.sweep",
