@@ -22,7 +22,6 @@ DATA_TABLES: frozenset[str] = frozenset()
 NOT_YET_SPLIT_MODULES: frozenset[str] = frozenset()
 NOT_YET_SPLIT_FUNCTIONS = frozenset(
     {
-        "bridgebench.cli.analysis.table",
         "bridgebench.cli.compare.compare",
         "bridgebench.cli.runs.plan",
         "bridgebench.cli.sweep.muon_cost",
