@@ -23,7 +23,6 @@ NOT_YET_SPLIT_MODULES: frozenset[str] = frozenset()
 NOT_YET_SPLIT_FUNCTIONS = frozenset(
     {
         "bridgebench.cli.compare.compare",
-        "bridgebench.cli.runs.plan",
         "bridgebench.cli.sweep.muon_cost",
         "bridgebench.cli.sweep.sweep",
         "bridgebench.launch.collect.collect",
