@@ -22,11 +22,7 @@ DATA_TABLES: frozenset[str] = frozenset()
 NOT_YET_SPLIT_MODULES: frozenset[str] = frozenset()
 NOT_YET_SPLIT_FUNCTIONS = frozenset(
     {
-        "bridgebench.cli.analysis.table",
-        "bridgebench.cli.compare._print",
         "bridgebench.cli.compare.compare",
-        "bridgebench.cli.report.report",
-        "bridgebench.cli.runs.plan",
         "bridgebench.cli.sweep.muon_cost",
         "bridgebench.cli.sweep.sweep",
         "bridgebench.launch.collect.collect",
@@ -43,7 +39,6 @@ NOT_YET_SPLIT_FUNCTIONS = frozenset(
         "bridgebench.model.newton_schulz.ns_load",
         "bridgebench.payloads.optstep.run_optstep",
         "bridgebench.results.compare_stats.runs.compare_runs",
-        "bridgebench.results.table1.reproduce",
         "bridgebench.sweep.space.parse_space",
     }
 )

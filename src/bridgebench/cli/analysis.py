@@ -94,11 +94,9 @@ def table(
     """Reproduce the blog's Muon vs AdamW Table 1 and write it under configs/paths' tables folder (default
     results/tables/table1/: CSV, Markdown, PNG; BRIDGEBENCH_TABLES moves it). Tracked files are never written."""
     from rich.console import Console
-    from rich.table import Table
 
     from bridgebench.results.table1 import (
         independent_gaps,
-        measured_step_times,
         ns_policy_grid,
         reproduce,
         write_outputs,
@@ -108,42 +106,7 @@ def table(
     console.width = max(console.width, 175)  # the table needs ~175 columns; rich wraps a narrower terminal anyway
     if source not in ("auto", "runs", "published"):
         raise BridgebenchError(f"--source must be runs, published or auto, got {source!r}")
-    measured = None
-    if source != "published":
-        from bridgebench.launch.collect import default_store
-        from bridgebench.logs.steady import QUALITIES
-
-        wanted = tuple(q.strip() for q in quality.split(",") if q.strip())
-        if not wanted or set(wanted) - set(QUALITIES):
-            raise BridgebenchError(f"--quality must be a comma list of {', '.join(QUALITIES)}, got {quality!r}")
-        store = default_store()
-        records = store.records(kind="pretrain")
-        for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-        replayed = len(store.records(kind="replay"))
-        if replayed:  # never mixed into a table of measurements (bridgebench.payloads.replay)
-            console.print(
-                f"your runs: measured only; {replayed} replayed record(s) (payload: replay, step times from a "
-                "published table) are not used (`bridgebench report --payload replayed` shows them)"
-            )
-        measured = measured_step_times(records, wanted)
-        other = len(measured_step_times(records, QUALITIES + (None,))) - len(measured)
-        if not records:
-            console.print(
-                f"your runs: none in the results store ({store.root}); every step time below is NVIDIA's "
-                "(perf tables or the blog)"
-            )
-        else:
-            console.print(
-                f"your runs: {len(measured)} used (only windows of quality {'/'.join(wanted)})"
-                + (f"; {other} run(s) with other window qualities skipped (see --quality)" if other > 0 else "")
-            )
-        if source == "runs" and not measured:
-            raise BridgebenchError(
-                "--source runs: the results store has no completed pretrain runs with a "
-                f"{'/'.join(wanted)} window (submit experiment=table1 on a GPU cluster, then `bridgebench collect`;"
-                " --quality widens the choice)"
-            )
+    measured = _measured_runs(console, source, quality) if source != "published" else None
     with console.status("composing runs and counting FLOPs ..."):
         t = reproduce(tuple(overrides or ()), measured)
         grid = ns_policy_grid(tuple(overrides or ()))
@@ -151,6 +114,78 @@ def table(
     if as_json:
         typer.echo(t.to_json(orient="records", indent=2))
         return
+    rt = _table1_rich(t)
+    console.print(rt)
+    console.print(
+        "(blog values in parentheses)  step-time sources: "
+        + "; ".join(f"{r.model}/{r.optimizer}: {r.step_time_source}" for r in t.itertuples())
+    )
+    console.print(
+        "row proves: independent = the step time is a measurement the blog did not use, so model TFLOP/s is a "
+        "prediction checked against the blog; blog-derived = computed from the blog's own model TFLOP/s (equal by "
+        "construction: only NS and MFU are bridgebench's)"
+    )
+    for gap in independent_gaps(t):
+        console.print(f"independent check: {gap}")
+    best = grid.assign(err=grid.filter(like="_delta_pct").abs().max(axis=1)).sort_values("err").iloc[0]
+    console.print(
+        f"NS policies reproducing both blog NS figures within 5%: {int(grid.reproduces_both.sum())} of "
+        f"{len(grid)}; closest: {best.kernel}, layer_wise={best.layer_wise}, split_qkv={best.split_qkv}, "
+        f"{best.statistic} (worst delta {best.err:.1f}%)"
+    )
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def _measured_runs(console: Any, source: str, quality: str) -> Any:
+    """Your runs' step times for Table 1 from the results store (windows of the ``quality`` list), with what was
+    skipped said on ``console``.
+
+    Raises:
+        BridgebenchError: a quality that is not one, or ``--source runs`` with no usable run.
+    """
+    from bridgebench.launch.collect import default_store
+    from bridgebench.logs.steady import QUALITIES
+    from bridgebench.results.table1 import measured_step_times
+
+    wanted = tuple(q.strip() for q in quality.split(",") if q.strip())
+    if not wanted or set(wanted) - set(QUALITIES):
+        raise BridgebenchError(f"--quality must be a comma list of {', '.join(QUALITIES)}, got {quality!r}")
+    store = default_store()
+    records = store.records(kind="pretrain")
+    for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    replayed = len(store.records(kind="replay"))
+    if replayed:  # never mixed into a table of measurements (bridgebench.payloads.replay)
+        console.print(
+            f"your runs: measured only; {replayed} replayed record(s) (payload: replay, step times from a "
+            "published table) are not used (`bridgebench report --payload replayed` shows them)"
+        )
+    measured = measured_step_times(records, wanted)
+    other = len(measured_step_times(records, QUALITIES + (None,))) - len(measured)
+    if not records:
+        console.print(
+            f"your runs: none in the results store ({store.root}); every step time below is NVIDIA's "
+            "(perf tables or the blog)"
+        )
+    else:
+        console.print(
+            f"your runs: {len(measured)} used (only windows of quality {'/'.join(wanted)})"
+            + (f"; {other} run(s) with other window qualities skipped (see --quality)" if other > 0 else "")
+        )
+    if source == "runs" and not measured:
+        raise BridgebenchError(
+            "--source runs: the results store has no completed pretrain runs with a "
+            f"{'/'.join(wanted)} window (submit experiment=table1 on a GPU cluster, then `bridgebench collect`;"
+            " --quality widens the choice)"
+        )
+    return measured
+
+
+def _table1_rich(t: Any) -> Any:
+    """Table 1 as a rich table: per model and optimizer the step time, tokens/s, model / NS / total TFLOP/s per GPU
+    (blog values in parentheses), the delta and MFU."""
+    from rich.table import Table
+
     rt = Table(title="Table 1 reproduced: Muon vs AdamW, GB300 MXFP8 (TFLOP/s per GPU)")
     for col in (
         "model",
@@ -184,25 +219,7 @@ def table(
             f"{r.mfu_bf16:.1%}",
             f"{r.mfu_precision:.1%}",
         )
-    console.print(rt)
-    console.print(
-        "(blog values in parentheses)  step-time sources: "
-        + "; ".join(f"{r.model}/{r.optimizer}: {r.step_time_source}" for r in t.itertuples())
-    )
-    console.print(
-        "row proves: independent = the step time is a measurement the blog did not use, so model TFLOP/s is a "
-        "prediction checked against the blog; blog-derived = computed from the blog's own model TFLOP/s (equal by "
-        "construction: only NS and MFU are bridgebench's)"
-    )
-    for gap in independent_gaps(t):
-        console.print(f"independent check: {gap}")
-    best = grid.assign(err=grid.filter(like="_delta_pct").abs().max(axis=1)).sort_values("err").iloc[0]
-    console.print(
-        f"NS policies reproducing both blog NS figures within 5%: {int(grid.reproduces_both.sum())} of "
-        f"{len(grid)}; closest: {best.kernel}, layer_wise={best.layer_wise}, split_qkv={best.split_qkv}, "
-        f"{best.statistic} (worst delta {best.err:.1f}%)"
-    )
-    console.print("wrote " + ", ".join(str(p) for p in paths))
+    return rt
 
 
 @app.command("check-published")

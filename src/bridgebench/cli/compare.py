@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -189,8 +189,6 @@ def _print(result, threshold: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from bridgebench.results.compare import side_statistic
-
     c = Console(markup=False)
     c.width = max(c.width, 240 if any(h.own for h in result.histories) else 180)
     for h in result.histories:
@@ -251,46 +249,55 @@ def _print(result, threshold: float) -> None:
             "Ratios: TFLOP/s where both releases count FLOPs the same, tokens/s otherwise."
         )
     if result.sides is not None:
-        sd = result.sides
-        c.print(f"A: {sd.a.selection.text()}  ({len(sd.a.records)} runs: {', '.join(sd.a.record_ids)})")
-        c.print(f"B: {sd.b.selection.text()}  ({len(sd.b.records)} runs: {', '.join(sd.b.record_ids)})")
-        for s in (sd.a, sd.b):
-            c.print(f"{s.name}: {s.summary}")
-            for why in s.skipped:
-                c.print(f"  skipped {why}")
-            for why in s.flags:
-                c.print(f"  flagged {why}")
-        stat = side_statistic(sd.comparisons[0][1].params) if sd.comparisons else "mean of run medians"
-        t = Table(title=f"B vs A, metric {sd.metric}: A and B = {stat}", title_justify="left")
-        for col in (
-            "comparison",
-            f"A ({stat})",
-            f"B ({stat})",
-            "ratio B/A",
-            "CI",
-            "Mann-Whitney p (runs)",
-            "q (FDR)",
-            "verdict",
-        ):
-            t.add_column(col, no_wrap=True)
-        for label, r in sd.comparisons:
-            t.add_row(
-                label,
-                f"{r.side_values[0]:.4g}",
-                f"{r.side_values[1]:.4g}",
-                f"{r.ratio:.4f}",
-                f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.ci_low is not None else "-",
-                f"{r.mannwhitney_runs_p:.3g}" if r.mannwhitney_runs_p is not None else "-",
-                f"{r.q_value:.3g}" if r.q_value is not None else "-",
-                r.verdict,
-            )
-        c.print(t)
-        for label, r in sd.comparisons:
-            c.print(f"  {label}: {_verdict_text(r)}")
+        _print_sides(c, result.sides)
     for h in result.own:
         c.print(f"your runs {'/'.join(h.key)} ({h.metric}):")
         for x, y, r in h.steps:
             c.print(f"  {y} vs {x}: {_verdict_text(r)}")
+
+
+def _print_sides(c: Any, sd: Any) -> None:
+    """Two sides of own runs (``--a`` / ``--b``): what each holds, skipped and flagged records, and the B vs A table
+    with each comparison's verdict."""
+    from rich.table import Table
+
+    from bridgebench.results.compare import side_statistic
+
+    c.print(f"A: {sd.a.selection.text()}  ({len(sd.a.records)} runs: {', '.join(sd.a.record_ids)})")
+    c.print(f"B: {sd.b.selection.text()}  ({len(sd.b.records)} runs: {', '.join(sd.b.record_ids)})")
+    for s in (sd.a, sd.b):
+        c.print(f"{s.name}: {s.summary}")
+        for why in s.skipped:
+            c.print(f"  skipped {why}")
+        for why in s.flags:
+            c.print(f"  flagged {why}")
+    stat = side_statistic(sd.comparisons[0][1].params) if sd.comparisons else "mean of run medians"
+    t = Table(title=f"B vs A, metric {sd.metric}: A and B = {stat}", title_justify="left")
+    for col in (
+        "comparison",
+        f"A ({stat})",
+        f"B ({stat})",
+        "ratio B/A",
+        "CI",
+        "Mann-Whitney p (runs)",
+        "q (FDR)",
+        "verdict",
+    ):
+        t.add_column(col, no_wrap=True)
+    for label, r in sd.comparisons:
+        t.add_row(
+            label,
+            f"{r.side_values[0]:.4g}",
+            f"{r.side_values[1]:.4g}",
+            f"{r.ratio:.4f}",
+            f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.ci_low is not None else "-",
+            f"{r.mannwhitney_runs_p:.3g}" if r.mannwhitney_runs_p is not None else "-",
+            f"{r.q_value:.3g}" if r.q_value is not None else "-",
+            r.verdict,
+        )
+    c.print(t)
+    for label, r in sd.comparisons:
+        c.print(f"  {label}: {_verdict_text(r)}")
 
 
 def _verdict_text(r) -> str:

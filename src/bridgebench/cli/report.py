@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import typer
 
@@ -74,6 +75,34 @@ def report(
                               indent=2))  # fmt: skip
         typer.echo(f"report: {skipped}", err=True)
         return
+    t = _optstep_table(rows)
+    c = Console(markup=False)
+    c.width = max(c.width, 240)
+    c.print(t)
+    c.print(f"records: {skipped}")
+    flagged = {r.record_id: r for r in reps if r.flags and r.family == "total"}
+    if flagged:
+        ft = Table(title="repeats set aside (contended) or flagged")
+        for col in ("record", "other processes' CPU share", "flags"):
+            ft.add_column(col, no_wrap=col != "flags")
+        for rid, r in sorted(flagged.items()):
+            share = f"{r.other_share:.1%}" if r.other_share is not None else "unknown"
+            ft.add_row(rid, share, "; ".join(r.flags))
+        c.print(ft)
+    c.print(
+        f"contended = other processes used >= {CONTENDED_OTHER_SHARE:.0%} of the node's CPU during the timing window "
+        "(left out, unless no repeat is clean: then the row is flagged CONTENDED); outliers (> 3.5 robust z) are "
+        "kept but flagged; each repeat is one SLURM job (submit --repeats N)"
+    )
+    if pred_rows:
+        vs_predicted.print_table(c, runs, f"pretrain runs: measured vs predicted ({which})")
+
+
+def _optstep_table(rows: list[dict[str, Any]]) -> Any:
+    """The optimizer-step table (rich): per configuration and family, medians [IQR] over repeats, the Muon / AdamW
+    ratio with its 95 % CI, Newton-Schulz time and rate, and the flags."""
+    from rich.table import Table
+
     t = Table(title="optimizer-step benchmark (measured): median [IQR] over repeats")
     for col in (
         "config",
@@ -117,23 +146,4 @@ def report(
             _spread(st["ns_flops_per_s"], ".4g", 1e9),
             "; ".join(flags),
         )
-    c = Console(markup=False)
-    c.width = max(c.width, 240)
-    c.print(t)
-    c.print(f"records: {skipped}")
-    flagged = {r.record_id: r for r in reps if r.flags and r.family == "total"}
-    if flagged:
-        ft = Table(title="repeats set aside (contended) or flagged")
-        for col in ("record", "other processes' CPU share", "flags"):
-            ft.add_column(col, no_wrap=col != "flags")
-        for rid, r in sorted(flagged.items()):
-            share = f"{r.other_share:.1%}" if r.other_share is not None else "unknown"
-            ft.add_row(rid, share, "; ".join(r.flags))
-        c.print(ft)
-    c.print(
-        f"contended = other processes used >= {CONTENDED_OTHER_SHARE:.0%} of the node's CPU during the timing window "
-        "(left out, unless no repeat is clean: then the row is flagged CONTENDED); outliers (> 3.5 robust z) are "
-        "kept but flagged; each repeat is one SLURM job (submit --repeats N)"
-    )
-    if pred_rows:
-        vs_predicted.print_table(c, runs, f"pretrain runs: measured vs predicted ({which})")
+    return t

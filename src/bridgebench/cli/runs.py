@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -63,6 +63,36 @@ def plan(
         for r in invalid:
             bad.add_row(r.label, r.rule, r.reason)
         console.print(bad)
+    t = _plan_table(out_dir, runs)
+    out_console = Console(markup=False)
+    out_console.width = max(out_console.width, 190)
+    out_console.print(t)
+    for r in runs:
+        out_console.print(f"{r.name}: {r.variant_note}")
+    if any(family(r.optimizer) == "muon" for r in runs):
+        out_console.print(
+            "muon runs: the release's Muon switch (recipes/optimizer_switch/<release>/muon.yaml, Kimi K2's Muon "
+            "changes) sets optimizer.use_distributed_optimizer=false, ddp.use_distributed_optimizer=false, "
+            "ddp.overlap_param_gather=false, mixed_precision.fp8_param_gather=false and "
+            "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false, because dist_muon's layer-wise distributed "
+            "optimizer replaces Megatron-Core's DistributedOptimizer and its param all-gather "
+            "(bridgebench/rules.py muon_* rules reject overrides that turn them back on)"
+        )
+    policies = sorted({p for r in runs for p in r.policies})
+    if policies:
+        out_console.print(
+            "bridgebench run policies (the only departures from the upstream recipes): " + "; ".join(policies)
+        )
+    skipped = sorted({s for r in runs for s in r.skipped_checks})
+    if skipped:
+        out_console.print("validated off-GPU; checks that need the compute node were skipped: " + "; ".join(skipped))
+    _warn_cluster(runs, out_console)
+
+
+def _plan_table(out_dir: Any, runs: list[Any]) -> Any:
+    """The planned runs as a rich table: GPUs, nodes, parallel sizes, batch, config hash, model and NS FLOPs/step."""
+    from rich.table import Table
+
     t = Table(title=f"plan {out_dir}")
     for col in (
         "run",
@@ -100,29 +130,7 @@ def plan(
             f"{r.model_flops_per_step:.4e}",
             f"{r.newton_schulz_flops_per_step:.4e}",
         )
-    out_console = Console(markup=False)
-    out_console.width = max(out_console.width, 190)
-    out_console.print(t)
-    for r in runs:
-        out_console.print(f"{r.name}: {r.variant_note}")
-    if any(family(r.optimizer) == "muon" for r in runs):
-        out_console.print(
-            "muon runs: the release's Muon switch (recipes/optimizer_switch/<release>/muon.yaml, Kimi K2's Muon "
-            "changes) sets optimizer.use_distributed_optimizer=false, ddp.use_distributed_optimizer=false, "
-            "ddp.overlap_param_gather=false, mixed_precision.fp8_param_gather=false and "
-            "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false, because dist_muon's layer-wise distributed "
-            "optimizer replaces Megatron-Core's DistributedOptimizer and its param all-gather "
-            "(bridgebench/rules.py muon_* rules reject overrides that turn them back on)"
-        )
-    policies = sorted({p for r in runs for p in r.policies})
-    if policies:
-        out_console.print(
-            "bridgebench run policies (the only departures from the upstream recipes): " + "; ".join(policies)
-        )
-    skipped = sorted({s for r in runs for s in r.skipped_checks})
-    if skipped:
-        out_console.print("validated off-GPU; checks that need the compute node were skipped: " + "; ".join(skipped))
-    _warn_cluster(runs, out_console)
+    return t
 
 
 def _warn_cluster(runs, console) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Self
 
 from bridgebench.errors import BridgebenchError
 
@@ -252,13 +252,13 @@ class DimsView:
     num_microbatches = property(lambda self: self.dims.num_microbatches, doc="Microbatches per step.")
 
     @classmethod
-    def from_flat(cls, **kw: Any) -> Any:
+    def from_flat(cls, **kw: Any) -> Self:
         """``cls(dims=ParallelDims.from_row(sizes), **rest)`` from one flat set of keyword arguments: the sizes
         (:data:`DIM_FIELDS`) go to ``dims``, the rest to ``cls``."""
         sizes = {k: kw.pop(k) for k in (*DIM_FIELDS, *MEGATRON_NAMES) if k in kw}
         return cls(dims=ParallelDims.from_row(sizes), **kw)  # type: ignore[call-arg]
 
-    def with_dims(self, **changes: Any) -> Any:
+    def with_dims(self, **changes: Any) -> Self:
         """A copy with sizes (:data:`DIM_FIELDS`) and other fields changed."""
         sizes = {k: changes.pop(k) for k in DIM_FIELDS if k in changes}
         if sizes:

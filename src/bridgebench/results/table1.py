@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -126,19 +127,7 @@ def reproduce(overrides: tuple[str, ...] = (), measured: dict | None = None) -> 
         pub = blog.loc[(f.model.name, run.optimizer)]
         flops = flops_per_step(f)
         tokens = f.global_batch_size * f.model.seq_length
-        match = matching_published(f, run.optimizer, published)
-        if measured and (f.model.name, run.optimizer) in measured:
-            step, rid = measured[(f.model.name, run.optimizer)]
-            source = f"your run {rid} (results store)"
-            check = "your run"
-        elif match is not None:
-            step = match.resolved_step_time_s()
-            source = f"perf table {match.release} ({match.tokens_per_sec_per_gpu:,g} tokens/s/GPU)"
-            check = "independent check"
-        else:
-            step = flops / (pub["published_model_tflops_per_gpu"] * 1e12 * f.num_gpus)
-            source = "blog model TFLOP/s/GPU (model TFLOP/s equal the blog's by construction)"
-            check = "derived from the blog"
+        step, source, check = _step_time(f, run.optimizer, pub, published, measured, flops)
         model_tf = flops / step / f.num_gpus / 1e12
         ns_tf = ns_tf_max = 0.0
         policy_text = "-"
@@ -193,6 +182,26 @@ def reproduce(overrides: tuple[str, ...] = (), measured: dict | None = None) -> 
             }
         )
     return pd.DataFrame(rows)
+
+
+def _step_time(
+    f: RunFacts, optimizer: str, pub: Any, published: list[RunRecord], measured: dict[Any, Any] | None, flops: float
+) -> tuple[float, str, str]:
+    """(step time in s, where it comes from, what the row proves) of one Table 1 run: your run when ``measured`` has
+    it, else the published perf-table row of the same configuration (an independent check), else the blog's own
+    model TFLOP/s (derived from the blog: model TFLOP/s equal the blog's by construction)."""
+    match = matching_published(f, optimizer, published)
+    if measured and (f.model.name, optimizer) in measured:
+        step, rid = measured[(f.model.name, optimizer)]
+        return step, f"your run {rid} (results store)", "your run"
+    if match is not None:
+        return (
+            match.resolved_step_time_s(),
+            f"perf table {match.release} ({match.tokens_per_sec_per_gpu:,g} tokens/s/GPU)",
+            "independent check",
+        )
+    step = flops / (pub["published_model_tflops_per_gpu"] * 1e12 * f.num_gpus)
+    return step, "blog model TFLOP/s/GPU (model TFLOP/s equal the blog's by construction)", "derived from the blog"
 
 
 _LOADS: dict[tuple, object] = {}

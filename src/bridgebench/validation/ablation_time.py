@@ -165,8 +165,8 @@ def paper_flops(spec: ModelSpec, cfg: TimeConfig, recompute: bool) -> float:
     ``72 B s l h^2 (1 + s/6h + V/12lh)``)."""
     b, s, n, h, v = cfg.gbs, spec.seq_length, spec.num_layers, spec.hidden_size, spec.vocab_size
     if recompute:
-        return 96 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
-    return 72 * b * s * n * h * h * (1 + s / (6 * h) + v / (12 * n * h))
+        return float(96 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h)))
+    return float(72 * b * s * n * h * h * (1 + s / (6 * h) + v / (12 * n * h)))
 
 
 def predicted_metric(r: dict[str, str], spec: ModelSpec, cfg: TimeConfig, cal: Calibration) -> float:
@@ -184,13 +184,13 @@ def predicted_metric(r: dict[str, str], spec: ModelSpec, cfg: TimeConfig, cal: C
     if unit == "ms":  # forward + backward of one layer (Korthikanti Table 4)
         return 1e3 * sum(layer_time(spec, cfg, cal).values())
     if unit == "tokens/s/GPU":
-        return cfg.gbs * spec.seq_length / b.total / cfg.num_gpus
+        return float(cfg.gbs * spec.seq_length / b.total / cfg.num_gpus)
     if unit == "TFLOP/s/GPU":
         if r["set_id"].startswith("narayanan"):
-            return paper_flops(spec, cfg, True) / b.total / cfg.num_gpus / 1e12
+            return float(paper_flops(spec, cfg, True) / b.total / cfg.num_gpus / 1e12)
         return b.tflops_per_gpu  # Megatron-LM's own count: Megatron-Bridge's formula (v2)
     if unit == "%":  # MFU, model FLOPs without recompute at the A100 peak
-        return 100 * paper_flops(spec, cfg, False) / b.total / cfg.num_gpus / (cfg.gpu.peak(cfg.peak_key))
+        return float(100 * paper_flops(spec, cfg, False) / b.total / cfg.num_gpus / (cfg.gpu.peak(cfg.peak_key)))
     raise ValueError(f"unit {unit!r}")
 
 

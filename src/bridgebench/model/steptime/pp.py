@@ -39,4 +39,4 @@ def p2p_seconds(spec: ModelSpec, cfg: TimeConfig) -> float:
         return 0.0
     overlap = cfg.overlap_p2p_comm if cfg.overlap_p2p_comm is not None else (cfg.vp or 1) > 1
     count = 2 * (cfg.pp - 1) if overlap else 2 * cfg.num_microbatches * (cfg.vp or 1)
-    return count * transfer_seconds(spec, cfg)
+    return float(count * transfer_seconds(spec, cfg))

@@ -39,7 +39,7 @@ def share_of_layers(spec: ModelSpec, cfg: TimeConfig) -> float:
         return 1.0
     chunks = cfg.pp * (cfg.vp or 1)
     per_chunk = (spec.num_layers + spec.mtp_layers) / chunks
-    return min(1.0, (cfg.recompute_num_layers or 1) / per_chunk)
+    return float(min(1.0, (cfg.recompute_num_layers or 1) / per_chunk))
 
 
 def layer_seconds(
