@@ -238,21 +238,9 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
         if not r.precision:
             cfg = dataclasses.replace(cfg, peak_key=peak_key(precision))
         key = (r.model, r.system, precision, r.release, "muon" if muon else "adamw")
-        pending.append(
-            (
-                key,
-                Row(
-                    spec=spec,
-                    cfg=cfg,
-                    tflops=float(r.model_tflops_per_gpu),
-                    release=r.release,
-                    model=r.model_label,
-                    system=r.system,
-                    precision=precision,
-                ),
-                _unprinted(r, cells),
-            )
-        )
+        row = Row(spec=spec, cfg=cfg, tflops=float(r.model_tflops_per_gpu), release=r.release, model=r.model_label,
+                  system=r.system, precision=precision)  # fmt: skip
+        pending.append((key, row, _unprinted(r, cells)))
     sizes: dict[tuple[str, str, str, str, str], set[tuple[Any, ...]]] = {}
     for key, row, _ in pending:
         sizes.setdefault(key, set()).add(tuple(getattr(row.cfg, k) for k in SIZES))
