@@ -89,7 +89,14 @@ def test_every_point_pruned_says_by_which_rules(env):
     res = bb(env, "sweep", "recipe=qwen3_30b_a3b_gb300_mxfp8", "model.tensor_model_parallel_size=3,5", "--name", "x")
     assert "no point survived" in res.stdout
     summary = (Path(env["BRIDGEBENCH_SWEEPS"]) / "x" / "summary.md").read_text()
-    assert "No point survived" in summary and "`world_size`" in summary and "`heads_divisible_tp`" not in summary
+    assert "No point survived" in summary
+    # "Pruned by" names each point's first broken rule only; the upstream section counts every rule a point breaks
+    # (issue 22: which upstream assertions removed how many points), with 0 points where it was not the first.
+    pruned = summary.split("## Pruned by", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in pruned.splitlines() if line.startswith("| `")]
+    assert rows == ["`world_size`"]
+    upstream = summary.split("## Upstream's start-up assertions", 1)[1].split("\n## ", 1)[0]
+    assert "| `world_size` | 2 | 2 |" in upstream and "| `heads_divisible_tp` | 2 | 0 |" in upstream
     points = pd.read_parquet(Path(env["BRIDGEBENCH_SWEEPS"]) / "x" / "points.parquet")
     assert set(points["status"]) == {"invalid"} and set(points["rule"]) == {"world_size"}
 
