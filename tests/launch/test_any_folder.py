@@ -214,6 +214,7 @@ def test_readme_walkthrough(odd: Odd, tmp_path: Path) -> None:
         "BRIDGEBENCH_JOB_DIR": str(tmp_path / "jobs"),
         "BRIDGEBENCH_PLANS": str(tmp_path / "plans"),
         "BRIDGEBENCH_TABLES": str(tmp_path / "tables"),
+        "BRIDGEBENCH_SITE": str(tmp_path / "site"),
         "COLUMNS": "250",
     }
     steps = walkthrough()
@@ -249,5 +250,10 @@ def test_readme_walkthrough(odd: Odd, tmp_path: Path) -> None:
         subprocess.run([*BB, "status", "--json"], env=env, capture_output=True, text=True, timeout=120).stdout
     )
     assert len(rows) == 3 and {r["state"] for r in rows} == {"COMPLETED"}, rows
+    # issue 26: the site built after the walkthrough shows its records on "Your runs" (3 completed optimizer-step runs)
+    runs_page = (tmp_path / "site" / "runs.html").read_text()
+    records = sorted((tmp_path / "runs").rglob("*.json"))
+    assert "No records in the results store" not in runs_page
+    assert sum(1 for p in records if json.loads(p.read_text()).get("record_id", "") in runs_page) >= 3, records
     assert {r["cluster_id"] for r in rows} == {f"local-{ident}", f"local_remote-{ident}"}, rows
     assert _marked(Path(odd.env["BRIDGEBENCH_SLURM_STATE"])) == []  # make cluster-down stopped it
