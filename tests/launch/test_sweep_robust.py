@@ -67,13 +67,22 @@ def test_resume_after_a_corrupt_stage_file_redoes_that_stage(env, tmp_path):
 
 
 def test_a_full_disk_during_a_sweep_names_the_file_and_leaves_nothing_half_written(env, tmp_path):
-    res = bb(env, "sweep", *SPACE, "--json", fsize=30_000)  # the stage files 1-3 fit, 4-time.parquet does not
+    # the same sweep with room, elsewhere: a file-size limit between the stage files 1-3 and 4-time.parquet makes
+    # the disk fill at stage 4 (sizes measured, not assumed: the typed row's columns grow with the model)
+    roomy = {**env, "BRIDGEBENCH_SWEEPS": str(tmp_path / "roomy"), "BRIDGEBENCH_PLANS": str(tmp_path / "roomy-p")}
+    assert bb(roomy, "sweep", *SPACE).returncode == 0
+    stages = tmp_path / "roomy" / "s" / "stages"
+    first = max((stages / f).stat().st_size for f in ("1-enumerate.parquet", "2-rules.parquet", "3-memory.parquet"))
+    last = (stages / "4-time.parquet").stat().st_size
+    assert first < last, (first, last)
+    fsize = (first + last) // 2
+    res = bb(env, "sweep", *SPACE, "--json", fsize=fsize)  # the stage files 1-3 fit, 4-time.parquet does not
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
     assert "cannot write the sweep file" in res.stderr and "--resume" in res.stderr
     named = res.stderr.split("cannot write the sweep file ", 1)[1].split(":", 1)[0]
     folder = tmp_path / "sweeps" / "s"
     assert Path(named).parent in (folder, folder / "stages")
-    assert not Path(named).exists() or Path(named).stat().st_size <= 30_000
+    assert not Path(named).exists() or Path(named).stat().st_size <= fsize
     leftovers = [p.name for p in folder.rglob(".*")]
     assert leftovers == [], leftovers  # no temporary file of the failed write is left
     state = json.loads((folder / "state.json").read_text())
