@@ -48,8 +48,8 @@ test: setup
 	$(VENV)/bin/pytest -q
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks analysis
-	$(VENV)/bin/ruff format --check src tests benchmarks analysis
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 

@@ -58,12 +58,14 @@ for m, n, k in sorted(shapes):
     a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
     b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
     reps = 50 if m * n * k < 2**33 else 20
-    med, lo, hi = bench(lambda: a @ b, reps=reps)
+    med, lo, hi = bench(lambda a=a, b=b: a @ b, reps=reps)
     fl = 2.0 * m * n * k
     dense.append(dict(m=m, n=n, k=k, median_s=med, min_s=lo, max_s=hi, reps=reps, tflops=fl / med / 1e12))
-    del a, b
 res["dense_bf16"] = dense
-print(f"dense done {time.time() - t0:.1f}s; 8192^3 {[d['tflops'] for d in dense if d['m']==d['n']==d['k']==8192]}", flush=True)
+print(
+    f"dense done {time.time() - t0:.1f}s; 8192^3 {[d['tflops'] for d in dense if d['m'] == d['n'] == d['k'] == 8192]}",
+    flush=True,
+)
 
 # B. grouped GEMMs (MoE experts): torch._grouped_mm, G local experts with T tokens each
 grouped = []
@@ -80,15 +82,28 @@ if hasattr(torch, "_grouped_mm"):
                 x = torch.randn(g * t, k, device=dev, dtype=torch.bfloat16)
                 w = torch.randn(g, n, k, device=dev, dtype=torch.bfloat16).transpose(-2, -1)
                 offs = torch.arange(t, g * t + 1, t, device=dev, dtype=torch.int32)
-                fn = lambda: torch._grouped_mm(x, w, offs=offs)
+                fn = lambda x=x, w=w, offs=offs: torch._grouped_mm(x, w, offs=offs)
                 med, lo, hi = bench(fn, reps=30)
                 fl = 2.0 * g * t * k * n
                 # the same work as a loop of per-expert GEMMs (what a non-grouped path launches)
                 xs = x.view(g, t, k)
-                fn2 = lambda: [xs[i] @ w[i] for i in range(g)]
+                fn2 = lambda xs=xs, w=w, g=g: [xs[i] @ w[i] for i in range(g)]
                 med2, _, _ = bench(fn2, reps=30)
-                grouped.append(dict(case=name, experts=g, tokens_per_expert=t, k=k, n=n, median_s=med, min_s=lo,
-                                    max_s=hi, tflops=fl / med / 1e12, loop_median_s=med2, loop_tflops=fl / med2 / 1e12))
+                grouped.append(
+                    dict(
+                        case=name,
+                        experts=g,
+                        tokens_per_expert=t,
+                        k=k,
+                        n=n,
+                        median_s=med,
+                        min_s=lo,
+                        max_s=hi,
+                        tflops=fl / med / 1e12,
+                        loop_median_s=med2,
+                        loop_tflops=fl / med2 / 1e12,
+                    )
+                )
                 del x, w
             except Exception as exc:  # noqa: BLE001
                 grouped.append(dict(case=name, tokens_per_expert=t, error=repr(exc)[:300]))
@@ -99,7 +114,7 @@ print(f"grouped done {time.time() - t0:.1f}s ({len(grouped)} rows)", flush=True)
 # C. Newton-Schulz (emerging-optimizers 0.3.0 muon_utils.newton_schulz, quintic, 5 steps) per shape and precision
 from emerging_optimizers.orthogonalized_optimizers import muon_utils  # noqa: E402
 
-shapes_by_model = json.load(open(".gpu/shapes.json"))
+shapes_by_model = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "shapes.json")))
 ns = []
 for model, mats in shapes_by_model.items():
     for mm in mats:
@@ -109,10 +124,22 @@ for model, mats in shapes_by_model.items():
         g = torch.randn(r, c, device=dev, dtype=torch.float32)
         for prec in ("medium", "high"):
             torch.set_float32_matmul_precision(prec)
-            med, lo, hi = bench(lambda: muon_utils.newton_schulz(g, steps=5, coefficient_type="quintic"), reps=10)
-            ns.append(dict(model=model, rows=r, cols=c, count=mm["count"], family=mm["family"], fp32_matmul_prec=prec,
-                           median_s=med, min_s=lo, max_s=hi, ns_flops=fl, tflops=fl / med / 1e12))
-        del g
+            med, lo, hi = bench(lambda g=g: muon_utils.newton_schulz(g, steps=5, coefficient_type="quintic"), reps=10)
+            ns.append(
+                dict(
+                    model=model,
+                    rows=r,
+                    cols=c,
+                    count=mm["count"],
+                    family=mm["family"],
+                    fp32_matmul_prec=prec,
+                    median_s=med,
+                    min_s=lo,
+                    max_s=hi,
+                    ns_flops=fl,
+                    tflops=fl / med / 1e12,
+                )
+            )
 torch.set_float32_matmul_precision("medium")
 res["newton_schulz"] = ns
 print(f"NS done {time.time() - t0:.1f}s", flush=True)
@@ -133,14 +160,35 @@ for label, shape, count in (
     for p in ps:
         p.grad = torch.randn_like(p)
     for prec in ("medium", "high"):
-        opt = Muon(ps, lr=1e-3, momentum=0.95, weight_decay=0.01, nesterov=True, fp32_matmul_prec=prec,
-                   coefficient_type="quintic", num_ns_steps=5)
+        opt = Muon(
+            ps,
+            lr=1e-3,
+            momentum=0.95,
+            weight_decay=0.01,
+            nesterov=True,
+            fp32_matmul_prec=prec,
+            coefficient_type="quintic",
+            num_ns_steps=5,
+        )
         med, lo, hi = bench(opt.step, reps=5, warm=1)
         r, c = shape
         m_, n_ = min(r, c), max(r, c)
         fl = 5 * (4.0 * m_ * m_ * n_ + 2.0 * m_**3) * count
-        steps.append(dict(case=label, rows=r, cols=c, params=count, fp32_matmul_prec=prec, median_s=med, min_s=lo,
-                          max_s=hi, per_param_s=med / count, ns_flops=fl, tflops=fl / med / 1e12))
+        steps.append(
+            dict(
+                case=label,
+                rows=r,
+                cols=c,
+                params=count,
+                fp32_matmul_prec=prec,
+                median_s=med,
+                min_s=lo,
+                max_s=hi,
+                per_param_s=med / count,
+                ns_flops=fl,
+                tflops=fl / med / 1e12,
+            )
+        )
     del ps, opt
     torch.cuda.empty_cache()
 res["muon_step"] = steps
@@ -148,7 +196,7 @@ print(f"Muon step done {time.time() - t0:.1f}s", flush=True)
 
 json.dump(res, open(os.path.join(OUT, "gpu_measurements.json"), "w"), indent=1)
 for row in steps:
-    print(row["case"], row["fp32_matmul_prec"], f"{row['per_param_s']*1e6:.1f} us/param", f"{row['tflops']:.1f} TF/s")
+    print(row["case"], row["fp32_matmul_prec"], f"{row['per_param_s'] * 1e6:.1f} us/param", f"{row['tflops']:.1f} TF/s")
 for row in ns:
     print(row["model"], row["rows"], row["cols"], row["fp32_matmul_prec"], f"{row['tflops']:.1f} TF/s")
 print("nvidia-smi:", flush=True)
