@@ -172,11 +172,11 @@ def compare_runs(
         "iterations_per_run": [[len(r) for r in side] for side in sides],
         "versions": library_versions(),
     }
-    if min(n_a, n_b) < min_runs:
-        need = repeats_needed(cv if cv is not None else assumed_cv, effect, alpha, power, min_runs)
-        cv_src = f"observed {cv:.2%}" if cv is not None else f"assumed {assumed_cv:.0%}: no side has 2 runs"
+
+    def untested(verdict: str, need: int | None, reason: str) -> RunComparison:
+        """A comparison that makes no test (too few runs, or nothing varies): no CI, no p-values."""
         return RunComparison(
-            verdict="insufficient",
+            verdict=verdict,
             ratio=ratio,
             ci_low=None,
             ci_high=None,
@@ -187,29 +187,28 @@ def compare_runs(
             mannwhitney_runs_p=None,
             mannwhitney_iterations_p=None,
             repeats_needed=need,
-            reason=f"insufficient: {n_a} vs {n_b} runs (fewer than {min_runs} per side); need {need} runs per side to "
-            f"detect a {effect:.1%} change with power {power:.0%} at alpha {alpha:g} (between-run CV {cv_src})",
+            reason=reason,
             params=params,
+        )
+
+    if min(n_a, n_b) < min_runs:
+        need = repeats_needed(cv if cv is not None else assumed_cv, effect, alpha, power, min_runs)
+        cv_src = f"observed {cv:.2%}" if cv is not None else f"assumed {assumed_cv:.0%}: no side has 2 runs"
+        return untested(
+            "insufficient",
+            need,
+            f"insufficient: {n_a} vs {n_b} runs (fewer than {min_runs} per side); need {need} runs per side to "
+            f"detect a {effect:.1%} change with power {power:.0%} at alpha {alpha:g} (between-run CV {cv_src})",
         )
 
     if all(np.ptp(np.concatenate(side)) == 0 for side in sides):  # nothing varies: nothing to test (not p = 0)
         values = ", ".join(f"{n} {np.unique(np.concatenate(sd)).tolist()[:3]}" for n, sd in zip("AB", sides))
-        return RunComparison(
-            verdict=NO_SPREAD,
-            ratio=ratio,
-            ci_low=None,
-            ci_high=None,
-            p_value=None,
-            n_runs=(n_a, n_b),
-            side_values=side_values,
-            between_run_cv=cv,
-            mannwhitney_runs_p=None,
-            mannwhitney_iterations_p=None,
-            repeats_needed=None,
-            reason=f"no spread: every value on both sides is identical within its side ({values}); the ratio "
+        return untested(
+            NO_SPREAD,
+            None,
+            f"no spread: every value on both sides is identical within its side ({values}); the ratio "
             f"{ratio:.4f} is exact arithmetic, but identical repeats say nothing about run-to-run noise, so no test "
             "can be made (check that the repeats really ran: a cached result, a timer's resolution, a copied log)",
-            params=params,
         )
     rng = np.random.default_rng(seed)
     if block_length is None:
