@@ -490,7 +490,10 @@ def calibrate(
         typer.echo(json.dumps({"source": source, "time": cal.to_mapping()}, indent=2))
         return
     typer.echo(source)
-    typer.echo(f"c_layer {cal.c_layer * 1e3:.3f} ms per layer per microbatch")
+    typer.echo(
+        f"c_layer {cal.c_layer * 1e3:.3f} ms per layer per microbatch; host_moe {cal.host_moe * 1e3:.1f} ms of host "
+        "work per MoE layer per microbatch (exposed where the dispatch waits on the host)"
+    )
     typer.echo(
         f"Muon: ns_efficiency {cal.ns_efficiency:.3f} of the BF16 peak, kappa {cal.kappa * 1e6:.0f} us per matrix "
         "(fitted on the blog's Table 1); Muon / AdamW step, measured vs predicted:"

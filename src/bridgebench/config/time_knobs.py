@@ -25,6 +25,8 @@ TIME_KEYS = {
     "moe_flex_dispatcher_backend": "model.moe_flex_dispatcher_backend",
     "overlap_moe_expert_parallel_comm": "comm_overlap.overlap_moe_expert_parallel_comm",
     "moe_shared_expert_overlap": "model.moe_shared_expert_overlap",
+    "moe_expert_capacity_factor": "model.moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity": "model.moe_pad_expert_input_to_capacity",
     "overlap_grad_reduce": "ddp.overlap_grad_reduce",
     "overlap_param_gather": "ddp.overlap_param_gather",
     "bucket_size": "ddp.bucket_size",
@@ -55,6 +57,10 @@ def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
         "moe_flex_dispatcher_backend": backend,
         "overlap_moe_expert_parallel_comm": flag("overlap_moe_expert_parallel_comm", False),
         "moe_shared_expert_overlap": flag("moe_shared_expert_overlap", False),
+        "moe_expert_capacity_factor": None
+        if v.get("moe_expert_capacity_factor") is None
+        else float(v["moe_expert_capacity_factor"]),
+        "moe_pad_expert_input_to_capacity": flag("moe_pad_expert_input_to_capacity", False),
         "overlap_grad_reduce": flag("overlap_grad_reduce", False),
         "overlap_param_gather": flag("overlap_param_gather", False),
         "bucket_size": v.get("bucket_size"),

@@ -188,7 +188,7 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     fsdp = _fsdp_rows()
     cells = fsdp_cells()
     out: list[Row] = []
-    pending: list[tuple[tuple[str, str, str, str, str], Row, dict[str, Any]]] = []
+    pending: list[tuple[tuple[str, str, str, str, str], Row, dict[str, Any], bool]] = []
     for r in records if records is not None else load_published():
         if not r.model or not r.model_tflops_per_gpu or not r.system:
             continue
@@ -240,12 +240,12 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
         key = (r.model, r.system, precision, r.release, "muon" if muon else "adamw")
         row = Row(spec=spec, cfg=cfg, tflops=float(r.model_tflops_per_gpu), release=r.release, model=r.model_label,
                   system=r.system, precision=precision)  # fmt: skip
-        pending.append((key, row, _unprinted(r, cells)))
+        pending.append((key, row, _unprinted(r, cells), bool(r.provenance.get("moe_token_drop"))))
     sizes: dict[tuple[str, str, str, str, str], set[tuple[Any, ...]]] = {}
-    for key, row, _ in pending:
+    for key, row, _, _ in pending:
         sizes.setdefault(key, set()).add(tuple(getattr(row.cfg, k) for k in SIZES))
     knobs = {key: _knobs_of(*key, frozenset(v)) for key, v in sizes.items()}
-    for key, row, unprinted in pending:
+    for key, row, unprinted, token_drop in pending:
         own, values = knobs[key] or (False, None)
         if values:
             row = dataclasses.replace(row, cfg=row.cfg.with_dims(**values))
@@ -255,8 +255,22 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
                 layout = balanced_layout(row.spec.num_layers, cfg.pp, cfg.vp, row.spec.mtp_layers)
                 cfg = dataclasses.replace(cfg, pipeline_model_parallel_layout=layout)
             row = dataclasses.replace(row, cfg=cfg)
+        if token_drop:
+            row = dataclasses.replace(row, cfg=row.cfg.with_dims(**TOKEN_DROP))
         out.append(row)
     return out
+
+
+#: what a published token-drop MoE run (25.09's '(tokendrop)' rows, ``provenance["moe_token_drop"]``) ran:
+#: Megatron-Bridge ``training/utils/moe_token_drop.py::apply_moe_token_drop`` defaults (capacity factor 1.0, inputs
+#: padded to capacity) on the ``alltoall`` dispatcher (the 25.09 launcher turns DeepEP off with token drop:
+#: ``scripts/performance`` "Using token drop, disabling DeepEP"), whatever a later recipe's dispatcher.
+TOKEN_DROP = {
+    "moe_expert_capacity_factor": 1.0,
+    "moe_pad_expert_input_to_capacity": True,
+    "moe_token_dispatcher_type": "alltoall",
+    "moe_flex_dispatcher_backend": None,
+}
 
 
 #: settings a published point takes from its 0.6.2 perf-recipe match (``published_points``) -> TimeConfig field.

@@ -3,13 +3,14 @@ written by ``bridgebench calibrate --write``; :mod:`bridgebench.model.steptime.f
 
 Fitted on NVIDIA's published tables: ``efficiency[(gpu, precision class)]`` (the fraction of the datasheet rates --
 tensor-core peak -- the GEMMs reach, on top of the GEMM shape law), ``c_layer`` (seconds per layer per microbatch:
-launches and host work), the release levels (``groups`` and ``family_level``, :mod:`bridgebench.model.steptime.release`)
-and the uncertainty bands (``bands``: the root mean square of the
-held-out log errors of a group's rows, each predicted by a calibration fitted without that row's release, partially
-pooled towards its GPU and precision class's, as a relative +-; ``band_by_gpu`` a GPU and precision class,
-``band_default`` all rows; :func:`bridgebench.model.steptime.fit.bands_from`) and the conformal bands by distance
-from the calibration that predictions use (``conformal``, :mod:`bridgebench.model.steptime.bands`). Fitted on the
-blog's Table 1 (:mod:`bridgebench.validation.muon_fit`): ``kappa`` (seconds per Muon matrix) and ``ns_efficiency``
+launches and host work), ``host_moe`` (seconds of host work per MoE layer per microbatch that a host-synchronised token
+dispatch exposes, :func:`bridgebench.model.steptime.predict.host_exposed`), the release levels (``groups`` and
+``family_level``, :mod:`bridgebench.model.steptime.release`) and the uncertainty bands (``bands``: the root mean square
+of the held-out log errors of a group's rows, each predicted by a calibration fitted without that row's release,
+partially pooled towards its GPU and precision class's, as a relative +-; ``band_by_gpu`` a GPU and precision class,
+``band_default`` all rows; :func:`bridgebench.model.steptime.fit.bands_from`) and the conformal bands by distance from
+the calibration that predictions use (``conformal``, :mod:`bridgebench.model.steptime.bands`). Fitted on the blog's
+Table 1 (:mod:`bridgebench.validation.muon_fit`): ``kappa`` (seconds per Muon matrix) and ``ns_efficiency``
 (Newton-Schulz GEMMs' fraction of the BF16 peak). Hand-set, first principles (no GPU was lent to measure it):
 ``default_efficiency`` (a GPU and precision class with no published row and no sibling).
 """
@@ -33,6 +34,7 @@ class Calibration:
     efficiency: dict[tuple[str, str], float] = field(default_factory=dict)
     rows: dict[tuple[str, str], int] = field(default_factory=dict)
     c_layer: float = 0.0
+    host_moe: float = 0.0
     kappa: float = 1.4e-4
     ns_efficiency: float = 0.5
     default_efficiency: float = 0.35
@@ -122,6 +124,7 @@ class Calibration:
             efficiency=eff,
             rows=rows,
             c_layer=float(data.get("c_layer_s", 0.0)),
+            host_moe=float(data.get("host_moe_s", 0.0)),
             kappa=float(data.get("kappa_s", 1.4e-4)),
             ns_efficiency=float(data.get("ns_efficiency", 0.5)),
             default_efficiency=float(data.get("default_efficiency", 0.35)),
@@ -136,9 +139,10 @@ class Calibration:
         bad = {k: v for k, v in eff.items() if not v > 0} | {
             k: getattr(cal, k) for k in ("kappa", "ns_efficiency", "default_efficiency") if not getattr(cal, k) > 0
         }
-        if bad or cal.c_layer < 0 or cal.band_default < 0:
+        if bad or cal.c_layer < 0 or cal.host_moe < 0 or cal.band_default < 0:
             raise TimeModelError(
-                f"calibration constants must be positive (c_layer_s, band_default >= 0), got {bad or cal.c_layer}"
+                "calibration constants must be positive (c_layer_s, host_moe_s, band_default >= 0), got "
+                f"{bad or (cal.c_layer, cal.host_moe, cal.band_default)}"
             )
         return cal
 
@@ -158,6 +162,7 @@ class Calibration:
             by_gpu.setdefault(gpu, {})[pclass] = round(v, 4)
         out = {
             "c_layer_s": self.c_layer,
+            "host_moe_s": self.host_moe,
             "kappa_s": self.kappa,
             "ns_efficiency": self.ns_efficiency,
             "default_efficiency": self.default_efficiency,

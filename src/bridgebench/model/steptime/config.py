@@ -137,6 +137,8 @@ class TimeConfig(DimsView):
     moe_flex_dispatcher_backend: str | None = None
     overlap_moe_expert_parallel_comm: bool = False
     moe_shared_expert_overlap: bool = False
+    moe_expert_capacity_factor: float | None = None
+    moe_pad_expert_input_to_capacity: bool = False
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     bucket_size: int | None = None
@@ -181,6 +183,14 @@ class TimeConfig(DimsView):
         if self.moe_token_dispatcher_type == "flex":
             return self.moe_flex_dispatcher_backend or "deepep"  # Megatron-Core's default flex backend
         return self.moe_token_dispatcher_type
+
+    @property
+    def host_synced_dispatch(self) -> bool:
+        """Whether each MoE layer's token dispatch waits on the host for the per-expert token counts: dropless
+        (no ``moe_expert_capacity_factor``) or dropping without ``moe_pad_expert_input_to_capacity``. Only a
+        capacity-padded dispatch has static shapes (megatron-core 0.19.2 ``transformer/moe/token_dispatcher.py``,
+        ``MoEAlltoAllTokenDispatcher``: ``cuda_sync_point = "no_sync"`` with ``drop_and_pad``)."""
+        return self.moe_expert_capacity_factor is None or not self.moe_pad_expert_input_to_capacity
 
     @property
     def precision_class(self) -> str:

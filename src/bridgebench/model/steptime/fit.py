@@ -6,10 +6,13 @@
    ``L`` grows; communication runs at datasheet bandwidths and does not scale).
 2. **Efficiencies** (:func:`calibrate`): each (GPU, precision class) efficiency is set so that its rows' implied
    levels have a geometric mean of 1 (a fixed point, reached in :data:`E_ITERATIONS` steps).
-3. **c_layer** (seconds per layer per microbatch) from :data:`C_LAYER_GRID` by internal cross-validation on the
-   training rows only: the value whose rows' log levels are best predicted by the level table of the OTHER
-   releases (:func:`_loro_level_error`, the same reading the predictions use) -- the configuration physics is judged
-   on what it leaves to the release levels.
+3. **c_layer** (seconds per layer per microbatch) from :data:`C_LAYER_GRID` and **host_moe** (seconds of host
+   work per MoE layer per microbatch, exposed where the token dispatch waits on the host:
+   :func:`~bridgebench.model.steptime.predict.host_exposed`) from :data:`HOST_MOE_GRID`, by internal
+   cross-validation on the training rows only: the pair whose rows' log levels are best predicted by the level
+   table of the OTHER releases and, in turn, of the other configurations (:func:`_held_out_level_error`, the same
+   reading the predictions use; the mean of the two) -- the configuration physics is judged on what it leaves to
+   the release levels.
 4. **Release levels** (:func:`fit_levels`): each group's mean log level per published release, and each family's
    mean (:mod:`bridgebench.model.steptime.release`).
 5. **Bands** (:func:`calibrate_with_bands`): every row predicted by calibrations fitted without its release, its
@@ -18,8 +21,8 @@
    callers that read them -- the root mean square of the leave-one-release-out log errors per GPU and precision
    class and over all rows, per group partially pooled towards its GPU and precision class (:func:`bands_from`).
 
-Nothing is fitted per row: the free parameters are one efficiency per (GPU, precision class) and ``c_layer``; the
-release levels are the published rows' own levels, read off the table.
+Nothing is fitted per row: the free parameters are one efficiency per (GPU, precision class), ``c_layer`` and
+``host_moe``; the release levels are the published rows' own levels, read off the table.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ from bridgebench.model.steptime.release import GroupLevel, LevelTable
 
 #: grid of ``c_layer`` values (s per layer per microbatch) tried by :func:`calibrate`.
 C_LAYER_GRID = (0.0, 5e-5, 1e-4, 2e-4, 4e-4, 8e-4, 1.6e-3)
+#: grid of ``host_moe`` values (s of host work per MoE layer per microbatch, forward and backward) tried by
+#: :func:`calibrate`: 0 (no host floor) to 16 ms, a MoE layer's few hundred kernel launches and its token-count
+#: synchronisations at some 10-40 us each (PyTorch eager dispatch, Megatron-Core's Python).
+HOST_MOE_GRID = (0.0, 2e-3, 4e-3, 6e-3, 8e-3, 1e-2, 1.2e-2, 1.6e-2)
 #: bracket of implied levels searched.
 LEVEL_BRACKET = (1e-3, 20.0)
 #: fixed-point steps of the efficiency of each (GPU, precision class) (see the module docstring).
@@ -61,9 +68,11 @@ class Row:
     precision: str = ""
 
 
-def implied_level(r: Row, eff: float, c_layer: float, kappa: float, ns_efficiency: float) -> float | None:
-    """The software level at which ``r`` is predicted at its published TFLOP/s given efficiency ``eff`` (None when
-    the level-independent terms alone exceed its step)."""
+def implied_level(
+    r: Row, eff: float, c_layer: float, kappa: float, ns_efficiency: float, host_moe: float = 0.0
+) -> float | None:
+    """The software level at which ``r`` is predicted at its published TFLOP/s given efficiency ``eff`` and host
+    work ``host_moe`` per MoE layer per microbatch (None when the level-independent terms alone exceed its step)."""
     from scipy.optimize import brentq
 
     flops = step_flops_of(registry.handle(r.spec), r.cfg.gbs, r.cfg.tp, r.cfg.flops_formula)
@@ -71,7 +80,7 @@ def implied_level(r: Row, eff: float, c_layer: float, kappa: float, ns_efficienc
 
     def gap(log_level: float) -> float:
         lv = math.exp(log_level)
-        terms = evaluate(r.spec, r.cfg, eff * lv, c_layer, kappa, ns_efficiency, lv)[0]
+        terms = evaluate(r.spec, r.cfg, eff * lv, c_layer, kappa, ns_efficiency, lv, host_moe=host_moe)[0]
         return sum(terms.values()) - target
 
     lo, hi = (math.log(v) for v in LEVEL_BRACKET)
@@ -107,67 +116,103 @@ def fit_levels(
     return groups, {f: statistics.mean(v) for f, v in fams.items()}
 
 
-def _loro_level_error(rows: Sequence[Row], ys: Sequence[float]) -> float:
-    """Mean |log level error| of each row read off the level table of the other releases (internal leave one
-    release out on the training rows; rows whose release is the only one are read off the rest too)."""
+def _held_out_level_error(rows: Sequence[Row], ys: Sequence[float], key: Callable[[Row], object]) -> float:
+    """Mean |log level error| of each row read off the level table of the rows whose ``key`` differs from its own
+    (internal leave one ``key`` value out on the training rows; a ``key`` value that is the only one is skipped)."""
     errs = []
-    for rel in {r.release for r in rows}:
-        train = [(r, y) for r, y in zip(rows, ys) if r.release != rel]
+    keys = [key(r) for r in rows]
+    for value in set(keys):
+        train = [(r, y) for r, y, k in zip(rows, ys, keys) if k != value]
         if not train:
             continue
         groups, fams = fit_levels([r for r, _ in train], [y for _, y in train])
         table = LevelTable(groups=groups, family_mean=fams)
-        for r, y in zip(rows, ys):
-            if r.release == rel:
+        for r, y, k in zip(rows, ys, keys):
+            if k == value:
                 pred, _ = table.log_level(group_key(r.spec, r.cfg), family(r.spec), point_release_index(r.cfg))
                 errs.append(abs(pred - y))
     return statistics.mean(errs) if errs else 0.0
+
+
+def _loro_level_error(rows: Sequence[Row], ys: Sequence[float]) -> float:
+    """:func:`_held_out_level_error` leaving one release out."""
+    return _held_out_level_error(rows, ys, lambda r: r.release)
+
+
+def _physics_error(rows: Sequence[Row], ys: Sequence[float]) -> float:
+    """What :func:`calibrate` minimises over its grids: the mean of the internal leave-one-release-out and
+    leave-one-configuration-out level errors (:func:`_held_out_level_error`)."""
+    by_config = _held_out_level_error(rows, ys, lambda r: config_key(r.spec, r.cfg))
+    return (_loro_level_error(rows, ys) + by_config) / 2
+
+
+def _fit_at(
+    rows: Sequence[Row], c: float, host: float, kappa: float, ns_efficiency: float, default_efficiency: float
+) -> tuple[Calibration, list[tuple[Row, float]]] | None:
+    """The efficiencies per (GPU, precision class) at ``c_layer = c`` and ``host_moe = host`` (the fixed point of the
+    module docstring) and the rows' log levels re-centred on them; None when no row leaves room for compute."""
+    keys = [(r.cfg.gpu.name, r.cfg.precision_class) for r in rows]
+    eff = dict.fromkeys(keys, E_START)
+    used: list[tuple[Row, float]] = []
+    logs: dict[tuple[str, str], list[float]] = {}
+    for _ in range(E_ITERATIONS):
+        found = [implied_level(r, eff[k], c, kappa, ns_efficiency, host) for r, k in zip(rows, keys)]
+        logs = {}
+        for k, v in zip(keys, found):
+            if v is not None:
+                logs.setdefault(k, []).append(math.log(v))
+        for k, vals in logs.items():
+            eff[k] *= math.exp(sum(vals) / len(vals))
+        used = [(r, math.log(v)) for r, v in zip(rows, found) if v is not None]
+    if not used:
+        return None
+    cal = Calibration(
+        c_layer=c, host_moe=host, kappa=kappa, ns_efficiency=ns_efficiency, default_efficiency=default_efficiency
+    )
+    for k, vals in logs.items():
+        cal.efficiency[k] = eff[k]
+        cal.rows[k] = len(vals)
+    # the last step moved each efficiency by the mean of its rows' log levels: re-centre the levels on it
+    shift = {k: sum(v) / len(v) for k, v in logs.items()}
+    return cal, [(r, y - shift[(r.cfg.gpu.name, r.cfg.precision_class)]) for r, y in used]
 
 
 def calibrate(
     rows: Sequence[Row],
     *,
     c_grid: Iterable[float] = C_LAYER_GRID,
+    host_grid: Iterable[float] = HOST_MOE_GRID,
     levels: bool = True,
     kappa: float = 1.4e-4,
     ns_efficiency: float = 0.5,
     default_efficiency: float = 0.35,
 ) -> Calibration:
-    """Fit the efficiencies per (GPU, precision class), ``c_layer`` and (with ``levels``) the release levels on
-    ``rows`` (see the module docstring). ``kappa`` and ``ns_efficiency`` are given (the published tables carry no
-    Muon-only measurement; :mod:`bridgebench.validation.muon_fit` fits them on the blog's Table 1).
+    """Fit the efficiencies per (GPU, precision class), ``c_layer`` and ``host_moe`` (``host_moe`` over ``host_grid``
+    at the first ``c_layer`` of ``c_grid``, then ``c_layer`` over ``c_grid`` at that ``host_moe``; each by
+    :func:`_physics_error`) and (with ``levels``) the release levels on ``rows`` (see the module
+    docstring). ``kappa`` and ``ns_efficiency`` are given (the published tables carry no Muon-only measurement;
+    :mod:`bridgebench.validation.muon_fit` fits them on the blog's Table 1).
 
     Raises:
         TimeModelError: no row whose rate-independent terms leave room for compute.
     """
-    best: tuple[float, Calibration, list[Any]] | None = None
-    keys = [(r.cfg.gpu.name, r.cfg.precision_class) for r in rows]
-    grid = list(c_grid)
-    for c in grid:
-        eff = dict.fromkeys(keys, E_START)
-        used: list[tuple[Row, float]] = []
-        logs: dict[tuple[str, str], list[float]] = {}
-        for _ in range(E_ITERATIONS):
-            found = [implied_level(r, eff[k], c, kappa, ns_efficiency) for r, k in zip(rows, keys)]
-            logs = {}
-            for k, v in zip(keys, found):
-                if v is not None:
-                    logs.setdefault(k, []).append(math.log(v))
-            for k, vals in logs.items():
-                eff[k] *= math.exp(sum(vals) / len(vals))
-            used = [(r, math.log(v)) for r, v in zip(rows, found) if v is not None]
-        if not used:
-            continue
-        cal = Calibration(c_layer=c, kappa=kappa, ns_efficiency=ns_efficiency, default_efficiency=default_efficiency)
-        for k, vals in logs.items():
-            cal.efficiency[k] = eff[k]
-            cal.rows[k] = len(vals)
-        # the last step moved each efficiency by the mean of its rows' log levels: re-centre the levels on it
-        shift = {k: sum(v) / len(v) for k, v in logs.items()}
-        ys = [y - shift[(r.cfg.gpu.name, r.cfg.precision_class)] for r, y in used]
-        err = _loro_level_error([r for r, _ in used], ys) if len(grid) > 1 else 0.0
-        if best is None or err < best[0]:
-            best = (err, cal, [(r, y) for (r, _), y in zip(used, ys)])
+    c_grid, host_grid = list(c_grid), list(host_grid)
+    scored: dict[tuple[float, float], tuple[float, Calibration, list[Any]]] = {}
+
+    def best_of(pairs: list[tuple[float, float]]) -> tuple[float, Calibration, list[Any]] | None:
+        for c, h in pairs:
+            if (c, h) not in scored and (fitted := _fit_at(rows, c, h, kappa, ns_efficiency, default_efficiency)):
+                cal, resid = fitted
+                single = len(c_grid) * len(host_grid) == 1
+                err = 0.0 if single else _physics_error([r for r, _ in resid], [y for _, y in resid])
+                scored[(c, h)] = (err, cal, resid)
+        found = [scored[p] for p in pairs if p in scored]
+        return min(found, key=lambda t: t[0]) if found else None
+
+    # one pass of coordinate search: host_moe at the first c_layer, then c_layer at that host_moe
+    first = best_of([(c_grid[0], h) for h in host_grid])
+    host = first[1].host_moe if first else host_grid[0]
+    best = best_of([(c, host) for c in c_grid])
     if best is None:
         raise TimeModelError("no usable calibration rows (rate-independent terms exceed every row's step time)")
     _, cal, resid = best
@@ -302,11 +347,12 @@ def calibrate_with_bands(
     rows: Sequence[Row], progress: Callable[[str], None] | None = None, **kw
 ) -> tuple[Calibration, list[float | None]]:
     """:func:`calibrate` on all rows with conformal bands by distance (:mod:`~.bands`, from
-    :func:`held_out_experiments`; the folds keep the ``c_layer`` chosen on all rows) and the root-mean-square bands
+    :func:`held_out_experiments`; the folds keep the ``c_layer`` and ``host_moe`` chosen on all rows) and the
+    root-mean-square bands
     of :func:`bands_from` (leave one release out); returns the calibration and the held-out (leave one release out)
     predictions."""
     cal = calibrate(rows, **kw)
-    fold_kw = dict(kw, c_grid=(cal.c_layer,))
+    fold_kw = dict(kw, c_grid=(cal.c_layer,), host_grid=(cal.host_moe,))
     held, preds = held_out_experiments(rows, lambda rs: calibrate(rs, **fold_kw), progress)
     out = bands_from(rows, preds["release"], cal)
     out.conformal = conformal_bands(held, Seen.of(rows))

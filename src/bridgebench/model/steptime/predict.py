@@ -9,7 +9,13 @@ Per microbatch, each pipeline rank runs its layers (:func:`rank_layers`); per la
 - ``cp_comm``: the exposed context-parallel KV exchange (:mod:`~bridgebench.model.steptime.cp_comm`);
 - ``ep_a2a``: the exposed MoE dispatch / combine (:mod:`~bridgebench.model.steptime.ep_comm`);
 - ``recompute``: the forward work recomputation repeats (:mod:`~bridgebench.model.steptime.recompute`);
-- ``overhead``: ``c_layer`` per layer (launches, host work; fitted).
+- ``overhead``: ``c_layer`` per layer (fitted), plus, per MoE layer whose token dispatch waits on the host
+  (:attr:`~bridgebench.model.steptime.config.TimeConfig.host_synced_dispatch`: every dropless dispatcher in its
+  default blocking mode), the host work the GPU cannot hide: ``max(0, host_moe / level - t_gpu)`` with ``t_gpu``
+  the layer's own seconds on the GPU (:func:`host_exposed`; ``host_moe`` fitted, seconds of host work per MoE
+  layer per microbatch, forward and backward). The host launches the layer's kernels while the GPU runs the
+  previous ones, until the dispatch needs the per-expert token counts: a short layer (a small MoE at MBS 1) is
+  launch-bound, a long one hides the host.
 
 The busiest rank's per-microbatch time ``t_mb`` sets the pace: ``m x t_mb`` plus the ``bubble`` ``(PP - 1)/VP x
 t_mb`` and the exposed stage sends ``pp_p2p`` (:mod:`~bridgebench.model.steptime.pp`), the exposed data-parallel
@@ -247,6 +253,34 @@ def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate:
     }
 
 
+#: the per-layer terms that run on the GPU (what hides the host's launches).
+GPU_TERMS = ("compute", "elementwise", "tp_comm", "cp_comm", "ep_a2a", "recompute")
+
+
+def host_exposed(
+    kinds: tuple[tuple[str, int], ...], per_kind: dict[str, dict[str, Any]], cfg: TimeConfig, host: float, level: float
+) -> float:
+    """Seconds per microbatch one pipeline rank waits on the host: for each MoE layer (``kinds``: (kind, count)
+    pairs; ``per_kind``: the layer terms of :func:`_layer`) whose dispatch synchronises with the host
+    (``cfg.host_synced_dispatch``), ``max(0, host / level - t_gpu)``, ``t_gpu`` the layer's :data:`GPU_TERMS`.
+
+    The dropless dispatchers copy the per-expert token counts to the host before they permute (megatron-core 0.19.2
+    ``transformer/moe/token_dispatcher.py``: ``MoEAlltoAllTokenDispatcher`` syncs at ``cuda_sync_point`` unless it
+    drops and pads; the flex dispatcher's DeepEP / HybridEP return the received counts to the host unless run
+    non-blocking with a fixed capacity), so the host cannot run ahead of the GPU across that layer: the layer takes
+    at least the host's time to launch it. ``host`` is fitted (:func:`bridgebench.model.steptime.fit.calibrate`) and
+    scales with the software level like the element-wise rate (fewer, fused kernels and CUDA graphs in later releases).
+    """
+    if host <= 0 or not cfg.host_synced_dispatch:
+        return 0.0
+    out = 0.0
+    for kind, count in kinds:
+        if kind.endswith("moe"):
+            t_gpu = sum(per_kind[kind][k] for k in GPU_TERMS)
+            out += count * max(0.0, host / level - t_gpu)
+    return out
+
+
 def evaluate(
     spec: ModelSpec,
     cfg: TimeConfig,
@@ -255,11 +289,13 @@ def evaluate(
     kappa: float,
     ns_efficiency: float,
     elem_rate: float | None = None,
+    host_moe: float = 0.0,
 ) -> tuple[dict[str, float], OptimizerStep, int, bool]:
     """The terms of one point at GEMM rate multiplier ``rate`` (fraction of the tensor-core peaks, after the shape
     law) and element-wise rate multiplier ``elem_rate`` (fraction of HBM bandwidth x :data:`HBM_EFFICIENCY`;
-    default ``rate``), see the module docstring: (terms, optimizer detail, busiest rank, EP leaves the NVLink
-    domain).
+    default ``rate``; the software level), with ``host_moe`` seconds of host work per MoE layer per microbatch at
+    level 1 (:func:`host_exposed`), see the module docstring: (terms, optimizer detail, busiest rank, EP leaves the
+    NVLink domain).
 
     Raises:
         TimeModelError: no peak for the precision on this GPU, an unknown optimizer or dispatcher.
@@ -285,7 +321,7 @@ def evaluate(
         if loss:
             acc["compute"] += sum(v for _, v in layer_gemm_seconds(sid, gid, "logits", sh)) / rate
             acc["elementwise"] += sum(b for _, b in layer_bytes(sid, "logits", sh)) / hbm
-        acc["overhead"] = c_layer * n_layers
+        acc["overhead"] = c_layer * n_layers + host_exposed(kinds, per_kind, cfg, host_moe, elem_rate or rate)
         t_mb = sum(acc.values())
         if best is None or t_mb > best[0]:
             best = (t_mb, r, acc)
@@ -341,7 +377,9 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
     pclass = cfg.precision_class
     key = group_key(spec, cfg)
     rate, level, eff_src, level_src = rates(spec, cfg, calib)
-    terms, opt, rank, scale_out = evaluate(spec, cfg, rate, calib.c_layer, calib.kappa, calib.ns_efficiency, level)
+    terms, opt, rank, scale_out = evaluate(
+        spec, cfg, rate, calib.c_layer, calib.kappa, calib.ns_efficiency, level, host_moe=calib.host_moe
+    )
     levels: dict[int, float] = {}
     novelty: tuple[str, ...] = ()
     if calib.conformal is not None:

@@ -15,7 +15,11 @@ of a point of group ``g`` at release index ``x`` (:meth:`LevelTable.log_level`):
   between the two precisions on this GPU over the other models published with both: a difference in differences),
   else on any GPU -- else the mean log level of its model family (dense / MoE) over all published rows. The shift
   lowers the leave-one-configuration-out level error of the 17 rows it reads from 0.228 to 0.176 (mean |log|; all
-  rows 0.198 -> 0.193); applied to a new GPU as well it was worse (0.206), so it is not.
+  rows 0.198 -> 0.193); applied to a new GPU as well it was worse (0.206), so it is not. A relative read at a
+  release outside its own published range is carried there by the point's GPU's release effect
+  (:attr:`LevelTable.gpu_effects`: what the other models measured on that GPU moved between the relative's nearest
+  release and ``x``) instead of flat: the relative's configuration says nothing of the software after its last row,
+  the other models on the GPU do.
 
 Validated by leaving each release out in turn (``bridgebench check-published --models``, benchmarks/validate_time.py):
 this piecewise-linear reading beat a Gaussian-process smoother with a per-family release trend (held-out mean
@@ -24,7 +28,9 @@ this piecewise-linear reading beat a Gaussian-process smoother with a per-family
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from bridgebench.model.steptime.config import PRECISION_CLASS
@@ -42,6 +48,11 @@ def release_index(release: str) -> float:
         raise ValueError(f"release {release!r} is not YY.MM or YY.MM.PP")
     base = (int(parts[0]) * 12 + int(parts[1])) / 2.0
     return base + (0.5 if len(parts) > 2 else 0.0)
+
+
+#: alternating-means rounds of the two-way release-effect fit (:attr:`LevelTable.gpu_effects`; converged to 1e-4
+#: on the published groups).
+EFFECT_ITERATIONS = 15
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,11 +124,48 @@ class LevelTable:
             if not same:
                 continue
             if name == "same model and GPU":
-                return sum(v.log_level(x) + self._precision_shift(gpu, k[2], key, x) for k, v in same) / len(same), name
-            return sum(v.log_level(x) for _, v in same) / len(same), name
+                return sum(self._carried(v, gpu, x) + self._precision_shift(gpu, k[2], key, x) for k, v in same) / len(
+                    same
+                ), name
+            return sum(self._carried(v, gpu, x) for _, v in same) / len(same), name
         if family in self.family_mean:
             return self.family_mean[family], "family mean"
         return 0.0, "none"
+
+    @cached_property
+    def gpu_effects(self) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+        """Per GPU, the release effect ``b(x)`` at each release published on it (release indices, log levels): the
+        two-way fit ``y(g, x) = a(g) + b(gpu, x)`` over the GPU's groups (alternating means,
+        :data:`EFFECT_ITERATIONS` rounds; Searle, Casella & McCulloch 1992 "Variance Components" ch. 4 for the
+        unbalanced two-way layout), so a difference ``b(x1) - b(x0)`` is what the same software change did to
+        the models measured at both, each against its own mean."""
+        a = {k: statistics.mean(g.y) for k, g in self.groups.items()}
+        b: dict[tuple[str, float], float] = {}
+        for _ in range(EFFECT_ITERATIONS):
+            cells: dict[tuple[str, float], list[float]] = {}
+            for k, g in self.groups.items():
+                for x, y in zip(g.x, g.y):
+                    cells.setdefault((k[1], x), []).append(y - a[k])
+            b = {c: statistics.mean(v) for c, v in cells.items()}
+            a = {k: statistics.mean(y - b[(k[1], x)] for x, y in zip(g.x, g.y)) for k, g in self.groups.items()}
+        out: dict[str, dict[float, float]] = {}
+        for (gpu, x), v in b.items():
+            out.setdefault(gpu, {})[x] = v
+        return {gpu: (tuple(sorted(d)), tuple(d[x] for x in sorted(d))) for gpu, d in out.items()}
+
+    def _carried(self, g: GroupLevel, gpu: str, x: float | None) -> float:
+        """A relative group's log level read for a point on ``gpu`` at release index ``x``: its own (interpolated)
+        level, plus ``b(x) - b(x_edge)`` of ``gpu``'s release effect (:attr:`gpu_effects`) where ``x`` lies outside
+        the relative's published releases (``x_edge`` its nearest one)."""
+        own = g.log_level(x)
+        effects = self.gpu_effects.get(gpu)
+        if x is None or effects is None:
+            return own
+        edge = min(max(x, g.x[0]), g.x[-1])
+        if edge == x:
+            return own
+        at = GroupLevel(family=g.family, x=effects[0], y=effects[1], rows=0)
+        return own + at.log_level(x) - at.log_level(edge)
 
     def _precision_shift(self, gpu: str, have: str, want: str, x: float | None) -> float:
         """Mean log level of peak key ``want`` minus that of ``have`` on ``gpu`` at ``x``, over the other models
