@@ -30,8 +30,6 @@ NOT_YET_SPLIT_FUNCTIONS = frozenset(
         "bridgebench.launch.plan.plan",
         "bridgebench.launch.sweep.run_sweep",
         "bridgebench.launch.tracking.update",
-        "bridgebench.logs.batch._batch",
-        "bridgebench.logs.routing.scan",
         "bridgebench.model.flops.model_flops",
         "bridgebench.model.layout.stage_layers",
         "bridgebench.model.memory.activations.layer_act_per_token",
