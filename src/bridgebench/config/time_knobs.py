@@ -71,6 +71,7 @@ def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
         "use_megatron_fsdp": flag("use_megatron_fsdp", False),
         "fp8_dot_product_attention": flag("fp8_dot_product_attention", False),
         "muon_assignment": v.get("muon_assignment") or "ping_pong",
+        "framework": str(v.get("framework") or "megatron"),
     }
 
 

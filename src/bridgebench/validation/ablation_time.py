@@ -152,6 +152,7 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
         overlap_param_gather=modern,
         use_distributed_optimizer=modern,
         use_megatron_fsdp=fsdp,
+        framework=next((f for f in ("deepspeed", "torchtitan") if f in framework), "megatron"),
         flops_formula="v2",
     )
     if not modern and "torchtitan" not in framework:
