@@ -1,0 +1,93 @@
+"""The host work a MoE layer exposes when its token dispatch waits on the host
+(bridgebench.model.steptime.predict.host_exposed), its fit (``host_moe`` on bridgebench.model.steptime.fit.calibrate's
+grid) and the GPU release effect that carries a relative's level to a release it was not published at
+(bridgebench.model.steptime.release.LevelTable.gpu_effects)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from bridgebench.config.catalog import load_gpu
+from bridgebench.config.time_knobs import time_knobs
+from bridgebench.model.steptime.calibration import Calibration
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig
+from bridgebench.model.steptime.fit import Row, calibrate
+from bridgebench.model.steptime.predict import layer_time, predict_time
+from bridgebench.model.steptime.release import GroupLevel, LevelTable, release_index
+
+B200 = GpuFacts.from_mapping(load_gpu("b200"))
+#: Qwen3 30B-A3B on 8 B200 as NVIDIA's tables print it (EP 8), without a release level (level 1).
+QWEN = dict(gpu=B200, peak_key="mxfp8", num_gpus=8, gbs=512, ep=8, etp=1)
+HOST = 8e-3
+CAL = Calibration(efficiency={("b200", "fp8"): 0.4}, host_moe=HOST)
+
+
+def test_a_short_moe_layer_waits_on_the_host_a_long_one_hides_it(models):
+    spec = models["qwen3_30b_a3b"]
+    moe_layers = sum(bool(m) for m in spec.moe_layer_pattern)
+    one = TimeConfig.from_flat(**QWEN, mbs=1)
+    at_one = predict_time(spec, one, CAL)
+    t_gpu = sum(layer_time(spec, one, CAL, "moe").values())
+    assert at_one.level == 1.0 and 0 < t_gpu < HOST  # MBS 1: the layer's kernels run shorter than their launches
+    assert at_one.overhead == pytest.approx(one.num_microbatches * moe_layers * (HOST - t_gpu))
+    four = TimeConfig.from_flat(**QWEN, mbs=4)
+    t_gpu4 = sum(layer_time(spec, four, CAL, "moe").values())
+    expected4 = four.num_microbatches * moe_layers * max(0.0, HOST - t_gpu4)
+    assert predict_time(spec, four, CAL).overhead == pytest.approx(expected4) and expected4 < at_one.overhead / 2
+    # no host time, or a capacity-padded (token-drop) dispatch with static shapes: nothing waits, the rest unchanged
+    for cal, cfg in (
+        (dataclasses.replace(CAL, host_moe=0.0), one),
+        (CAL, one.with_dims(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)),
+    ):
+        b = predict_time(spec, cfg, cal)
+        assert b.overhead == 0.0 and b.total == pytest.approx(at_one.total - at_one.overhead)
+    # dropping without padding still needs the counts on the host
+    dropping = one.with_dims(moe_expert_capacity_factor=1.0)
+    assert dropping.host_synced_dispatch and predict_time(spec, dropping, CAL).overhead == at_one.overhead
+
+
+def test_a_dense_model_never_waits_on_the_host(models):
+    cfg = TimeConfig.from_flat(gpu=B200, peak_key="fp8", num_gpus=8, mbs=1, gbs=128, tp=8, sequence_parallel=True)
+    assert predict_time(models["llama3_70b"], cfg, CAL).overhead == 0.0
+
+
+def test_the_fit_recovers_a_known_host_time(models):
+    """Rows predicted with a known host time (level 1 at every release, a different MBS per release) give it back
+    from the grid: only the true value leaves the release levels flat under both held-out criteria."""
+    spec = models["qwen3_30b_a3b"]
+    rows = []
+    for release, mbs_values in (("26.02", (1, 2)), ("26.04", (4, 2))):
+        for mbs in mbs_values:
+            cfg = TimeConfig.from_flat(**QWEN, mbs=mbs, release=release)
+            tflops = predict_time(spec, cfg, CAL).tflops_per_gpu
+            rows.append(Row(spec=spec, cfg=cfg, tflops=tflops, release=release))
+    cal = calibrate(rows, c_grid=(0.0,), host_grid=(0.0, HOST / 2, HOST, 2 * HOST))
+    assert cal.host_moe == HOST
+    assert cal.efficiency[("b200", "fp8")] == pytest.approx(0.4, rel=1e-3)  # the fixed point's tolerance
+    assert all(abs(y) < 1e-3 for g in cal.groups.values() for y in g.y)
+
+
+def test_a_relative_is_carried_by_its_gpus_release_effect():
+    """Model b, published on B200 in FP8 at 26.02 only, read at NVFP4 (its same model and GPU tier) at 26.04: its
+    26.02 level plus what 26.02 -> 26.04 did to model a on the same GPU; at 26.02 nothing is added, and a group's
+    own level beyond its releases stays flat."""
+    x0, x1 = release_index("26.02"), release_index("26.04")
+    groups = {
+        ("a", "b200", "fp8"): GroupLevel(family="moe", x=(x0, x1), y=(0.0, 0.3), rows=2),
+        ("b", "b200", "fp8"): GroupLevel(family="moe", x=(x0,), y=(0.1,), rows=1),
+    }
+    table = LevelTable(groups=groups, family_mean={"moe": 0.0})
+    xs, bs = table.gpu_effects["b200"]
+    assert xs == (x0, x1) and bs[1] - bs[0] == pytest.approx(0.3, abs=1e-3)
+    level, source = table.log_level(("b", "b200", "nvfp4"), "moe", x1)
+    assert source == "same model and GPU" and level == pytest.approx(0.4, abs=1e-3)
+    assert table.log_level(("b", "b200", "nvfp4"), "moe", x0)[0] == pytest.approx(0.1)
+    assert table.log_level(("b", "b200", "fp8"), "moe", x1) == (pytest.approx(0.1), "group")
+
+
+def test_the_sweep_reads_the_token_drop_knobs():
+    knobs = time_knobs({"gpu": "b200", "moe_expert_capacity_factor": 1, "moe_pad_expert_input_to_capacity": True})
+    assert knobs["moe_expert_capacity_factor"] == 1.0 and knobs["moe_pad_expert_input_to_capacity"] is True
+    assert time_knobs({"gpu": "b200"})["moe_expert_capacity_factor"] is None
