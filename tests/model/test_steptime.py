@@ -330,7 +330,14 @@ def test_calibration_file_round_trip():
     cal = calibration.load().time
     again = Calibration.from_mapping(cal.to_mapping())
     assert again.efficiency == pytest.approx(cal.efficiency, rel=1e-5)
-    assert (again.c_layer, again.kappa, again.ns_efficiency) == (cal.c_layer, cal.kappa, cal.ns_efficiency)
+    assert (again.c_layer, again.host_moe, again.kappa, again.ns_efficiency) == (
+        cal.c_layer,
+        cal.host_moe,
+        cal.kappa,
+        cal.ns_efficiency,
+    )
+    with pytest.raises(TimeModelError, match="host_moe_s"):
+        Calibration.from_mapping({**cal.to_mapping(), "host_moe_s": -1e-3})
     assert again.groups == cal.groups and cal.groups and again.family_level == cal.family_level
     assert again.bands == cal.bands and cal.bands and 0 < cal.band_default < 1
     with pytest.raises(TimeModelError, match="positive"):
@@ -344,7 +351,7 @@ def test_shipped_calibration_is_the_fit_of_the_shipped_published_table():
 
     shipped = calibration.load().time
     refit = fit()
-    assert refit.c_layer == shipped.c_layer
+    assert (refit.c_layer, refit.host_moe) == (shipped.c_layer, shipped.host_moe)
     assert set(refit.efficiency) == set(shipped.efficiency)
     for key, value in refit.efficiency.items():
         assert shipped.efficiency[key] == pytest.approx(value, rel=1e-4), key

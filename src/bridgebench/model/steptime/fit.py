@@ -49,11 +49,9 @@ C_LAYER_GRID = (0.0, 5e-5, 1e-4, 2e-4, 4e-4, 8e-4, 1.6e-3)
 HOST_MOE_GRID = (0.0, 2e-3, 4e-3, 6e-3, 8e-3, 1e-2, 1.2e-2, 1.6e-2)
 #: bracket of implied levels searched.
 LEVEL_BRACKET = (1e-3, 20.0)
-#: most fixed-point steps of the efficiency of each (GPU, precision class) (see the module docstring); the steps
-#: stop once no class's mean log level moves by more than :data:`E_TOLERANCE`. A row whose MoE layers wait on the
-#: host (:func:`~bridgebench.model.steptime.predict.host_exposed`) answers an efficiency change only in part, so
-#: those classes need more steps than the four that converge compute-bound rows.
-E_ITERATIONS = 30
+#: most fixed-point steps of the efficiency of each (GPU, precision class) (see the module docstring; secant steps,
+#: :func:`_secant_step`); the steps stop once every class's mean log level is within :data:`E_TOLERANCE` of 0.
+E_ITERATIONS = 12
 #: convergence of the fixed point: largest |mean log level| of a class after a step.
 E_TOLERANCE = 1e-4
 #: starting efficiency of the fixed point.
@@ -157,31 +155,47 @@ def _fit_at(
     """The efficiencies per (GPU, precision class) at ``c_layer = c`` and ``host_moe = host`` (the fixed point of the
     module docstring) and the rows' log levels re-centred on them; None when no row leaves room for compute."""
     keys = [(r.cfg.gpu.name, r.cfg.precision_class) for r in rows]
-    eff = dict.fromkeys(keys, E_START)
+    log_eff = dict.fromkeys(keys, math.log(E_START))
+    last: dict[tuple[str, str], tuple[float, float]] = {}
     used: list[tuple[Row, float]] = []
-    logs: dict[tuple[str, str], list[float]] = {}
+    means: dict[tuple[str, str], float] = {}
     for _ in range(E_ITERATIONS):
-        found = [implied_level(r, eff[k], c, kappa, ns_efficiency, host) for r, k in zip(rows, keys)]
-        logs = {}
+        found = [implied_level(r, math.exp(log_eff[k]), c, kappa, ns_efficiency, host) for r, k in zip(rows, keys)]
+        logs: dict[tuple[str, str], list[float]] = {}
         for k, v in zip(keys, found):
             if v is not None:
                 logs.setdefault(k, []).append(math.log(v))
-        for k, vals in logs.items():
-            eff[k] *= math.exp(sum(vals) / len(vals))
+        means = {k: sum(v) / len(v) for k, v in logs.items()}
         used = [(r, math.log(v)) for r, v in zip(rows, found) if v is not None]
-        if all(abs(sum(v) / len(v)) < E_TOLERANCE for v in logs.values()):
+        if all(abs(m) < E_TOLERANCE for m in means.values()):
             break
+        for k, m in means.items():
+            step = _secant_step(last.get(k), log_eff[k], m)
+            last[k] = (log_eff[k], m)
+            log_eff[k] += step
     if not used:
         return None
     cal = Calibration(
         c_layer=c, host_moe=host, kappa=kappa, ns_efficiency=ns_efficiency, default_efficiency=default_efficiency
     )
-    for k, vals in logs.items():
-        cal.efficiency[k] = eff[k]
-        cal.rows[k] = len(vals)
-    # the last step moved each efficiency by the mean of its rows' log levels: re-centre the levels on it
-    shift = {k: sum(v) / len(v) for k, v in logs.items()}
-    return cal, [(r, y - shift[(r.cfg.gpu.name, r.cfg.precision_class)]) for r, y in used]
+    for r, _ in used:
+        k = (r.cfg.gpu.name, r.cfg.precision_class)
+        cal.efficiency[k] = math.exp(log_eff[k])
+        cal.rows[k] = cal.rows.get(k, 0) + 1
+    # within E_TOLERANCE of the fixed point: centre each class's levels on 0 exactly
+    return cal, [(r, y - means[(r.cfg.gpu.name, r.cfg.precision_class)]) for r, y in used]
+
+
+def _secant_step(last: tuple[float, float] | None, x: float, f: float) -> float:
+    """The step of one class's log efficiency ``x`` towards its fixed point, where ``f`` is its rows' mean log level:
+    ``f`` itself (a level that falls as ``1 / e``: compute-bound rows, the plain fixed point), or the secant step
+    ``-f / slope`` through the previous (x, f) ``last`` when its slope lies in (-1.5, -0.05) (rows that wait on the
+    host answer an efficiency change only in part, and the plain step would crawl)."""
+    if last is not None and last[0] != x:
+        slope = (f - last[1]) / (x - last[0])
+        if -1.5 < slope < -0.05:
+            return -f / slope
+    return f
 
 
 def calibrate(
