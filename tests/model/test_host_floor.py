@@ -55,7 +55,7 @@ def test_a_dense_model_never_waits_on_the_host(models):
 
 def test_the_fit_recovers_a_known_host_time(models):
     """Rows predicted with a known host time (level 1 at every release, a different MBS per release) give it back
-    from the grid: only the true value leaves the release levels flat under both held-out criteria."""
+    from the grid: only the true value leaves the release levels flat when a release is held out."""
     spec = models["qwen3_30b_a3b"]
     rows = []
     for release, mbs_values in (("26.02", (1, 2)), ("26.04", (4, 2))):
