@@ -152,10 +152,15 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
         overlap_param_gather=modern,
         use_distributed_optimizer=modern,
         use_megatron_fsdp=fsdp,
+        # Megatron-LM before FlashAttention (2021-22): core attention materializes the scores (Megatron-Core's
+        # ``local`` DotProductAttention is that code path); Megatron-Core / NeMo recipes and torchtitan's SDPA run
+        # a flash-style kernel
+        attention_backend="auto" if modern or "torchtitan" in framework else "local",
         flops_formula="v2",
     )
     if not modern and "torchtitan" not in framework:
-        notes.append("2021-22 Megatron-LM: no distributed optimizer, no TP overlap, gradient all-reduce not overlapped")
+        notes.append("2021-22 Megatron-LM: no distributed optimizer, no TP overlap, gradient all-reduce not overlapped, "
+                     "attention scores materialized (no FlashAttention yet: attention_backend=local)")
     return cfg, notes
 
 

@@ -25,6 +25,8 @@ PRECISION_CLASS = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "nvfp4
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep", "ncclep")
 #: Megatron-Core ``cp_comm_type`` values (``transformer_config.py``; ``None`` = ``p2p``).
 CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")
+#: Megatron-Core ``attention_backend`` values (``transformer/enums.py`` ``AttnBackend``).
+ATTENTION_BACKENDS = ("flash", "fused", "unfused", "local", "auto")
 #: Layer-wise Muon deals of whole params to data-parallel ranks: Megatron-Core 0.19.2's (``ping_pong``) and the
 #: cost-balanced packing of Megatron-LM PR #6379 (``cost_balanced``, not in 0.19.2: a what-if).
 MUON_ASSIGNMENTS = ("ping_pong", "cost_balanced")
@@ -111,7 +113,9 @@ class TimeConfig(DimsView):
     - ``overlap_grad_reduce``, ``overlap_param_gather``, ``bucket_size`` (params per DDP bucket; None = Megatron-Core's
       ``max(40M, 1M x DP)``), ``use_distributed_optimizer``, ``grad_reduce_in_fp32``, ``fp8_param_gather``,
       ``use_megatron_fsdp``;
-    - ``fp8_dot_product_attention`` (attention core in FP8 instead of BF16);
+    - ``fp8_dot_product_attention`` (attention core in FP8 instead of BF16); ``attention_backend`` (Megatron-Core's
+      ``AttnBackend``: ``flash``, ``fused``, ``auto`` run a flash-style kernel; ``local`` and ``unfused``
+      materialize the score matrix, :mod:`bridgebench.model.steptime.gemm`);
     - ``overlap_p2p_comm`` (None = Megatron-Bridge's: on with VP > 1);
     - the ``recompute_*`` settings (:mod:`bridgebench.model.steptime.recompute`);
     - ``muon_assignment`` (``ping_pong`` = Megatron-Core 0.19.2, ``cost_balanced`` = Megatron-LM PR #6379 what-if).
@@ -145,6 +149,7 @@ class TimeConfig(DimsView):
     fp8_param_gather: bool = False
     use_megatron_fsdp: bool = False
     fp8_dot_product_attention: bool = False
+    attention_backend: str = "auto"
     overlap_p2p_comm: bool | None = None
     muon_assignment: str = "ping_pong"
 
@@ -156,6 +161,10 @@ class TimeConfig(DimsView):
             )
         if (self.cp_comm_type or "p2p") not in CP_COMM_TYPES:
             raise TimeModelError(f"cp_comm_type must be one of {CP_COMM_TYPES}, got {self.cp_comm_type!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise TimeModelError(
+                f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}"
+            )
         if self.muon_assignment not in MUON_ASSIGNMENTS:
             raise TimeModelError(f"muon_assignment must be one of {MUON_ASSIGNMENTS}, got {self.muon_assignment!r}")
 

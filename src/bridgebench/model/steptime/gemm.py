@@ -71,6 +71,14 @@ class LayerShape:
     sp: bool
     peak_key: str
     fp8_attention: bool = False
+    attention_backend: str = "auto"
+
+
+#: Megatron-Core ``attention_backend`` values (``transformer/enums.py`` ``AttnBackend``, megatron-core 0.19.2) whose
+#: core attention materializes the score matrix: ``local`` (Megatron-Core's own ``DotProductAttention``: baddbmm,
+#: ``FusedScaleMaskSoftmax``, dropout, bmm -- what Megatron-LM ran before FlashAttention, Narayanan et al. 2021,
+#: Korthikanti et al. 2022) and ``unfused`` (Transformer Engine's ``UnfusedDotProductAttention``, the same steps).
+MATERIALIZED_ATTENTION = ("local", "unfused")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,22 +231,42 @@ def attention_core_flops(spec: ModelSpec, sh: LayerShape) -> float:
     docstring; load-balanced CP gives every rank half of the full-sequence keys on average)."""
     t, _ = tokens(spec, sh)
     n = spec.num_attention_heads / sh.tp
-    if spec.multi_latent_attention:
-        dims = spec.qk_head_dim + spec.qk_pos_emb_head_dim + spec.v_head_dim
-    else:
-        dims = 2 * spec.head_dim
+    dims = sum(_head_dims(spec))
     return 2.0 * t * (spec.seq_length / 2.0) * dims * n
 
 
 def attention_core_seconds(spec: ModelSpec, sh: LayerShape, gpu: GpuFacts) -> tuple[float, float]:
-    """(forward, backward) seconds of the attention core at efficiency 1: the flash-attention rates relative to a
-    GEMM, at the BF16 peak (FP8 with ``fp8_attention``) and the shape factor of (query chunk, keys)."""
-    fwd = attention_core_flops(spec, sh)
+    """(forward, backward) seconds of the attention core's matrix work at efficiency 1.
+
+    Flash-style backends: the flash-attention rates relative to a GEMM, at the BF16 peak (FP8 with
+    ``fp8_attention``) and the shape factor of (query chunk, keys), causal half of the keys (module docstring).
+    Materialized scores (:data:`MATERIALIZED_ATTENTION`): two batched GEMMs per head over the FULL key range (the
+    causal mask is applied to the computed scores, nothing is skipped), ``Q K^T`` (``M`` queries, ``N`` keys,
+    ``K`` = head dim) and ``P V`` (``M`` queries, ``N`` = head dim, ``K`` keys), at the GEMM shape law; the backward
+    runs two GEMMs per forward GEMM (``dQ, dK`` and ``dP, dV``: 2x the forward, no recomputation of ``Q K^T``). Their
+    softmax / mask / dropout traffic is :func:`bridgebench.model.steptime.elementwise.score_bytes`."""
     tile = tile_of(gpu)
     q = spec.seq_length / sh.cp
-    f = (q / (q + tile)) * (spec.seq_length / (spec.seq_length + tile))
     peak = gpu.peak(sh.peak_key if sh.fp8_attention else "bf16")
+    if sh.attention_backend in MATERIALIZED_ATTENTION:
+        t, _ = tokens(spec, sh)
+        n = spec.num_attention_heads / sh.tp
+        dqk, dv = _head_dims(spec)
+        s = spec.seq_length
+        qk = 2.0 * t * s * dqk * n / shape_factor(q, s, dqk, tile)
+        pv = 2.0 * t * s * dv * n / shape_factor(q, dv, s, tile)
+        return (qk + pv) / peak, 2.0 * (qk + pv) / peak
+    fwd = attention_core_flops(spec, sh)
+    f = (q / (q + tile)) * (spec.seq_length / (spec.seq_length + tile))
     return fwd / (peak * f * ATTENTION_FWD_EFFICIENCY), 2.5 * fwd / (peak * f * ATTENTION_BWD_EFFICIENCY)
+
+
+def _head_dims(spec: ModelSpec) -> tuple[float, float]:
+    """(query/key head dim, value head dim): MLA's ``qk_head_dim + qk_pos_emb_head_dim`` and ``v_head_dim``, else
+    ``head_dim`` both."""
+    if spec.multi_latent_attention:
+        return spec.qk_head_dim + spec.qk_pos_emb_head_dim, spec.v_head_dim
+    return spec.head_dim, spec.head_dim
 
 
 @lru_cache(maxsize=4096)
