@@ -97,3 +97,35 @@ def test_attention_backend_is_megatron_cores_enum():
         TimeConfig.from_flat(gpu=A100, peak_key="bf16", num_gpus=8, mbs=1, gbs=8, attention_backend="flash2")
     assert time_knobs({"attention_backend": "AttnBackend.local"})["attention_backend"] == "local"
     assert time_knobs({})["attention_backend"] == "auto"
+
+
+def test_a_board_power_limit_lowers_the_tensor_rate_between_the_datasheet_anchors():
+    """H100 SXM5 at 700 W prints 989.4 TFLOP/s BF16, the H100 NVL (same die) at 400 W 835: torchtitan's 500 W H100s
+    get two thirds of the way down to the SXM rate; HBM is unchanged; a GPU without anchors is refused."""
+    h100 = GpuFacts.from_mapping(load_gpu("h100"))
+    capped = h100.at_power_limit(500)
+    assert capped.peak("bf16") / h100.peak("bf16") == pytest.approx(1 - (1 - 835 / 989.4) * 2 / 3)
+    assert capped.peak("fp8") / h100.peak("fp8") == pytest.approx(capped.peak("bf16") / h100.peak("bf16"))
+    assert capped.hbm_bandwidth == h100.hbm_bandwidth and capped.name == "h100"
+    assert h100.at_power_limit(700).peak("bf16") == h100.peak("bf16")
+    assert h100.at_power_limit(400).peak("bf16") == pytest.approx(835e12)
+    with pytest.raises(TimeModelError, match="power limit"):
+        h100.at_power_limit(300)
+    with pytest.raises(TimeModelError, match="a100"):
+        A100.at_power_limit(250)
+
+
+def test_torch_sdpa_runs_the_attention_core_at_flashattention2_rates():
+    """torchtitan's SDPA (torch 2.5-2.6 on Hopper: FlashAttention-2, cuDNN opt-in) against Megatron's fused kernel:
+    the attention core's forward at 329 / 631 of its time, the backward at 322 / 561; the GEMMs unchanged."""
+    from bridgebench.model.steptime.gemm import LayerShape, attention_core_seconds, layer_gemm_seconds
+    from bridgebench.model.steptime.registry import handle
+
+    h100 = GpuFacts.from_mapping(load_gpu("h100"))
+    spec = dataclasses.replace(GPT22B, seq_length=32768)
+    fused = LayerShape(tp=1, cp=1, ep=1, etp=1, mbs=1, sp=False, peak_key="bf16")
+    sdpa = dataclasses.replace(fused, attention_backend="sdpa")
+    (ff, fb), (sf, sb) = attention_core_seconds(spec, fused, h100), attention_core_seconds(spec, sdpa, h100)
+    assert sf / ff == pytest.approx(631 / 329) and sb / fb == pytest.approx(561 / 322)
+    gemms = {k: v for k, v in layer_gemm_seconds(handle(spec), handle(h100), "dense", sdpa) if "core" not in k}
+    assert gemms == {k: v for k, v in layer_gemm_seconds(handle(spec), handle(h100), "dense", fused) if "core" not in k}

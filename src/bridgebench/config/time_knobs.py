@@ -66,8 +66,9 @@ def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
         "use_megatron_fsdp": flag("use_megatron_fsdp", False),
         "fp8_dot_product_attention": flag("fp8_dot_product_attention", False),
         # an AttnBackend member or its config spelling "AttnBackend.local"; unset = Megatron-Core's default (auto)
-        "attention_backend": str(getattr(v.get("attention_backend"), "name", v.get("attention_backend") or "auto"))
-        .split(".")[-1],
+        "attention_backend": str(
+            getattr(v.get("attention_backend"), "name", v.get("attention_backend") or "auto")
+        ).split(".")[-1],
         "muon_assignment": v.get("muon_assignment") or "ping_pong",
     }
 

@@ -83,6 +83,9 @@ def spec_of(r: dict[str, str]) -> ModelSpec:
 def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
     """The row as a :class:`TimeConfig`, with the assumptions made where the source is silent."""
     notes = []
+    watts = re.search(r"(\d+)\s*W limit", r["gpu"])
+    if watts:  # a board power limit below the datasheet's (torchtitan's Grand Teton H100s at 500 W)
+        gpu = gpu.at_power_limit(float(watts.group(1)))
     n = int(r["num_gpus"])
     tp, pp, cp = _int(r["tp"], 1), _int(r["pp"], 1), _int(r["cp"], 1)
     ep, etp = _int(r["ep"], 1), _int(r["etp"])
@@ -153,14 +156,16 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
         use_distributed_optimizer=modern,
         use_megatron_fsdp=fsdp,
         # Megatron-LM before FlashAttention (2021-22): core attention materializes the scores (Megatron-Core's
-        # ``local`` DotProductAttention is that code path); Megatron-Core / NeMo recipes and torchtitan's SDPA run
-        # a flash-style kernel
-        attention_backend="auto" if modern or "torchtitan" in framework else "local",
+        # ``local`` DotProductAttention is that code path); Megatron-Core / NeMo recipes run TE's fused kernel;
+        # torchtitan calls torch's SDPA (FlashAttention-2 on Hopper in torch 2.5-2.6)
+        attention_backend="auto" if modern else "sdpa" if "torchtitan" in framework else "local",
         flops_formula="v2",
     )
     if not modern and "torchtitan" not in framework:
-        notes.append("2021-22 Megatron-LM: no distributed optimizer, no TP overlap, gradient all-reduce not overlapped, "
-                     "attention scores materialized (no FlashAttention yet: attention_backend=local)")
+        notes.append(
+            "2021-22 Megatron-LM: no distributed optimizer, no TP overlap, gradient all-reduce not overlapped, "
+            "attention scores materialized (no FlashAttention yet: attention_backend=local)"
+        )
     return cfg, notes
 
 
