@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import random
 import statistics
@@ -132,16 +133,20 @@ def runs_to_best(order: list[str], tput: dict[str, float]) -> int:
     return len(order)
 
 
-def unmeasured_errors(space: dict, post: refit.Posterior) -> list[float]:
+def unmeasured_errors(space: dict, post: refit.Posterior) -> tuple[list[float], list[bool]]:
     """Relative errors of the corrected step time on the points the posterior has not seen
-    (bridgebench.validation.metrics); their MAPE is the space's figure."""
+    (bridgebench.validation.metrics; their MAPE is the space's figure), and whether each measurement lies inside the
+    point's posterior band (+-1 predictive sd in log units, the ~68 % band the stop rule reads)."""
     todo = [c for c in space["candidates"] if c.point_id not in post.measured]
-    return metrics.rel_errors([post.step(c)[0] for c in todo], [space["measured"][c.point_id] for c in todo])
+    steps = [post.step(c) for c in todo]
+    truth = [space["measured"][c.point_id] for c in todo]
+    inside = [abs(math.log(t / p)) <= sd for (p, sd), t in zip(steps, truth)]
+    return metrics.rel_errors([p for p, _ in steps], truth), inside
 
 
-def adaptive(space: dict) -> tuple[list[str], list[list[float]], list[str]]:
-    """The adaptive order (one run per round), the relative errors on the unmeasured points after 0..3 runs, and
-    why each point was chosen."""
+def adaptive(space: dict) -> tuple[list[str], list[tuple[list[float], list[bool]]], list[str]]:
+    """The adaptive order (one run per round), the relative errors on the unmeasured points after 0..3 runs with
+    whether each lies inside its posterior band, and why each point was chosen."""
     cands, truth = space["candidates"], space["measured"]
     measured: dict[str, float] = {}
     order, errors, why = [], [], []
@@ -175,8 +180,9 @@ def evaluate(space: dict) -> dict:
         "model": runs_to_best([c.point_id for c in model], tput),
         "random_median": statistics.median(rand),
         "grid": runs_to_best(space["order"], tput),
-        "mape_after_pct": [100 * metrics.mape(e) for e in errors],
-        "abs_errors_after_pct": [[abs(100 * x) for x in e] for e in errors],
+        "mape_after_pct": [100 * metrics.mape(e) for e, _ in errors],
+        "abs_errors_after_pct": [[abs(100 * x) for x in e] for e, _ in errors],
+        "inside_band_after": [[bool(x) for x in b] for _, b in errors],
         "first_choices": why[:3],
     }
 
@@ -201,6 +207,11 @@ def plot(results: list[dict], path: Path) -> None:
     ax1.legend(fontsize=7)
     for r, n in zip(results, names):
         ax2.plot(range(len(r["mape_after_pct"])), r["mape_after_pct"], marker="o", label=n.replace("\n", " "))
+    ks = range(4)
+    mean = [statistics.mean(r["mape_after_pct"][k] for r in results) for k in ks]
+    pooled = [statistics.mean(x for r in results for x in r["abs_errors_after_pct"][k]) for k in ks]
+    ax2.plot(ks, mean, color="black", lw=2.5, label="mean over spaces (mape_after_3_pct)")
+    ax2.plot(ks, pooled, color="black", lw=2.5, ls=":", label="pooled over rows")
     ax2.axhline(5, color="grey", ls="--", lw=0.8)
     ax2.set_xlabel("measured runs (adaptive)")
     ax2.set_ylabel("MAPE on unmeasured rows (%)")
@@ -247,6 +258,7 @@ def main() -> None:
             for k in range(4)
         ],  # fmt: skip
         "mape_after_3_pct_pooled": statistics.mean(x for r in results for x in r["abs_errors_after_pct"][3]),
+        "band_coverage_after_3": statistics.mean(x for r in results for x in r["inside_band_after"][3]),
         "worse_than_random_sets": [r["set"] for r in results if r["adaptive"] > r["random_median"]],
         "load_average": os.getloadavg()[0],
     }
@@ -278,6 +290,8 @@ def main() -> None:
     print(f"  pooled over every space's unmeasured rows (each row weighs the same): after 0 runs {mp[0]:.1f} %, 1: "
           f"{mp[1]:.1f} %, 2: {mp[2]:.1f} %, 3: {mp[3]:.1f} %")  # fmt: skip
     print(f"  ({AGGREGATION})")
+    cover = summary["band_coverage_after_3"]
+    print(f"posterior bands after 3 runs (+-1 predictive sd, ~68 % nominal) cover {cover:.0%} of the unmeasured rows")
     print(f"load average {summary['load_average']:.1f}")
     plot(results, args.plot)
     print(f"plot: {args.plot}")
