@@ -87,8 +87,9 @@ def sweep(
     submit them. Writes points.parquet, summary.md and points.png under paths.sweeps/<name>/.
 
     With --adaptive --budget N: rounds of choose -> submit -> wait -> collect -> refit -> re-rank
-    (bridgebench.model.refit: expected improvement, stop when the best measured point beats every unmeasured
-    point's optimistic band edge or the budget is spent); adds rounds.parquet and an "Adaptive rounds" summary."""
+    (bridgebench.model.refit rule ei+info: expected improvement plus the expected reduction of the other points'
+    prediction error, stop when the best measured point beats every unmeasured point's optimistic band edge or the
+    budget is spent); adds rounds.parquet and an "Adaptive rounds" summary."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
