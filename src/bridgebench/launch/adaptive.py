@@ -9,8 +9,8 @@ simulates offline): the first round measures the best predicted point; each late
 the largest expected improvement over the best measured throughput under the refitted posterior plus the expected
 reduction of the other unmeasured points' prediction error (rule :data:`bridgebench.model.refit.RULE`); the loop
 stops when the best measured point beats every unmeasured point's optimistic band edge (``converged``), when
-``budget`` runs were spent (``budget``), or when nothing is left to measure (``exhausted``). A point whose run ended without a step
-time (out of memory, an error) counts against the budget and is not chosen again.
+``budget`` runs were spent (``budget``), or when nothing is left to measure (``exhausted``). A point whose run ended
+without a step time (out of memory, an error) counts against the budget and is not chosen again.
 
 State: ``<sweep dir>/adaptive.json``, written (temp file + rename) after every plan and every submission, so Ctrl-C
 or a lost controller loses nothing: ``--resume`` adopts a chosen point whose run the ledger already has (submitted
