@@ -109,3 +109,20 @@ def test_a_wide_band_is_mostly_level_so_a_run_weighs_by_the_residual_not_the_ban
     expect = w * math.log(1.3) / (w + 1 / 0.2**2)
     assert post1.coefficients()["level"][0] == pytest.approx(expect, rel=1e-4)
     assert expect > 0.85 * math.log(1.3)  # one run of this cluster carries most of its level to the others
+
+
+def test_information_is_the_conjugate_update_of_the_others_errors():
+    """What choose() credits a run with equals what measuring it does to the other points' posterior sd (same band
+    scale): the expected absolute error sqrt(2/pi) sd, averaged over the others."""
+    c = _cands()
+    prior = refit.Prior()
+    post = refit._fit(c, {"p0": 1.1}, prior, 1.0)
+    todo = c[1:]
+    for pick in (c[1], c[5]):
+        after = refit._fit(c, {"p0": 1.1, pick.point_id: 1.7}, prior, 1.0)  # the value does not move a variance
+        others = [o for o in todo if o.point_id != pick.point_id]
+        drop = [post.log_ratio(o)[1] - after.log_ratio(o)[1] for o in others]
+        expect = math.sqrt(2 / math.pi) * sum(drop) / len(others)
+        assert refit.information(post, pick, todo) == pytest.approx(expect, rel=1e-9)
+    # the point whose scale-out share differs most from p0's teaches the others more than p0's neighbour does
+    assert refit.information(post, c[5], todo) > refit.information(post, c[1], todo)
