@@ -30,16 +30,7 @@ NOT_YET_SPLIT_FUNCTIONS = frozenset(
         "bridgebench.launch.plan.plan",
         "bridgebench.launch.sweep.run_sweep",
         "bridgebench.launch.tracking.update",
-        "bridgebench.logs.batch._batch",
-        "bridgebench.logs.routing.scan",
-        "bridgebench.model.flops.model_flops",
-        "bridgebench.model.layout.stage_layers",
-        "bridgebench.model.memory.activations.layer_act_per_token",
-        "bridgebench.model.memory.estimate.estimate_memory",
-        "bridgebench.model.newton_schulz.ns_load",
         "bridgebench.payloads.optstep.run_optstep",
-        "bridgebench.results.compare_stats.runs.compare_runs",
-        "bridgebench.sweep.space.parse_space",
     }
 )
 

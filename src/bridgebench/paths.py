@@ -8,9 +8,11 @@ which reads the same file with OmegaConf. Bottom layer: imports nothing from bri
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_ROOT / "configs"
@@ -27,12 +29,25 @@ def config_dirs() -> tuple[Path, ...]:
     """The config search path, in order: the shipped ``configs/``, then ``$BRIDGEBENCH_CONFIG_DIR`` when set (as
     given, made absolute; ``bridgebench.config.compose.check_user_config_dir`` says what is wrong with it). Every
     reader of config groups goes through this one function, so a cache of composed configs can key on it."""
-    import os
-
     extra = os.environ.get(USER_CONFIG_ENV, "").strip()
     if not extra:
         return (CONFIG_DIR,)
     return (CONFIG_DIR, Path(extra).expanduser().absolute())
+
+
+@contextmanager
+def environ_set(name: str, value: str) -> Iterator[None]:
+    """Environment variable ``name`` set to ``value`` inside the ``with`` block, then restored (unset again when it
+    was unset before), also when the block raises."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 def config_files(group: str) -> dict[str, Path]:

@@ -162,15 +162,8 @@ def normalize_overrides(overrides: Sequence[str]) -> list[str]:
             continue
         head, raw = line.split("=", 1)
         if ov.package:  # +model@pkg=<option>: still an option of the group, by name (rule config_name_confined)
-            from bridgebench.config.bounds import BoundsError, check_option_name
-
             for value in (v.strip().strip("'\"") for v in raw.split(",")):
-                try:
-                    check_option_name(key, value)
-                except BoundsError as err:
-                    raise ConfigError(str(err)) from None
-                if value not in ("null", "None") and value not in group_options(key):
-                    raise ConfigError(f"unknown {key} {value!r}; known {key} options: {group_options(key)}")
+                _check_option(key, value, check_name=True)
             out.append(line)
             continue
         items = [v.strip() for v in raw.split(",")]
@@ -178,17 +171,30 @@ def normalize_overrides(overrides: Sequence[str]) -> list[str]:
             line = head + "=" + ",".join(f"'{v}'" for v in items)
             ov = parser.parse_override(line)
         for value in (v.strip("'\"") for v in items):
-            if value not in ("null", "None") and value not in group_options(key) and ("/" in value or ".." in value):
-                from bridgebench.config.bounds import BoundsError, check_option_name
-
-                try:
-                    check_option_name(key, value)
-                except BoundsError as err:
-                    raise ConfigError(str(err)) from None
-            if value not in ("null", "None") and value not in group_options(key):
-                raise ConfigError(f"unknown {key} {value!r}; known {key} options: {group_options(key)}")
+            _check_option(key, value, check_name=False)
         out.append(line)
     return out
+
+
+def _check_option(key: str, value: str, *, check_name: bool) -> None:
+    """One option ``value`` of group ``key`` given on the command line: its name is checked (rule
+    ``config_name_confined``) when ``check_name`` or when it is unknown and looks like a path; then it must be a known
+    option of the group (``null`` / ``None`` unset the group).
+
+    Raises:
+        ConfigError: a name that breaks ``config_name_confined``, or an unknown option (the message lists the known
+        ones).
+    """
+    unknown = value not in ("null", "None") and value not in group_options(key)
+    if check_name or (unknown and ("/" in value or ".." in value)):
+        from bridgebench.config.bounds import BoundsError, check_option_name
+
+        try:
+            check_option_name(key, value)
+        except BoundsError as err:
+            raise ConfigError(str(err)) from None
+    if unknown:
+        raise ConfigError(f"unknown {key} {value!r}; known {key} options: {group_options(key)}")
 
 
 def compose(overrides: Sequence[str] = (), *, return_hydra_config: bool = False) -> DictConfig:

@@ -70,6 +70,7 @@ def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
             getattr(v.get("attention_backend"), "name", v.get("attention_backend") or "auto")
         ).split(".")[-1],
         "muon_assignment": v.get("muon_assignment") or "ping_pong",
+        "framework": str(v.get("framework") or "megatron"),
     }
 
 

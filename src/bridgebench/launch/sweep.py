@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bridgebench import sweep as engine
 from bridgebench.config import calibration as calib_mod
@@ -94,30 +94,34 @@ def atomic_write(path: Path, data: bytes) -> None:
     Raises:
         SweepDiskError: naming ``path`` when the disk is full (nothing half-written).
     """
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise _disk_error(path, err) from None
-        raise
+
+    _replace(path, write)
 
 
 def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """Rows to ``path`` atomically, through the typed row (:func:`bridgebench.sweep.row.write_rows`)."""
+    _replace(path, lambda tmp: write_rows(tmp, rows))
+
+
+def _replace(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` a temporary file beside ``path`` (its folder made when missing), then rename it over ``path``; the
+    temporary file is removed when anything fails.
+
+    Raises:
+        SweepDiskError: naming ``path`` for an OSError (disk full, quota, ...); other errors pass through.
+    """
     tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
         os.close(fd)
-        write_rows(Path(tmp), rows)
+        write(Path(tmp))
         os.replace(tmp, path)
     except BaseException as err:
         if tmp is not None:

@@ -49,6 +49,14 @@ class LineRouting(ChunkEvents):
             return
         if first:
             hits = hits[first:]
+        self._route_events(buf, end, base, hits, pos)
+
+    def _route_events(self, buf: bytes, end: int, base: int, hits: list[tuple[int, int, int]], pos: int) -> None:
+        """Read ``hits`` (the chunk's candidates from the first one batched on) with the templates (:meth:`_batch`)
+        and handle the events in log order from ``pos``: runs of (Step Time, record) pairs at once, single template
+        lines here, the rest by :meth:`_hit`; the rest of the chunk is re-read once enough lines missed every template
+        and a new template was learned."""
+        hit = self._hit
         ev = self._batch(buf, hits)
         code, S = ev["code"].tolist(), ev["s"].tolist()
         cols = None  # ls, n, it, hit as lists: made when an event outside a run needs them

@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Iterator
 
+from bridgebench.paths import environ_set
+
 _done = False
 
 
@@ -109,12 +111,5 @@ def _planning_imports(planning_only: bool) -> Iterator[None]:
     if not planning_only or "torch" in sys.modules and "megatron.core" in sys.modules:
         yield
         return
-    old = os.environ.get("TORCHDYNAMO_DISABLE")
-    os.environ["TORCHDYNAMO_DISABLE"] = "1"
-    try:
+    with environ_set("TORCHDYNAMO_DISABLE", "1"):
         yield
-    finally:
-        if old is None:
-            os.environ.pop("TORCHDYNAMO_DISABLE", None)
-        else:
-            os.environ["TORCHDYNAMO_DISABLE"] = old

@@ -21,10 +21,8 @@ a model.
 from __future__ import annotations
 
 import dataclasses
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -32,6 +30,7 @@ from bridgebench.config.hashing import config_hash  # noqa: F401  (re-exported: 
 from bridgebench.config.schema import MB_SECTIONS
 from bridgebench.mbridge import compat, setup, te_stub
 from bridgebench.mbridge.errors import BuildError  # noqa: F401  (re-exported: bridgebench.mbridge.build.BuildError)
+from bridgebench.paths import environ_set
 
 #: Keys of ``cfg.model`` that are bridgebench bookkeeping, not Megatron-Bridge provider fields.
 NOT_PROVIDER_FIELDS = {"name", "display_name", "hf_model_id", "published_name", "activation_func"}
@@ -66,19 +65,6 @@ NODE_ONLY_SETTINGS = [
     ("model", "moe_expert_rank_capacity_factor", None, "needs the flex dispatcher (hybridep / ncclep)"),
     ("model", "moe_paged_stash", False, "needs moe_expert_rank_capacity_factor, i.e. the flex dispatcher"),
 ]
-
-
-@contextmanager
-def _world_size(n: int) -> Iterator[None]:
-    old = os.environ.get("WORLD_SIZE")
-    os.environ["WORLD_SIZE"] = str(n)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("WORLD_SIZE", None)
-        else:
-            os.environ["WORLD_SIZE"] = old
 
 
 def _set(obj: Any, section: str, key: str, value: Any) -> None:
@@ -302,7 +288,7 @@ def _build(cfg: DictConfig, validate: bool, api_name: str, out_dir: str, policie
                 for name in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
                     if hasattr(checked.optimizer, name):
                         setattr(checked.optimizer, name, torch.float32)
-        with _world_size(int(cfg.num_gpus)):
+        with environ_set("WORLD_SIZE", str(int(cfg.num_gpus))):
             try:
                 checked.validate()
             except (AssertionError, ValueError, TypeError, RuntimeError) as err:

@@ -47,14 +47,17 @@ APIS: dict[str, Api] = {
     "0.6": Api(),
 }
 
-#: configs/model name -> (module, function) of Megatron-Bridge's pretrain recipe (same path in 0.3.x and 0.6.x).
+#: Megatron-Bridge recipe module -> the configs/model names whose pretrain recipe it holds, each as
+#: ``<name>_pretrain_config`` (same path in 0.3.x and 0.6.x)
+_RECIPE_MODULES = {
+    "megatron.bridge.recipes.kimi.kimi_k2": ("kimi_k2",),
+    "megatron.bridge.recipes.qwen.qwen3_moe": ("qwen3_30b_a3b", "qwen3_235b_a22b"),
+    "megatron.bridge.recipes.deepseek": ("deepseek_v3",),
+    "megatron.bridge.recipes.llama": ("llama3_70b", "llama31_405b"),
+}
+#: configs/model name -> (module, function) of Megatron-Bridge's pretrain recipe.
 RECIPES: dict[str, tuple[str, str]] = {
-    "kimi_k2": ("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_pretrain_config"),
-    "qwen3_30b_a3b": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_30b_a3b_pretrain_config"),
-    "qwen3_235b_a22b": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_235b_a22b_pretrain_config"),
-    "deepseek_v3": ("megatron.bridge.recipes.deepseek", "deepseek_v3_pretrain_config"),
-    "llama3_70b": ("megatron.bridge.recipes.llama", "llama3_70b_pretrain_config"),
-    "llama31_405b": ("megatron.bridge.recipes.llama", "llama31_405b_pretrain_config"),
+    name: (module, f"{name}_pretrain_config") for module, names in _RECIPE_MODULES.items() for name in names
 }
 
 
@@ -103,14 +106,8 @@ def optimizer_fields(fields: dict[str, Any], api_name: str) -> dict[str, Any]:
     for key, value in fields.items():
         if value is None:
             continue
-        if key in a.optimizer_absent:
-            if value != a.optimizer_absent[key]:
-                raise CompatError(
-                    f"optimizer.{key}={value!r} is not available in Megatron-Bridge API {api_name} "
-                    f"(fixed to {a.optimizer_absent[key]!r} there)"
-                )
-            continue
-        out[a.optimizer_renames.get(key, key)] = value
+        if not _absent(f"optimizer.{key}", value, a.optimizer_absent.get(key, _PRESENT), api_name):
+            out[a.optimizer_renames.get(key, key)] = value
     return out
 
 
@@ -131,12 +128,26 @@ def section_fields(section: str, fields: dict[str, Any], api_name: str) -> dict[
     out = {}
     for key, value in fields.items():
         dotted = f"{section}.{key}"
-        if dotted in a.absent:
-            if value != a.absent[dotted]:
-                raise CompatError(
-                    f"{dotted}={value!r} is not available in Megatron-Bridge API {api_name} "
-                    f"(fixed to {a.absent[dotted]!r} there)"
-                )
-            continue
-        out[key] = value
+        if not _absent(dotted, value, a.absent.get(dotted, _PRESENT), api_name):
+            out[key] = value
     return out
+
+
+#: :func:`_absent`'s ``fixed`` for a field the target API has
+_PRESENT = object()
+
+
+def _absent(dotted: str, value: Any, fixed: Any, api_name: str) -> bool:
+    """True when field ``dotted`` is absent from API ``api_name`` (``fixed``: the value it implicitly has there, or
+    :data:`_PRESENT`) and ``value`` is that value: the field is dropped.
+
+    Raises:
+        CompatError: the field is absent there and ``value`` differs from the value it is fixed to.
+    """
+    if fixed is _PRESENT:
+        return False
+    if value != fixed:
+        raise CompatError(
+            f"{dotted}={value!r} is not available in Megatron-Bridge API {api_name} (fixed to {fixed!r} there)"
+        )
+    return True

@@ -133,46 +133,9 @@ def model_flops(
 
     F = Fraction
     h, s = model.hidden_size, model.seq_length
-    n, g, d = model.num_attention_heads, model.query_groups, model.head_dim
     mtp = model.mtp_layers
-    layers = model.num_layers + mtp
-
-    # Dense / MoE layer counts; MTP layers copy the last decoder layer's kind.
-    pattern = model.moe_layer_pattern
-    moe_layers = sum(pattern) + pattern[-1] * mtp
-    dense_layers = layers - moe_layers
-    topk = model.moe_router_topk if model.is_moe else 0
-    moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
-    shared_ffn = model.moe_shared_expert_intermediate_size or 0
-
-    if formula == "v1":
-        glu = F(3, 2) if (model.gated_linear_unit and model.activation_func == "silu") else F(1)
-        mlp_coeff = 12 * glu  # expansion_factor (3*2*2) * gated_linear_multiplier
-    else:
-        mlp_coeff = F(6 * (3 if model.gated_linear_unit else 2))
-    mlp_dense = mlp_coeff * h * model.ffn_hidden_size * dense_layers
-    mlp_routed = mlp_coeff * h * moe_ffn * topk * moe_layers
-    mlp_shared = mlp_coeff * h * shared_ffn * moe_layers
-
-    if model.multi_latent_attention:
-        qk, rope, v = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
-        if model.q_lora_rank is None:
-            q_term = h * n * (qk + rope)
-        else:
-            q_term = model.q_lora_rank * (h + n * (qk + rope) + 1)
-        proj = q_term + model.kv_lora_rank * (h + n * (qk + v) + 1) + h * rope + n * v * h
-        attn_proj = F(6 * layers * proj)
-        attn_core = 6 * layers * (F(s * n * (qk + rope), 2) + F(s * n * v, 2))
-    else:
-        q = n * d
-        if formula == "v1":
-            # 12 L h^2 ((1 + g/n) (q/h)) and 12 L h^2 (s/(2h)) (q/h), as written upstream.
-            attn_proj = 12 * layers * F(h * h) * (1 + F(g, n)) * F(q, h)
-            attn_core = 12 * layers * F(h * h) * F(s, 2 * h) * F(q, h)
-        else:
-            gate = q if model.attention_output_gate else 0
-            attn_proj = F(6 * layers * (h * (q + 2 * d * g + gate) + q * h))
-            attn_core = F(6 * layers * q * s)
+    mlp_dense, mlp_routed, mlp_shared = _mlp_per_token(model, formula)
+    attn_proj, attn_core = _attention_per_token(model, formula)
 
     mtp_proj = F(6 * mtp * (3 * h + 2 * h * h))
     logits = F(6 * h * model.padded_vocab_size(tensor_model_parallel_size) * (mtp + 1))
@@ -190,6 +153,60 @@ def model_flops(
         mtp_projections=mtp_proj * tokens,
         logits=logits * tokens,
     )
+
+
+def _mlp_per_token(model: ModelSpec, formula: str) -> tuple[Fraction, Fraction, Fraction]:
+    """MLP FLOPs per token (forward + backward): dense layers, routed experts (top-k), shared experts.
+
+    MTP layers copy the last decoder layer's kind.  Source: as :func:`model_flops` (the MLP terms of
+    ``transformer_flops``; v1: ``expansion_factor`` 3*2*2 times the gated-linear multiplier 3/2 for SwiGLU).
+    """
+    F = Fraction
+    h, mtp = model.hidden_size, model.mtp_layers
+    layers = model.num_layers + mtp
+    pattern = model.moe_layer_pattern
+    moe_layers = sum(pattern) + pattern[-1] * mtp
+    dense_layers = layers - moe_layers
+    topk = model.moe_router_topk if model.is_moe else 0
+    moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
+    shared_ffn = model.moe_shared_expert_intermediate_size or 0
+    if formula == "v1":
+        glu = F(3, 2) if (model.gated_linear_unit and model.activation_func == "silu") else F(1)
+        mlp_coeff = 12 * glu  # expansion_factor (3*2*2) * gated_linear_multiplier
+    else:
+        mlp_coeff = F(6 * (3 if model.gated_linear_unit else 2))
+    return (
+        mlp_coeff * h * model.ffn_hidden_size * dense_layers,
+        mlp_coeff * h * moe_ffn * topk * moe_layers,
+        mlp_coeff * h * shared_ffn * moe_layers,
+    )
+
+
+def _attention_per_token(model: ModelSpec, formula: str) -> tuple[Fraction, Fraction]:
+    """Attention FLOPs per token (forward + backward) over all layers (MTP included): projections, core.
+
+    Multi-latent attention (DeepSeek-V3 / Kimi K2) counts the low-rank Q and KV projections; otherwise GQA with
+    ``query_groups`` KV heads (v2: plus the output gate).  Source: as :func:`model_flops` (the attention terms of
+    ``transformer_flops``).
+    """
+    F = Fraction
+    h, s = model.hidden_size, model.seq_length
+    n, g, d = model.num_attention_heads, model.query_groups, model.head_dim
+    layers = model.num_layers + model.mtp_layers
+    if model.multi_latent_attention:
+        qk, rope, v = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
+        if model.q_lora_rank is None:
+            q_term = h * n * (qk + rope)
+        else:
+            q_term = model.q_lora_rank * (h + n * (qk + rope) + 1)
+        proj = q_term + model.kv_lora_rank * (h + n * (qk + v) + 1) + h * rope + n * v * h
+        return F(6 * layers * proj), 6 * layers * (F(s * n * (qk + rope), 2) + F(s * n * v, 2))
+    q = n * d
+    if formula == "v1":
+        # 12 L h^2 ((1 + g/n) (q/h)) and 12 L h^2 (s/(2h)) (q/h), as written upstream.
+        return 12 * layers * F(h * h) * (1 + F(g, n)) * F(q, h), 12 * layers * F(h * h) * F(s, 2 * h) * F(q, h)
+    gate = q if model.attention_output_gate else 0
+    return F(6 * layers * (h * (q + 2 * d * g + gate) + q * h)), F(6 * layers * q * s)
 
 
 def model_flops_per_token(

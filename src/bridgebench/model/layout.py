@@ -154,55 +154,12 @@ def stage_layers(
         raise LayoutError(f"stage_layers needs positive sizes, got layers={num_layers} pp={pp} vp={vp} mtp={mtp}")
     chunks = vp if (vp and pp > 1) else 1
     if layout:
-        ranks: list[list[Chunk]] = [[] for _ in range(pp)]
-        t_i, m_i = 0, num_layers
-        for i, stage in enumerate(parse_layout(layout)):
-            layers = []
-            for ch in stage:
-                if ch == "t":
-                    layers.append(t_i)
-                    t_i += 1
-                elif ch == "m":
-                    layers.append(m_i)
-                    m_i += 1
-            ranks[i % pp].append((tuple(layers), "E" in stage, "L" in stage))
-        if mtp and m_i == num_layers:
-            for r in ranks:
-                for j, (ls, emb, loss) in enumerate(r):
-                    if loss:
-                        r[j] = (ls + tuple(range(num_layers, num_layers + mtp)), emb, loss)
-        return tuple(tuple(r) for r in ranks)
-    counts = [[0] * chunks for _ in range(pp)]  # counts[rank][chunk]
-
-    def spread(total: int, n: int) -> list[int]:
-        base, extra = divmod(max(total, 0), n)
-        return [base + (1 if i < extra else 0) for i in range(n)]
-
+        return _layout_stages(layout, num_layers, pp, mtp)
     if pp > 1 and (first_stage_layers is not None or last_stage_layers is not None):
-        middle_ranks = pp - (first_stage_layers is not None) - (last_stage_layers is not None)
-        middle = num_layers - (first_stage_layers or 0) - (last_stage_layers or 0)
-        per_rank = spread(middle, middle_ranks) if middle_ranks > 0 else []
-        totals = []
-        for r in range(pp):
-            if r == 0 and first_stage_layers is not None:
-                totals.append(first_stage_layers)
-            elif r == pp - 1 and last_stage_layers is not None:
-                totals.append(last_stage_layers)
-            else:
-                totals.append(per_rank.pop(0) if per_rank else 0)
-        for r in range(pp):
-            counts[r] = spread(totals[r], chunks)
+        counts = _uneven_counts(num_layers, pp, chunks, first_stage_layers, last_stage_layers)
     else:
-        extra = int(account_for_embedding) + int(account_for_loss) if pp > 1 else 0
-        flat = spread(num_layers + extra, pp * chunks)  # in (chunk, rank) order: the earliest stages first
-        for c in range(chunks):
-            for r in range(pp):
-                counts[r][c] = flat[c * pp + r]
-        if pp > 1 and account_for_embedding:
-            counts[0][0] -= 1
-        if pp > 1 and account_for_loss:
-            counts[pp - 1][chunks - 1] -= 1
-    ranks = [[] for _ in range(pp)]
+        counts = _even_counts(num_layers, pp, chunks, account_for_embedding, account_for_loss)
+    ranks: list[list[Chunk]] = [[] for _ in range(pp)]
     start = 0
     for c in range(chunks):
         for r in range(pp):
@@ -214,6 +171,72 @@ def stage_layers(
                 layers += tuple(range(num_layers, num_layers + mtp))
             ranks[r].append((layers, r == 0 and c == 0, last))
     return tuple(tuple(r) for r in ranks)
+
+
+def _layout_stages(layout: str, num_layers: int, pp: int, mtp: int) -> tuple[tuple[Chunk, ...], ...]:
+    """:func:`stage_layers` for a ``pipeline_model_parallel_layout``: stage ``i`` on rank ``i % PP``; ``t`` layers
+    numbered in order, ``m`` after them; a layout without ``m`` puts the MTP layers with the loss."""
+    ranks: list[list[Chunk]] = [[] for _ in range(pp)]
+    t_i, m_i = 0, num_layers
+    for i, stage in enumerate(parse_layout(layout)):
+        layers = []
+        for ch in stage:
+            if ch == "t":
+                layers.append(t_i)
+                t_i += 1
+            elif ch == "m":
+                layers.append(m_i)
+                m_i += 1
+        ranks[i % pp].append((tuple(layers), "E" in stage, "L" in stage))
+    if mtp and m_i == num_layers:
+        for r in ranks:
+            for j, (ls, emb, loss) in enumerate(r):
+                if loss:
+                    r[j] = (ls + tuple(range(num_layers, num_layers + mtp)), emb, loss)
+    return tuple(tuple(r) for r in ranks)
+
+
+def _spread(total: int, n: int) -> list[int]:
+    """``total`` (clamped at 0) over ``n`` parts as evenly as possible, the remainder to the earliest parts."""
+    base, extra = divmod(max(total, 0), n)
+    return [base + (1 if i < extra else 0) for i in range(n)]
+
+
+def _uneven_counts(
+    num_layers: int, pp: int, chunks: int, first_stage_layers: int | None, last_stage_layers: int | None
+) -> list[list[int]]:
+    """Decoder layers per ``[rank][chunk]`` with ``num_layers_in_first/last_pipeline_stage``: the first (last) rank
+    takes that many, the middle ranks split the rest evenly; each rank's layers split evenly over its chunks."""
+    middle_ranks = pp - (first_stage_layers is not None) - (last_stage_layers is not None)
+    middle = num_layers - (first_stage_layers or 0) - (last_stage_layers or 0)
+    per_rank = _spread(middle, middle_ranks) if middle_ranks > 0 else []
+    totals = []
+    for r in range(pp):
+        if r == 0 and first_stage_layers is not None:
+            totals.append(first_stage_layers)
+        elif r == pp - 1 and last_stage_layers is not None:
+            totals.append(last_stage_layers)
+        else:
+            totals.append(per_rank.pop(0) if per_rank else 0)
+    return [_spread(totals[r], chunks) for r in range(pp)]
+
+
+def _even_counts(
+    num_layers: int, pp: int, chunks: int, account_for_embedding: bool, account_for_loss: bool
+) -> list[list[int]]:
+    """Decoder layers per ``[rank][chunk]`` in an even split; ``account_for_*`` count the embedding (loss) as one
+    layer taken from rank 0's first chunk (the last rank's last chunk)."""
+    counts = [[0] * chunks for _ in range(pp)]
+    extra = int(account_for_embedding) + int(account_for_loss) if pp > 1 else 0
+    flat = _spread(num_layers + extra, pp * chunks)  # in (chunk, rank) order: the earliest stages first
+    for c in range(chunks):
+        for r in range(pp):
+            counts[r][c] = flat[c * pp + r]
+    if pp > 1 and account_for_embedding:
+        counts[0][0] -= 1
+    if pp > 1 and account_for_loss:
+        counts[pp - 1][chunks - 1] -= 1
+    return counts
 
 
 def split_divides(

@@ -105,27 +105,24 @@ class Parallelism(DimsView):
 
     @property
     def dp(self) -> int:
-        """Data-parallel size.
-
-        Raises:
-            NSError: ``num_gpus`` is not a multiple of ``TP x PP x CP`` (rule ``world_size``).
-        """
-        problem = self.dims.world_size_problem()
-        if problem:
-            raise NSError(problem)
-        return self.dims.dp
+        """Data-parallel size; NSError when TP x PP x CP does not divide ``num_gpus`` (rule ``world_size``)."""
+        return _exact(self.dims.world_size_problem(), self.dims.dp)
 
     @property
     def expert_dp(self) -> int:
-        """Expert data-parallel size.
+        """Expert data-parallel size; NSError when ETP x EP x PP does not divide ``num_gpus`` (rule ``expert_grid``)."""
+        return _exact(self.dims.expert_grid_problem(), self.dims.edp)
 
-        Raises:
-            NSError: ``num_gpus`` is not a multiple of ``ETP x EP x PP`` (rule ``expert_grid``).
-        """
-        problem = self.dims.expert_grid_problem()
-        if problem:
-            raise NSError(problem)
-        return self.dims.edp
+
+def _exact(problem: str | None, size: int) -> int:
+    """``size`` when the grid divides the world size (``problem`` None).
+
+    Raises:
+        NSError: ``problem``, the message of the broken rule.
+    """
+    if problem:
+        raise NSError(problem)
+    return size
 
 
 def ns_flops(rows: int, cols: int, steps: int = 5, kernel: Kernel = "gemm") -> int:
@@ -390,53 +387,17 @@ def ns_load(model: ModelSpec, par: Parallelism, policy: NSPolicy = NSPolicy()) -
         raise NSError(f"num_query_groups {model.query_groups} is not divisible by TP {par.tp}")
     stage_of = pp_stage_of_layer(model, par)
     mats = muon_matrices(model, split_qkv=policy.split_qkv)
-    experts_per_rank = (model.num_moe_experts // par.ep) if model.is_moe else 0
-
-    # Work per (stage, group rank) for dense params over DP x CP and expert params over expert-DP:
-    # each param is a list of (flops per TP rank) pieces, one per split piece.
-    dense_params: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    dense_numel: dict[int, dict[str, int]] = defaultdict(dict)
-    expert_params: dict[tuple[int, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    expert_numel: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
-    by_family: dict[str, int] = defaultdict(int)
-    per_replica = 0
-    # the same shape costs the same: (rows, cols, TP dim, TP size) -> (full NS FLOPs, per-TP-rank FLOPs, shard numel)
-    cost: dict[tuple[int, int, int | None, int], tuple[int, int, int]] = {}
-
-    def cost_of(m: MuonMatrix, tp: int) -> tuple[int, int, int]:
-        key = (m.rows, m.cols, m.tp_partition_dim, tp)
-        if key not in cost:
-            r, c = shard_of(m, tp)
-            full = ns_flops(m.rows, m.cols, policy.num_ns_steps, policy.kernel)
-            cost[key] = (full, per_tp_rank_flops(m, tp, policy), r * c)
-        return cost[key]
-
-    for m in mats:
-        stage = stage_of[m.layer]
-        if m.is_expert:
-            tp = par.etp_
-            full, f, numel = cost_of(m, tp)
-            per_replica += full
-            e = int(m.name.rsplit("weight", 1)[1])
-            ep_rank = e // experts_per_rank
-            expert_params[(stage, ep_rank)][m.param] += f
-            expert_numel[(stage, ep_rank)][m.param] = expert_numel[(stage, ep_rank)].get(m.param, 0) + numel
-            by_family[m.family] += f * tp * (1 if policy.layer_wise else edp)
-        else:
-            tp = par.tp
-            full, f, numel = cost_of(m, tp)
-            per_replica += full
-            dense_params[stage][m.param] += f
-            dense_numel[stage][m.param] = dense_numel[stage].get(m.param, 0) + numel
-            by_family[m.family] += f * tp * (1 if policy.layer_wise else par.dims.dp_cp)
-
+    work = _group_work(model, par, policy, mats, stage_of)
     dense_group = par.dims.dp_cp
     # Per-GPU load: GPU = (stage, tp rank, dense-group rank) for dense; (stage, etp rank, ep rank, edp rank) for
     # experts. Every TP rank of a group does the same per-rank work, so the max over TP ranks is the same.
     dense_load = {
-        st: _assign(dense_params[st], dense_numel[st], dense_group, policy.layer_wise) for st in range(par.pp)
+        st: _assign(work.dense_flops[st], work.dense_numel[st], dense_group, policy.layer_wise) for st in range(par.pp)
     }
-    expert_load = {key: _assign(expert_params[key], expert_numel[key], edp, policy.layer_wise) for key in expert_params}
+    expert_load = {
+        key: _assign(work.expert_flops[key], work.expert_numel[key], edp, policy.layer_wise)
+        for key in work.expert_flops
+    }
     total = 0
     busiest = 0
     gpus_per_stage = par.num_gpus // par.pp
@@ -455,10 +416,66 @@ def ns_load(model: ModelSpec, par: Parallelism, policy: NSPolicy = NSPolicy()) -
         num_gpus=par.num_gpus,
         total=total,
         per_gpu_max=busiest,
-        per_replica=per_replica,
-        by_family=dict(by_family),
+        per_replica=work.per_replica,
+        by_family=dict(work.by_family),
         num_matrices=len(mats),
     )
+
+
+@dataclass(kw_only=True)
+class _GroupWork:
+    """NS FLOPs per TP rank of each param, per pipeline stage (dense params, over DP x CP) and per (stage, EP rank)
+    (expert params, over expert-DP), with each param's shard numel; ``by_family`` and ``per_replica`` as in
+    :class:`NSLoad`."""
+
+    dense_flops: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    dense_numel: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+    expert_flops: dict[tuple[int, int], dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
+    expert_numel: dict[tuple[int, int], dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+    by_family: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    per_replica: int = 0
+
+
+def _group_work(
+    model: ModelSpec, par: Parallelism, policy: NSPolicy, mats: list[MuonMatrix], stage_of: list[int]
+) -> _GroupWork:
+    """Each matrix's NS FLOPs per TP (expert-TP) rank, added to its param on its pipeline stage (``stage_of[layer]``)
+    and, for experts, its EP rank."""
+    experts_per_rank = (model.num_moe_experts // par.ep) if model.is_moe else 0
+    edp = par.expert_dp
+    work = _GroupWork()
+    # the same shape costs the same: (rows, cols, TP dim, TP size) -> (full NS FLOPs, per-TP-rank FLOPs, shard numel)
+    cost: dict[tuple[int, int, int | None, int], tuple[int, int, int]] = {}
+
+    def cost_of(m: MuonMatrix, tp: int) -> tuple[int, int, int]:
+        key = (m.rows, m.cols, m.tp_partition_dim, tp)
+        if key not in cost:
+            r, c = shard_of(m, tp)
+            full = ns_flops(m.rows, m.cols, policy.num_ns_steps, policy.kernel)
+            cost[key] = (full, per_tp_rank_flops(m, tp, policy), r * c)
+        return cost[key]
+
+    for m in mats:
+        stage = stage_of[m.layer]
+        if m.is_expert:
+            tp = par.etp_
+            full, f, numel = cost_of(m, tp)
+            work.per_replica += full
+            e = int(m.name.rsplit("weight", 1)[1])
+            key = (stage, e // experts_per_rank)
+            work.expert_flops[key][m.param] += f
+            work.expert_numel[key][m.param] = work.expert_numel[key].get(m.param, 0) + numel
+            work.by_family[m.family] += f * tp * (1 if policy.layer_wise else edp)
+        else:
+            tp = par.tp
+            full, f, numel = cost_of(m, tp)
+            work.per_replica += full
+            work.dense_flops[stage][m.param] += f
+            work.dense_numel[stage][m.param] = work.dense_numel[stage].get(m.param, 0) + numel
+            work.by_family[m.family] += f * tp * (1 if policy.layer_wise else par.dims.dp_cp)
+    return work
 
 
 def _assign(flops: dict[str, int], numel: dict[str, int], group: int, layer_wise: bool) -> list[int]:

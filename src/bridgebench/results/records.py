@@ -98,23 +98,14 @@ class RunRecord:
         return dataclasses.asdict(self)
 
 
-def _model_names() -> dict[str, str]:
-    """Published model label -> configs/model name, read from each model YAML's ``published_name``."""
+def _published_names(group: str, key: str) -> dict[str, str]:
+    """Published label -> ``configs/<group>`` name, read from each YAML's ``key`` (``published_name`` of a model,
+    ``published_system`` of a GPU: ``DGX-GB300`` -> ``gb300``)."""
     out = {}
-    for path in config_files("model").values():
+    for path in config_files(group).values():
         data = yaml.safe_load(path.read_text())
-        if data.get("published_name"):
-            out[data["published_name"]] = data["name"]
-    return out
-
-
-def _system_names() -> dict[str, str]:
-    """Published system label (``DGX-GB300``) -> configs/gpu name, from each GPU YAML's ``published_system``."""
-    out = {}
-    for path in config_files("gpu").values():
-        data = yaml.safe_load(path.read_text())
-        if data.get("published_system"):
-            out[data["published_system"]] = data["name"]
+        if data.get(key):
+            out[data[key]] = data["name"]
     return out
 
 
@@ -192,7 +183,7 @@ def load_published(path: Path = PUBLISHED_CSV, *, infer_precision: bool = False)
     missing = PUBLISHED_COLUMNS - set(df.columns)
     if missing:
         raise RecordError(f"{path}: missing column(s) {sorted(missing)}")
-    models, systems = _model_names(), _system_names()
+    models, systems = _published_names("model", "published_name"), _published_names("gpu", "published_system")
     records, skipped = [], []
     for n, row in enumerate(df.itertuples(index=False), start=1):  # n: data row, 1-based, header excluded
         stated = _precision(row.precision)

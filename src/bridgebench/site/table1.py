@@ -51,34 +51,24 @@ def _figure(df, mine=None):
     checks = list(df["check"])
     hover = [f"{lb}<br>{c}<br>release {rel}" for lb, c, rel in zip(labels, checks, df["release"])]
     fig = go.Figure()
-    fig.add_bar(
-        name="bridgebench: model",
-        x=labels,
-        y=df["model_tflops_per_gpu"],
-        offsetgroup="bb",
-        hovertext=hover,
-        marker_color="#3b6ea8",
-    )
-    fig.add_bar(
-        name="bridgebench: Newton-Schulz",
-        x=labels,
-        y=df["newton_schulz_tflops_per_gpu"],
-        offsetgroup="bb",
-        base=df["model_tflops_per_gpu"],
-        hovertext=hover,
-        marker_color="#9cc0e8",
-    )
-    fig.add_bar(
-        name="blog: model", x=labels, y=df["published_model_tflops_per_gpu"], offsetgroup="blog", marker_color="#b0641f"
-    )
-    fig.add_bar(
-        name="blog: Newton-Schulz",
-        x=labels,
-        y=df["published_newton_schulz_tflops_per_gpu"],
-        offsetgroup="blog",
-        base=df["published_model_tflops_per_gpu"],
-        marker_color="#f0bf8a",
-    )
+    # (group, column prefix, hover text, model colour, Newton-Schulz colour): NS stacked on the model bar
+    for group, prefix, hovertext, model_color, ns_color in (
+        ("bridgebench", "", hover, "#3b6ea8", "#9cc0e8"),
+        ("blog", "published_", None, "#b0641f", "#f0bf8a"),
+    ):
+        model = df[f"{prefix}model_tflops_per_gpu"]
+        fig.add_bar(
+            name=f"{group}: model", x=labels, y=model, offsetgroup=group, hovertext=hovertext, marker_color=model_color
+        )
+        fig.add_bar(
+            name=f"{group}: Newton-Schulz",
+            x=labels,
+            y=df[f"{prefix}newton_schulz_tflops_per_gpu"],
+            offsetgroup=group,
+            base=model,
+            hovertext=hovertext,
+            marker_color=ns_color,
+        )
     if mine is not None and len(mine):
         ml = [f"{NAMES.get(m, m)} {o}" for m, o in zip(mine["model"], mine["optimizer"])]
         fig.add_bar(

@@ -143,31 +143,7 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
     Raises:
         SweepError: unknown space name, no axis at all, an axis without values, or an unparsable value.
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    file_data: dict[str, Any] = {}
-    source = "command line"
-    if space:
-        path = config_files("sweep").get(space)
-        if path is None:
-            raise SweepError(f"unknown sweep space {space!r}; known: {space_names()} (configs/sweep/)")
-        try:
-            file_data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise SweepError(f"bad_yaml: {path} is not valid YAML: {str(err).splitlines()[0]}") from err
-        if not isinstance(file_data, dict):
-            raise SweepError(f"bad_yaml: {path} must hold a mapping, got {type(file_data).__name__}")
-        unknown = set(file_data) - {"description", "top_k", "overrides", "space", "points"}
-        if unknown:
-            raise SweepError(
-                f"{path}: unknown key(s) {sorted(unknown)}; known: description, top_k, overrides, space, points"
-            )
-        if file_data.get("points") is not None and file_data.get("space"):
-            raise SweepError(
-                f"sweep_points_or_axes: {path} has both `space:` (a product of axes) and `points:` (a list); "
-                "give one of them"
-            )
-        source = f"configs/sweep/{space}.yaml" if path.parent == SWEEP_DIR else str(path)
+    file_data, source, path = _space_file(space) if space else ({}, "command line", "")
     fixed: dict[str, str] = {}
     axes: dict[str, Axis] = {}
     for line in normalize_overrides([str(o) for o in file_data.get("overrides") or []]):
@@ -175,31 +151,8 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
     for key, raw in (file_data.get("space") or {}).items():
         values = values_of(key, raw)
         axes[key] = Axis(key=key, values=values, group=_is_group(key))
-    points = _points_of(file_data.get("points"), str(path)) if space and "points" in file_data else None
-    parser = OverridesParser.create()
-    for ov in parser.parse_overrides(normalize_overrides(list(overrides))):
-        key = ov.key_or_group.lstrip("+~/")
-        if ov.is_sweep_override() and points is not None:
-            raise SweepError(
-                f"sweep_points_or_axes: {ov.input_line!r} sweeps values, but space {space!r} is a list of points; "
-                "add the values to its points instead"
-            )
-        if points is not None and any(key in p for p in points):
-            raise SweepError(f"sweep_points_or_axes: {key!r} is set by the points of space {space!r}")
-        if ov.is_sweep_override():
-            if (n := _sweep_length(ov)) is not None:
-                check_size(n, f"axis {key}")
-            values = tuple(ov.sweep_iterator())
-            if ov.is_delete() or ov.package:
-                raise SweepError(f"cannot sweep {ov.input_line!r}: deletions and package overrides are not sweepable")
-            axes[key] = Axis(key=key, values=values, group=_is_group(key))
-            fixed.pop(key, None)
-        elif key in (KEYS["layout"], KEYS["sequence_parallel"]) and str(ov.value()) == AUTO:
-            axes[key] = Axis(key=key, values=(AUTO,), group=False)  # derived per point (see enumerate_points)
-            fixed.pop(key, None)
-        else:
-            fixed[key] = ov.input_line
-            axes.pop(key, None)
+    points = _points_of(file_data.get("points"), path) if space and "points" in file_data else None
+    _apply_overrides(overrides, fixed, axes, points, space)
     if points is not None:
         for key in dict.fromkeys(k for p in points for k in p):
             distinct = list(dict.fromkeys(repr(p[key]) for p in points if key in p))
@@ -227,6 +180,78 @@ def parse_space(overrides: Sequence[str], space: str | None = None, *, top_k: in
         description=str(file_data.get("description", "")),
         points=points,
     )
+
+
+def _space_file(space: str) -> tuple[dict[str, Any], str, str]:
+    """The mapping of ``configs/sweep/<space>.yaml`` (from the config search path), its source for the output
+    (relative when under ``configs/sweep``) and its path.
+
+    Raises:
+        SweepError: unknown space, not YAML, not a mapping, an unknown key, both ``space:`` and ``points:``.
+    """
+    path = config_files("sweep").get(space)
+    if path is None:
+        raise SweepError(f"unknown sweep space {space!r}; known: {space_names()} (configs/sweep/)")
+    try:
+        file_data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise SweepError(f"bad_yaml: {path} is not valid YAML: {str(err).splitlines()[0]}") from err
+    if not isinstance(file_data, dict):
+        raise SweepError(f"bad_yaml: {path} must hold a mapping, got {type(file_data).__name__}")
+    unknown = set(file_data) - {"description", "top_k", "overrides", "space", "points"}
+    if unknown:
+        raise SweepError(
+            f"{path}: unknown key(s) {sorted(unknown)}; known: description, top_k, overrides, space, points"
+        )
+    if file_data.get("points") is not None and file_data.get("space"):
+        raise SweepError(
+            f"sweep_points_or_axes: {path} has both `space:` (a product of axes) and `points:` (a list); "
+            "give one of them"
+        )
+    return file_data, f"configs/sweep/{space}.yaml" if path.parent == SWEEP_DIR else str(path), str(path)
+
+
+def _apply_overrides(
+    overrides: Sequence[str],
+    fixed: dict[str, str],
+    axes: dict[str, Axis],
+    points: list[dict[str, Any]] | None,
+    space: str | None,
+) -> None:
+    """Command-line overrides into ``fixed`` and ``axes`` (the command line wins over the file for the same key): a
+    sweep (``a=1,2``) is an axis, ``auto`` for the layout or sequence parallelism an axis derived per point, any
+    other a fixed override.
+
+    Raises:
+        SweepError: a sweep or a key of the points given beside a space of points; a swept deletion or package
+            override.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for ov in parser.parse_overrides(normalize_overrides(list(overrides))):
+        key = ov.key_or_group.lstrip("+~/")
+        if ov.is_sweep_override() and points is not None:
+            raise SweepError(
+                f"sweep_points_or_axes: {ov.input_line!r} sweeps values, but space {space!r} is a list of points; "
+                "add the values to its points instead"
+            )
+        if points is not None and any(key in p for p in points):
+            raise SweepError(f"sweep_points_or_axes: {key!r} is set by the points of space {space!r}")
+        if ov.is_sweep_override():
+            if (n := _sweep_length(ov)) is not None:
+                check_size(n, f"axis {key}")
+            values = tuple(ov.sweep_iterator())
+            if ov.is_delete() or ov.package:
+                raise SweepError(f"cannot sweep {ov.input_line!r}: deletions and package overrides are not sweepable")
+            axes[key] = Axis(key=key, values=values, group=_is_group(key))
+            fixed.pop(key, None)
+        elif key in (KEYS["layout"], KEYS["sequence_parallel"]) and str(ov.value()) == AUTO:
+            axes[key] = Axis(key=key, values=(AUTO,), group=False)  # derived per point (see enumerate_points)
+            fixed.pop(key, None)
+        else:
+            fixed[key] = ov.input_line
+            axes.pop(key, None)
 
 
 def _points_of(raw: Any, path: str) -> list[dict[str, Any]]:

@@ -159,6 +159,7 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
         # ``local`` DotProductAttention is that code path); Megatron-Core / NeMo recipes run TE's fused kernel;
         # torchtitan calls torch's SDPA (FlashAttention-2 on Hopper in torch 2.5-2.6)
         attention_backend="auto" if modern else "sdpa" if "torchtitan" in framework else "local",
+        framework=next((f for f in ("deepspeed", "torchtitan") if f in framework), "megatron"),
         flops_formula="v2",
     )
     if not modern and "torchtitan" not in framework:

@@ -13,6 +13,7 @@ from functools import lru_cache
 from bridgebench.model.memory.frameworks import op_sac_per_token
 from bridgebench.model.memory.pipeline import Chunk, inflight_microbatches
 from bridgebench.model.memory.tables import tables_of
+from bridgebench.model.spec import ModelSpec
 
 
 @lru_cache(maxsize=65536)
@@ -47,7 +48,7 @@ def layer_act_per_token(
     """
     tables = tables_of(tables_id)
     spec = tables.spec
-    h, n = spec.hidden_size, spec.num_attention_heads
+    h = spec.hidden_size
     hs = h / tp if sp else h
     if recompute == "full":
         return 2.0 * hs
@@ -55,6 +56,23 @@ def layer_act_per_token(
     off = set(offload)
     if "fused_group_mlp" in off:
         off |= {"expert_fc1", "moe_act"}
+    b = _attention_bytes(spec, tp, hs, mods, off, q)
+    if dropout:
+        b += hs  # dropout mask (1 B)
+    if "mlp_norm" not in off:
+        b += 2 * hs  # pre-MLP norm input (residual)
+    if ("mlp" if kind == 0 else "moe") in mods:  # the MLP is recomputed: only its input is kept
+        return b
+    b = _with_mlp(b, spec, kind, tp, etp, sp, hs, mods, off, q, imbalance)
+    if dropout:
+        b += hs
+    return b
+
+
+def _attention_bytes(spec: ModelSpec, tp: int, hs: float, mods: set[str], off: set[str], q: float) -> float:
+    """Bytes per token the attention half of a layer saves (see :func:`layer_act_per_token`): the input norm's input
+    and output, MLA's down/up projections or GQA's Q, K, V and softmax statistics, the projection input."""
+    n = spec.num_attention_heads
     b = 0.0 if "attn_norm" in off else 2 * hs  # input-norm input (residual)
     if "layernorm" not in mods and "qkv_linear" not in off:
         b += q * hs  # norm output = QKV / down-projection input
@@ -76,34 +94,42 @@ def layer_act_per_token(
             b += 4 * n / tp  # softmax statistics (fp32)
         if "attn_proj" not in off:
             b += q * (n * d) / tp  # attention output = linear_proj input
-    if dropout:
-        b += hs  # dropout mask (1 B)
-    if "mlp_norm" not in off:
-        b += 2 * hs  # pre-MLP norm input (residual)
+    return b
+
+
+def _with_mlp(
+    b: float,
+    spec: ModelSpec,
+    kind: int,
+    tp: int,
+    etp: int,
+    sp: bool,
+    hs: float,
+    mods: set[str],
+    off: set[str],
+    q: float,
+    imbalance: float,
+) -> float:
+    """``b`` plus the bytes per token the MLP half of a layer saves (``kind`` 0: dense MLP, else MoE with its router,
+    routed experts and shared expert; see :func:`layer_act_per_token`)."""
+    h = spec.hidden_size
     ln_out = 0.0 if "layernorm" in mods else q * hs
     glu = 2 if spec.gated_linear_unit else 1
     if kind == 0:
-        if "mlp" in mods:
-            return b
         f = spec.ffn_hidden_size
-        b += ln_out + (2 * glu * f + q * f) / tp
-    else:
-        if "moe" in mods:
-            return b
-        fe = spec.moe_ffn_hidden_size or spec.ffn_hidden_size
-        b += ln_out + 8.0 * spec.num_moe_experts / (tp if sp else 1)  # router logits + probabilities
-        routed = spec.moe_router_topk * imbalance * (etp / tp if sp else etp)
-        per_routed = 0.0 if "expert_fc1" in off else q * h  # fc1 input
-        if "moe_act" not in off:
-            per_routed += 2 * glu * fe / etp  # fc1 output = activation input
-        if "moe_act" not in mods and "fused_group_mlp" not in off:
-            per_routed += q * fe / etp  # activation output = fc2 input
-        b += routed * per_routed
-        fs = spec.moe_shared_expert_intermediate_size
-        if fs and "shared_experts" not in mods:
-            b += (2 * glu * fs + q * fs) / tp
-    if dropout:
-        b += hs
+        return b + (ln_out + (2 * glu * f + q * f) / tp)
+    fe = spec.moe_ffn_hidden_size or spec.ffn_hidden_size
+    b += ln_out + 8.0 * spec.num_moe_experts / (tp if sp else 1)  # router logits + probabilities
+    routed = spec.moe_router_topk * imbalance * (etp / tp if sp else etp)
+    per_routed = 0.0 if "expert_fc1" in off else q * h  # fc1 input
+    if "moe_act" not in off:
+        per_routed += 2 * glu * fe / etp  # fc1 output = activation input
+    if "moe_act" not in mods and "fused_group_mlp" not in off:
+        per_routed += q * fe / etp  # activation output = fc2 input
+    b += routed * per_routed
+    fs = spec.moe_shared_expert_intermediate_size
+    if fs and "shared_experts" not in mods:
+        b += (2 * glu * fs + q * fs) / tp
     return b
 
 

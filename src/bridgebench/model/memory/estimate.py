@@ -19,7 +19,7 @@ from bridgebench.model.memory.config import (
     check_config,
 )
 from bridgebench.model.memory.frameworks import LOGITS_BYTES_TORCHTITAN, fsdp2_weights_grads, zero3_weights_grads
-from bridgebench.model.memory.pipeline import rank_chunks
+from bridgebench.model.memory.pipeline import Chunk, rank_chunks
 from bridgebench.model.memory.state import StageState, megatron_weights_grads, stage_state
 from bridgebench.model.memory.tables import model_tables
 from bridgebench.model.spec import ModelSpec
@@ -53,35 +53,59 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
         bridgebench.model.layout.LayoutError: a bad pipeline layout.
     """
     check_config(spec, cfg)
-    tp, pp, cp, ep = cfg.tp, cfg.pp, cfg.cp, cfg.ep
-    etp = cfg.etp_
+    tp = cfg.tp
     tid = id(model_tables(spec))
-    tokens = (cfg.seq_length or spec.seq_length) * cfg.mbs / cp
+    tokens = (cfg.seq_length or spec.seq_length) * cfg.mbs / cfg.cp
     sp = cfg.sequence_parallel and tp > 1
     h = spec.hidden_size
     ranks = rank_chunks(spec, cfg)
-    fsdp = cfg.data_parallel_sharding_strategy if cfg.use_megatron_fsdp else "no_shard"
-    extra_w = PRECISION_WEIGHT_EXTRA[cfg.precision][1 if cfg.fp8_param_gather else 0]
-    grad_b = 4.0 if cfg.grad_reduce_in_fp32 else 2.0
-    adam_b = adam_state_bytes(cfg)
-    recompute = cfg.recompute_granularity
     vpad = spec.padded_vocab_size(tp)
-    lb = LOGITS_BYTES_FUSED if cfg.cross_entropy_loss_fusion else LOGITS_BYTES_UNFUSED
-    dense_group, expert_group = cfg.dims.dp_cp, cfg.dims.edp
-    distopt = cfg.use_distributed_optimizer or fsdp != "no_shard"
-    titan = cfg.framework == "torchtitan"
-    zero3 = cfg.framework == "deepspeed" and fsdp == "optim_grads_params"
-    if titan:
+    if cfg.framework == "torchtitan":
         lb = LOGITS_BYTES_TORCHTITAN
-        extra_w = 0.0  # torchao Float8 casts each GEMM's weight per call; no cached quantized copy
-        if fsdp != "no_shard" and cfg.optimizer == "adam":
-            adam_b = 8.0  # AdamW moments; the fp32 sharded parameter is its own master copy [TT]
-    acts = ActivationSettings(
+    else:
+        lb = LOGITS_BYTES_FUSED if cfg.cross_entropy_loss_fusion else LOGITS_BYTES_UNFUSED
+    acts = _activation_settings(cfg, tid, tokens, sp, h, vp=len(ranks[0]) if len(ranks[0]) > 1 else None)
+    best: MemoryBreakdown | None = None
+    totals = []
+    for r, chunks in enumerate(ranks):
+        has_loss = any(ch[2] for ch in chunks)
+        weights, grads, opt, st = _rank_state(spec, cfg, tid, chunks)
+        act = rank_activations(acts, r, chunks)
+        logits = 0.0
+        if has_loss:
+            logits = tokens * vpad / tp * lb * (1 + spec.mtp_layers) + 2.0 * h * tokens / (tp if sp else 1)
+        other = cfg.other_bytes + _ns_workspace(cfg, st)
+        total = weights + grads + opt + act + logits + other
+        totals.append(total)
+        if best is None or total > best.total:
+            best = MemoryBreakdown(
+                weights=weights, grads=grads, optimizer_state=opt, activations=act, logits=logits, other=other, stage=r
+            )
+    assert best is not None  # rank_chunks gives at least one rank
+    return MemoryBreakdown(
+        weights=best.weights,
+        grads=best.grads,
+        optimizer_state=best.optimizer_state,
+        activations=best.activations,
+        logits=best.logits,
+        other=best.other,
+        stage=best.stage,
+        per_stage=tuple(totals),
+    )
+
+
+def _activation_settings(
+    cfg: MemoryConfig, tid: int, tokens: float, sp: bool, h: int, *, vp: int | None
+) -> ActivationSettings:
+    """The point's activation settings (:class:`ActivationSettings`): sizes, recompute, offloading, precision of
+    the saved GEMM inputs; ``tokens`` = local tokens per microbatch ``s b / CP``; ``vp`` = virtual chunks per rank."""
+    recompute = cfg.recompute_granularity
+    return ActivationSettings(
         tables_id=tid,
-        tp=tp,
-        etp=etp,
-        pp=pp,
-        vp=len(ranks[0]) if len(ranks[0]) > 1 else None,
+        tp=cfg.tp,
+        etp=cfg.etp_,
+        pp=cfg.pp,
+        vp=vp,
         sp=sp,
         microbatches=cfg.num_microbatches,
         tokens=tokens,
@@ -96,51 +120,46 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
         imbalance=cfg.moe_imbalance,
         dropout=cfg.hidden_dropout,
         q=PRECISION_SAVED_INPUT[cfg.precision],
-        op_sac=titan and recompute == "selective",
+        op_sac=cfg.framework == "torchtitan" and recompute == "selective",
     )
 
-    best: MemoryBreakdown | None = None
-    totals = []
-    for r, chunks in enumerate(ranks):
-        layers = tuple(li for ch in chunks for li in ch[0])
-        has_emb = any(ch[1] for ch in chunks)
-        has_loss = any(ch[2] for ch in chunks)
-        st = stage_state(
-            tid, layers, tp, etp, ep, has_emb, has_loss, cfg.optimizer, distopt, dense_group, expert_group, adam_b
-        )
-        sharded = st.n_dense / dense_group + st.n_experts / expert_group
-        if titan and fsdp == "optim_grads_params":
-            weights, grads = fsdp2_weights_grads(
-                st, sharded, pp=pp, vpad_h=vpad * h // tp, has_emb=has_emb, has_loss=has_loss
-            )
-        elif zero3:
-            weights, grads = zero3_weights_grads(st, sharded, cfg, extra_w, grad_b)
-        else:
-            weights, grads = megatron_weights_grads(st, sharded, fsdp, extra_w, grad_b, cfg.fsdp_double_buffer)
-        opt = st.optimizer
-        if cfg.optimizer_cpu_offload:
-            opt *= 1.0 - cfg.optimizer_offload_fraction
-        act = rank_activations(acts, r, chunks)
-        logits = 0.0
-        if has_loss:
-            logits = tokens * vpad / tp * lb * (1 + spec.mtp_layers) + 2.0 * h * tokens / (tp if sp else 1)
-        other = cfg.other_bytes + _ns_workspace(cfg, st)
-        total = weights + grads + opt + act + logits + other
-        totals.append(total)
-        if best is None or total > best.total:
-            best = MemoryBreakdown(
-                weights=weights, grads=grads, optimizer_state=opt, activations=act, logits=logits, other=other, stage=r
-            )
-    return MemoryBreakdown(
-        weights=best.weights,
-        grads=best.grads,
-        optimizer_state=best.optimizer_state,
-        activations=best.activations,
-        logits=best.logits,
-        other=best.other,
-        stage=best.stage,
-        per_stage=tuple(totals),
+
+def _rank_state(
+    spec: ModelSpec, cfg: MemoryConfig, tid: int, chunks: tuple[Chunk, ...]
+) -> tuple[float, float, float, StageState]:
+    """Bytes of weights, gradients and optimizer state of the pipeline rank holding ``chunks`` (and its
+    :class:`StageState`), by framework: Megatron (distributed optimizer, Megatron-FSDP), torchtitan FSDP2 or
+    DeepSpeed ZeRO-3; the optimizer state scaled by what ``optimizer_cpu_offload`` leaves on the GPU."""
+    tp, pp = cfg.tp, cfg.pp
+    fsdp = cfg.data_parallel_sharding_strategy if cfg.use_megatron_fsdp else "no_shard"
+    extra_w = PRECISION_WEIGHT_EXTRA[cfg.precision][1 if cfg.fp8_param_gather else 0]
+    grad_b = 4.0 if cfg.grad_reduce_in_fp32 else 2.0
+    adam_b = adam_state_bytes(cfg)
+    dense_group, expert_group = cfg.dims.dp_cp, cfg.dims.edp
+    distopt = cfg.use_distributed_optimizer or fsdp != "no_shard"
+    titan = cfg.framework == "torchtitan"
+    if titan:
+        extra_w = 0.0  # torchao Float8 casts each GEMM's weight per call; no cached quantized copy
+        if fsdp != "no_shard" and cfg.optimizer == "adam":
+            adam_b = 8.0  # AdamW moments; the fp32 sharded parameter is its own master copy [TT]
+    layers = tuple(li for ch in chunks for li in ch[0])
+    has_emb = any(ch[1] for ch in chunks)
+    has_loss = any(ch[2] for ch in chunks)
+    st = stage_state(
+        tid, layers, tp, cfg.etp_, cfg.ep, has_emb, has_loss, cfg.optimizer, distopt, dense_group, expert_group, adam_b
     )
+    sharded = st.n_dense / dense_group + st.n_experts / expert_group
+    if titan and fsdp == "optim_grads_params":
+        vpad_h = spec.padded_vocab_size(tp) * spec.hidden_size // tp
+        weights, grads = fsdp2_weights_grads(st, sharded, pp=pp, vpad_h=vpad_h, has_emb=has_emb, has_loss=has_loss)
+    elif cfg.framework == "deepspeed" and fsdp == "optim_grads_params":
+        weights, grads = zero3_weights_grads(st, sharded, cfg, extra_w, grad_b)
+    else:
+        weights, grads = megatron_weights_grads(st, sharded, fsdp, extra_w, grad_b, cfg.fsdp_double_buffer)
+    opt = st.optimizer
+    if cfg.optimizer_cpu_offload:
+        opt *= 1.0 - cfg.optimizer_offload_fraction
+    return weights, grads, opt, st
 
 
 def _ns_workspace(cfg: MemoryConfig, st: StageState) -> float:

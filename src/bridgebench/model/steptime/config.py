@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.model import placement as pl
+from bridgebench.model.memory.config import FRAMEWORKS
 from bridgebench.model.newton_schulz import NSPolicy, Parallelism
 from bridgebench.model.parallel import DimsView, ParallelDims
 from bridgebench.model.spec import ModelSpec
@@ -147,7 +148,11 @@ class TimeConfig(DimsView):
       :mod:`bridgebench.model.steptime.gemm`);
     - ``overlap_p2p_comm`` (None = Megatron-Bridge's: on with VP > 1);
     - the ``recompute_*`` settings (:mod:`bridgebench.model.steptime.recompute`);
-    - ``muon_assignment`` (``ping_pong`` = Megatron-Core 0.19.2, ``cost_balanced`` = Megatron-LM PR #6379 what-if).
+    - ``muon_assignment`` (``ping_pong`` = Megatron-Core 0.19.2, ``cost_balanced`` = Megatron-LM PR #6379 what-if);
+    - ``framework`` (``bridgebench.model.memory.config.FRAMEWORKS``; ``framework.name``): whose data-parallel
+      semantics a fully sharded point takes -- ``megatron`` (Megatron-FSDP), ``torchtitan``, or ``deepspeed``
+      (2021 DeepSpeed ZeRO-3, :func:`bridgebench.model.steptime.dp_comm.zero3_deepspeed`; only to check the model
+      against published runs of that framework).
     """
 
     gpu: GpuFacts
@@ -181,6 +186,7 @@ class TimeConfig(DimsView):
     attention_backend: str = "auto"
     overlap_p2p_comm: bool | None = None
     muon_assignment: str = "ping_pong"
+    framework: str = "megatron"
 
     def __post_init__(self) -> None:
         if self.dispatcher not in DISPATCHERS:
@@ -196,6 +202,8 @@ class TimeConfig(DimsView):
             )
         if self.muon_assignment not in MUON_ASSIGNMENTS:
             raise TimeModelError(f"muon_assignment must be one of {MUON_ASSIGNMENTS}, got {self.muon_assignment!r}")
+        if self.framework not in FRAMEWORKS:
+            raise TimeModelError(f"framework must be one of {FRAMEWORKS}, got {self.framework!r}")
 
     @property
     def placement(self) -> pl.Placement:

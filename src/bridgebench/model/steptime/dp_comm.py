@@ -13,7 +13,12 @@ over the DP x CP group, routed-expert params over the expert-DP group (megatron-
   the optimizer's (:mod:`bridgebench.model.steptime.optimizer`);
 - Megatron-FSDP (``use_megatron_fsdp``): per microbatch an all-gather of the params in the forward and again in the
   backward and a reduce-scatter of the gradients (megatron-core ``distributed/fsdp``), overlapped with that
-  microbatch's compute.
+  microbatch's compute;
+- DeepSpeed ZeRO-3 (``use_megatron_fsdp`` with ``framework="deepspeed"``, the 2021 DeepSpeed that Narayanan et al.
+  2021, arXiv 2104.04473 Sec. 5.2 / Table 2, compared with): the same 3 x parameter bytes per microbatch (FP16
+  params gathered in the forward and again in the backward, FP16 gradients reduce-scattered: Rajbhandari et al.
+  2020, "ZeRO", arXiv 1910.02054 Sec. 7.2.2, "3 Psi"), priced by :func:`zero3_deepspeed`: a flat ring over the
+  DP group whose every hop leaves the node through the GPU's own NIC, and exposed.
 
 Exposure (megatron-core ``distributed_data_parallel.py`` / ``param_and_grad_buffer.py``): with ``overlap_grad_reduce``
 the gradient buckets are reduced as the last microbatch's backward produces them -- hidden up to that backward's
@@ -66,6 +71,43 @@ def expert_ring(cfg: TimeConfig, bytes_: float, passes: int = 1) -> float:
     return collectives.placed_ring(bytes_, group, g.nvlink_bandwidth, g.network_bandwidth, passes)
 
 
+#: FP16 parameters and gradients on the wire (DeepSpeed ZeRO-3 of 2021 trained in FP16 mixed precision, the
+#: gradients reduced in the training precision: ``communication_data_type`` unset).
+ZERO3_BYTES = 2.0
+
+
+def zero3_deepspeed(cfg: TimeConfig, dense: float, expert: float) -> float:
+    """Seconds per microbatch of DeepSpeed ZeRO-3's collectives on one GPU: an all-gather of the FP16 params in the
+    forward, another in the backward and a reduce-scatter of the FP16 gradients (Rajbhandari et al. 2020, "ZeRO",
+    arXiv 1910.02054 Sec. 7.2.2: 3 x the parameter bytes, 1.5x plain data parallelism), ``dense`` params (elements)
+    over the DP x CP group and ``expert`` over the expert-DP group.
+
+    Link: a flat ring (:func:`bridgebench.model.steptime.collectives.ring`) over the whole group at the GPU's own
+    scale-out bandwidth whenever the group leaves the NVLink domain, not the hierarchical ring of Megatron-Core's
+    buckets (:func:`dense_ring`): DeepSpeed issues one collective per submodule's parameter tensors over the
+    flat data-parallel group, and Narayanan et al. 2021 (arXiv 2104.04473 Sec. 5.2) attribute ZeRO-3's loss of
+    throughput as GPUs double to its cross-node communication. Exposure: all of it -- DeepSpeed gathers a
+    submodule's params when the submodule is about to run, prefetching at most ``stage3_prefetch_bucket_size`` params
+    ahead (DeepSpeed's default 5e7, ``deepspeed/runtime/zero/constants.py``, the memory model's
+    ``zero3_prefetch_bucket_size``: under 3 % of one GPT-3 175B layer's 1.8e9), so the gathers sit on the
+    critical path; the gradient reduce-scatter is counted exposed too (a modelling choice: a backward that waits on
+    every gather has little compute to hide it under). An upper bound on what a topology-aware NCCL ring over eight
+    NICs per node would take (about 8x faster on DGX A100); no published isolated measurement decides between them.
+    """
+    g = cfg.gpu
+
+    def flat(kind: str, size: int, params: float) -> float:
+        crosses = cfg.placement.group(kind).crosses
+        bw, step = (
+            (g.network_bandwidth, collectives.NETWORK_ALPHA)
+            if crosses
+            else (g.nvlink_bandwidth, collectives.NVLINK_ALPHA)
+        )
+        return collectives.ring(params * ZERO3_BYTES, size, bw, step)
+
+    return 3 * (flat("dp_cp", cfg.dims.dp_cp, dense) + flat("edp", cfg.dims.edp, expert))
+
+
 def dp_comm(
     cfg: TimeConfig, dense: float, expert: float, bwd_window: float, fwd_window: float, per_mb_window: float
 ) -> DPComm:
@@ -83,6 +125,9 @@ def dp_comm(
     def both(bytes_per_param: float, passes: int = 1) -> float:
         return dense_ring(cfg, dense * bytes_per_param, passes) + expert_ring(cfg, expert * bytes_per_param, passes)
 
+    if cfg.use_megatron_fsdp and cfg.framework == "deepspeed":
+        zero3 = cfg.num_microbatches * zero3_deepspeed(cfg, dense, expert)
+        return DPComm(grad=zero3, param=0.0, exposed=zero3)
     if cfg.use_megatron_fsdp:
         one = 2 * both(2.0) + both(grad_b)
         m = cfg.num_microbatches

@@ -518,26 +518,19 @@ def _own_release(rel: str, metric: str, side: Side, published: Any, seed: int) -
     value, lo, hi = cs.summarize_runs(side.values, seed=seed)
     ref = (published.tflops if metric == "tflops" else published.tokens) if published else None
     n = len(side.values)
-    if ref is None:
-        return OwnRelease(
-            release=rel,
-            metric=metric,
-            n_runs=n,
-            value=value,
-            ci_low=lo,
-            ci_high=hi,
-            published=None,
-            ratio_to_published=None,
-            ratio_lo=None,
-            ratio_hi=None,
-            verdict="no published row",
-            record_ids=side.record_ids,
+    ratio: float | None = None
+    r_lo: float | None = None
+    r_hi: float | None = None
+    verdict = "no published row"
+    if ref is not None:
+        ratio = value / ref.value
+        r_lo = (lo if lo is not None else value) / ref.hi
+        r_hi = (hi if hi is not None else value) / ref.lo
+        verdict = (
+            "consistent with published" if r_lo <= 1 <= r_hi else "above published" if r_lo > 1 else "below published"
         )
-    r_lo = (lo if lo is not None else value) / ref.hi
-    r_hi = (hi if hi is not None else value) / ref.lo
-    verdict = "consistent with published" if r_lo <= 1 <= r_hi else "above published" if r_lo > 1 else "below published"
-    if lo is None:
-        verdict += f" (no CI: {n} run(s), need >= 3)"
+        if lo is None:
+            verdict += f" (no CI: {n} run(s), need >= 3)"
     return OwnRelease(
         release=rel,
         metric=metric,
@@ -546,7 +539,7 @@ def _own_release(rel: str, metric: str, side: Side, published: Any, seed: int) -
         ci_low=lo,
         ci_high=hi,
         published=ref,
-        ratio_to_published=value / ref.value,
+        ratio_to_published=ratio,
         ratio_lo=r_lo,
         ratio_hi=r_hi,
         verdict=verdict,

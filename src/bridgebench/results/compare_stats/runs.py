@@ -134,25 +134,9 @@ def compare_runs(
     Raises:
         CompareError: a run that is not positive finite values, an empty side, or an unknown option.
     """
-    if kind not in ("time", "throughput"):
-        raise CompareError(f"kind must be 'time' or 'throughput', got {kind!r}")
-    if bootstrap not in ("stationary", "moving"):
-        raise CompareError(f"bootstrap must be 'stationary' or 'moving', got {bootstrap!r}")
-    if small_sample not in ("expanded", "none"):
-        raise CompareError(f"small_sample must be 'expanded' or 'none', got {small_sample!r}")
-    if not 0 < confidence < 1 or not threshold >= 0 or n_resamples < 100 or n_inner < 1 or min_runs < 2:
-        raise CompareError("need 0 < confidence < 1, threshold >= 0, n_resamples >= 100, n_inner >= 1, min_runs >= 2")
-    from arch.bootstrap import MovingBlockBootstrap, StationaryBootstrap, optimal_block_length
-
-    alpha = 1 - confidence
+    _check_options(kind, bootstrap, small_sample, confidence, threshold, n_resamples, n_inner, min_runs)
     f = _run_stat(stat)
     sides = [_check_runs(a, "A"), _check_runs(b, "B")]
-    run_stats = [np.array([f(r) for r in side]) for side in sides]
-    n_a, n_b = len(sides[0]), len(sides[1])
-    cv = _pooled_cv(run_stats)
-    effect = power_effect if power_effect is not None else max(threshold, 0.02)
-    side_values = (float(run_stats[0].mean()), float(run_stats[1].mean()))
-    ratio = side_values[1] / side_values[0]
     params: dict[str, Any] = {
         "kind": kind,
         "stat": stat,
@@ -165,16 +149,58 @@ def compare_runs(
         "small_sample": small_sample,
         "min_runs": min_runs,
         "power": power,
-        "power_effect": effect,
+        "power_effect": power_effect if power_effect is not None else max(threshold, 0.02),
         "assumed_cv": assumed_cv,
         "seed": seed,
         "ci_method": "percentile on log ratio, two-level bootstrap",
         "iterations_per_run": [[len(r) for r in side] for side in sides],
         "versions": library_versions(),
     }
+    run_stats = [np.array([f(r) for r in side]) for side in sides]
+    untested = _untested(sides, run_stats, params)
+    return untested if untested is not None else _tested(sides, run_stats, f, params, block_length)
 
-    def untested(verdict: str, need: int | None, reason: str) -> RunComparison:
-        """A comparison that makes no test (too few runs, or nothing varies): no CI, no p-values."""
+
+def _check_options(
+    kind: str,
+    bootstrap: str,
+    small_sample: str,
+    confidence: float,
+    threshold: float,
+    n_resamples: int,
+    n_inner: int,
+    min_runs: int,
+) -> None:
+    """Raises CompareError for an option of :func:`compare_runs` outside its range."""
+    if kind not in ("time", "throughput"):
+        raise CompareError(f"kind must be 'time' or 'throughput', got {kind!r}")
+    if bootstrap not in ("stationary", "moving"):
+        raise CompareError(f"bootstrap must be 'stationary' or 'moving', got {bootstrap!r}")
+    if small_sample not in ("expanded", "none"):
+        raise CompareError(f"small_sample must be 'expanded' or 'none', got {small_sample!r}")
+    if not 0 < confidence < 1 or not threshold >= 0 or n_resamples < 100 or n_inner < 1 or min_runs < 2:
+        raise CompareError("need 0 < confidence < 1, threshold >= 0, n_resamples >= 100, n_inner >= 1, min_runs >= 2")
+
+
+def _aggregate(run_stats: Sequence[np.ndarray]) -> tuple[tuple[float, float], float, float | None]:
+    """``(S(A), S(B))`` (the mean of each side's run statistics), the ratio ``S(B) / S(A)`` and the pooled
+    between-run CV."""
+    side_values = (float(run_stats[0].mean()), float(run_stats[1].mean()))
+    return side_values, side_values[1] / side_values[0], _pooled_cv(run_stats)
+
+
+def _untested(
+    sides: Sequence[Sequence[np.ndarray]], run_stats: Sequence[np.ndarray], params: dict[str, Any]
+) -> RunComparison | None:
+    """The comparison when no test can be made (no CI, no p-values): ``insufficient`` with fewer than ``min_runs``
+    runs on a side (and the runs needed), :data:`NO_SPREAD` when every value is identical within its side; else
+    None."""
+    side_values, ratio, cv = _aggregate(run_stats)
+    n_a, n_b = len(sides[0]), len(sides[1])
+    min_runs, effect, power = params["min_runs"], params["power_effect"], params["power"]
+    alpha = 1 - params["confidence"]
+
+    def result(verdict: str, need: int | None, reason: str) -> RunComparison:
         return RunComparison(
             verdict=verdict,
             ratio=ratio,
@@ -192,65 +218,54 @@ def compare_runs(
         )
 
     if min(n_a, n_b) < min_runs:
+        assumed_cv = params["assumed_cv"]
         need = repeats_needed(cv if cv is not None else assumed_cv, effect, alpha, power, min_runs)
         cv_src = f"observed {cv:.2%}" if cv is not None else f"assumed {assumed_cv:.0%}: no side has 2 runs"
-        return untested(
+        return result(
             "insufficient",
             need,
             f"insufficient: {n_a} vs {n_b} runs (fewer than {min_runs} per side); need {need} runs per side to "
             f"detect a {effect:.1%} change with power {power:.0%} at alpha {alpha:g} (between-run CV {cv_src})",
         )
-
     if all(np.ptp(np.concatenate(side)) == 0 for side in sides):  # nothing varies: nothing to test (not p = 0)
         values = ", ".join(f"{n} {np.unique(np.concatenate(sd)).tolist()[:3]}" for n, sd in zip("AB", sides))
-        return untested(
+        return result(
             NO_SPREAD,
             None,
             f"no spread: every value on both sides is identical within its side ({values}); the ratio "
             f"{ratio:.4f} is exact arithmetic, but identical repeats say nothing about run-to-run noise, so no test "
             "can be made (check that the repeats really ran: a cached result, a timer's resolution, a copied log)",
         )
-    rng = np.random.default_rng(seed)
-    if block_length is None:
-        col = "stationary" if bootstrap == "stationary" else "circular"
-        bls = [float(optimal_block_length(r)[col].iloc[0]) for side in sides for r in side if len(r) >= 10]
-        block_length = max(1.0, float(np.median(bls))) if bls else 1.0
-    params["block_length"] = float(block_length)
-    cls = StationaryBootstrap if bootstrap == "stationary" else MovingBlockBootstrap
-    blk = float(block_length) if bootstrap == "stationary" else max(1, round(block_length))
+    return None
 
-    inner = []  # per side: (runs, n_inner) replicates of each run's statistic
-    for side in sides:
-        reps = []
-        for r in side:
-            child = np.random.default_rng(rng.integers(2**63))
-            if len(r) < 2:
-                reps.append(np.full(n_inner, f(r)))
-            else:
-                reps.append(cls(blk, r, seed=child).apply(lambda x: np.array([f(x)]), n_inner)[:, 0])
-        inner.append(np.vstack(reps))
-    log_side, var_side = [], []
-    for i, reps in enumerate(inner):
-        n = reps.shape[0]
-        pick_run = rng.integers(0, n, size=(n_resamples, n))
-        pick_rep = rng.integers(0, n_inner, size=(n_resamples, n))
-        boot = np.log(reps[pick_run, pick_rep].mean(axis=1))
-        if small_sample == "expanded":  # undo the (n-1)/n variance of resampling n runs
-            boot = math.log(side_values[i]) + math.sqrt(n / (n - 1)) * (boot - boot.mean())
-        log_side.append(boot)
-        var_side.append(float(boot.var()))
-    log_ratio = log_side[1] - log_side[0]
+
+def _tested(
+    sides: Sequence[Sequence[np.ndarray]],
+    run_stats: Sequence[np.ndarray],
+    f: Callable[[np.ndarray], float],
+    params: dict[str, Any],
+    block_length: float | None,
+) -> RunComparison:
+    """The two-level bootstrap comparison (module docstring): CI of the ratio, Welch-t p-value on the bootstrap SE
+    of the log ratio, Mann-Whitney U on run statistics and on iterations, verdict and runs needed."""
+    side_values, ratio, cv = _aggregate(run_stats)
+    n_a, n_b = len(sides[0]), len(sides[1])
+    confidence, threshold = params["confidence"], params["threshold"]
+    alpha = 1 - confidence
+    rng = np.random.default_rng(params["seed"])
+    inner = _inner_replicates(sides, f, rng, params, block_length)
+    log_ratio, var_side = _outer_bootstrap(inner, rng, side_values, params)
     den = var_side[0] ** 2 / (n_a - 1) + var_side[1] ** 2 / (n_b - 1)
     df_w = (var_side[0] + var_side[1]) ** 2 / den if den > 0 else float(n_a + n_b - 2)
     se = float(log_ratio.std())
-    if small_sample == "expanded":
+    if params["small_sample"] == "expanded":
         fac = float(stats.t.ppf(1 - alpha / 2, df_w) / stats.norm.ppf(1 - alpha / 2))
         centre = math.log(ratio)
         log_ratio = centre + fac * (log_ratio - centre)
         params["expansion_t_over_z"] = fac
     lo, hi = (float(x) for x in np.exp(np.quantile(log_ratio, [alpha / 2, 1 - alpha / 2])))
     k = min(int((log_ratio <= 0).sum()), int((log_ratio >= 0).sum()))
-    p_pct = min(1.0, 2 * (k + 1) / (n_resamples + 1))
+    p_pct = min(1.0, 2 * (k + 1) / (params["n_resamples"] + 1))
     # p-value for FDR: Welch t on the bootstrap SE of log(ratio). The percentile-count p-value (kept in params) is
     # unreliable in the far tail with 3-10 runs, and Benjamini-Hochberg works in exactly that tail.
     p = float(2 * stats.t.sf(abs(math.log(ratio)) / se, df_w)) if se > 0 else None
@@ -265,14 +280,14 @@ def compare_runs(
     mw_iter = float(
         stats.mannwhitneyu(np.concatenate(sides[1]), np.concatenate(sides[0]), alternative="two-sided").pvalue
     )
-    verdict = _verdict(ratio, lo > 1, hi < 1, threshold, kind)
     reason = (
         f"{confidence:.0%} CI [{lo:.4f}, {hi:.4f}] {'excludes' if lo > 1 or hi < 1 else 'includes'} 1; "
         f"|ratio - 1| = {abs(ratio - 1):.2%} vs threshold {threshold:.1%}"
     )
+    effect, power, min_runs = params["power_effect"], params["power"], params["min_runs"]
     need = repeats_needed(cv, effect, alpha, power, min_runs) if cv is not None else None
     return RunComparison(
-        verdict=verdict,
+        verdict=_verdict(ratio, lo > 1, hi < 1, threshold, params["kind"]),
         ratio=ratio,
         ci_low=lo,
         ci_high=hi,
@@ -286,6 +301,58 @@ def compare_runs(
         reason=reason,
         params=params,
     )
+
+
+def _inner_replicates(
+    sides: Sequence[Sequence[np.ndarray]],
+    f: Callable[[np.ndarray], float],
+    rng: np.random.Generator,
+    params: dict[str, Any],
+    block_length: float | None,
+) -> list[np.ndarray]:
+    """Per side, ``(runs, n_inner)`` block-bootstrap replicates of each run's statistic (arch's stationary or
+    moving-block bootstrap; a run of one value repeats it); records the block length in ``params``."""
+    from arch.bootstrap import MovingBlockBootstrap, StationaryBootstrap, optimal_block_length
+
+    bootstrap, n_inner = params["bootstrap"], params["n_inner"]
+    if block_length is None:
+        col = "stationary" if bootstrap == "stationary" else "circular"
+        bls = [float(optimal_block_length(r)[col].iloc[0]) for side in sides for r in side if len(r) >= 10]
+        block_length = max(1.0, float(np.median(bls))) if bls else 1.0
+    params["block_length"] = float(block_length)
+    cls = StationaryBootstrap if bootstrap == "stationary" else MovingBlockBootstrap
+    blk = float(block_length) if bootstrap == "stationary" else max(1, round(block_length))
+    inner = []
+    for side in sides:
+        reps = []
+        for r in side:
+            child = np.random.default_rng(rng.integers(2**63))
+            if len(r) < 2:
+                reps.append(np.full(n_inner, f(r)))
+            else:
+                reps.append(cls(blk, r, seed=child).apply(lambda x: np.array([f(x)]), n_inner)[:, 0])
+        inner.append(np.vstack(reps))
+    return inner
+
+
+def _outer_bootstrap(
+    inner: Sequence[np.ndarray], rng: np.random.Generator, side_values: tuple[float, float], params: dict[str, Any]
+) -> tuple[np.ndarray, list[float]]:
+    """Run-level bootstrap: per replicate each side draws its runs with replacement, each run one of its inner
+    replicates; returns the replicates of ``log S(B) - log S(A)`` and each side's variance of ``log S``
+    (``small_sample`` ``expanded``: each side's spread widened by ``sqrt(n / (n - 1))``)."""
+    n_resamples, n_inner = params["n_resamples"], params["n_inner"]
+    log_side, var_side = [], []
+    for i, reps in enumerate(inner):
+        n = reps.shape[0]
+        pick_run = rng.integers(0, n, size=(n_resamples, n))
+        pick_rep = rng.integers(0, n_inner, size=(n_resamples, n))
+        boot = np.log(reps[pick_run, pick_rep].mean(axis=1))
+        if params["small_sample"] == "expanded":  # undo the (n-1)/n variance of resampling n runs
+            boot = math.log(side_values[i]) + math.sqrt(n / (n - 1)) * (boot - boot.mean())
+        log_side.append(boot)
+        var_side.append(float(boot.var()))
+    return log_side[1] - log_side[0], var_side
 
 
 def apply_fdr(results: Sequence[RunComparison], alpha: float = 0.05, method: str = "bh") -> list[RunComparison]:
