@@ -87,8 +87,9 @@ def sweep(
     submit them. Writes points.parquet, summary.md and points.png under paths.sweeps/<name>/.
 
     With --adaptive --budget N: rounds of choose -> submit -> wait -> collect -> refit -> re-rank
-    (bridgebench.model.refit: expected improvement, stop when the best measured point beats every unmeasured
-    point's optimistic band edge or the budget is spent); adds rounds.parquet and an "Adaptive rounds" summary."""
+    (bridgebench.model.refit rule ei+info: expected improvement plus the expected reduction of the other points'
+    prediction error, stop when the best measured point beats every unmeasured point's optimistic band edge or the
+    budget is spent); adds rounds.parquet and an "Adaptive rounds" summary."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -543,6 +544,9 @@ def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_j
     by = {c.point_id: c for c in res["candidates"]}
     bands = {p: 100 * post.log_ratio(c)[1] for p, c in by.items()}
     mape = 100 * metrics.mape(r["error_pct"] / 100 for r in loo) if len(loo) > 1 else None
+    groups = sorted({r["group"] for r in loo if r["group_measured"]})
+    by_group = {g: 100 * metrics.mape(r["error_pct"] / 100 for r in loo if r["group"] == g and r["group_measured"])
+                for g in groups}  # fmt: skip
     summary = {
         "name": name,
         "path": str(path),
@@ -554,6 +558,7 @@ def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_j
         "band_scale": post.band_scale,
         "leave_one_run_out": loo,
         "leave_one_run_out_mape_pct": mape,
+        "leave_one_run_out_mape_pct_by_group": by_group,
         "new_bands_pct": bands,
     }
     if as_json:
@@ -574,6 +579,10 @@ def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_j
         )
     if mape is not None:
         typer.echo(f"leave-one-run-out MAPE {mape:.1f} % over {len(loo)} configurations")
+        typer.echo(
+            "  by (GPU, precision), runs whose group kept another run (what predict does for that group's other "
+            "points): " + (", ".join(f"{g} {v:.1f} %" for g, v in by_group.items()) or "none")
+        )
     else:
         typer.echo("leave-one-run-out: one configuration, nothing to hold out (its refit is the prior)")
     typer.echo("new bands (posterior predictive, +-%): " + ", ".join(f"{p} {b:.1f}" for p, b in bands.items()))

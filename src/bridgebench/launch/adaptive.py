@@ -6,10 +6,11 @@ Stages 1-4 are the sweep's (:func:`bridgebench.launch.sweep.run_sweep`, nothing 
 
 over the ranked points, with :mod:`bridgebench.model.refit` (the same code ``benchmarks/bench_adaptive.py``
 simulates offline): the first round measures the best predicted point; each later round the unmeasured point(s) with
-the largest expected improvement over the best measured throughput under the refitted posterior; the loop stops when
-the best measured point beats every unmeasured point's optimistic band edge (``converged``), when ``budget`` runs
-were spent (``budget``), or when nothing is left to measure (``exhausted``). A point whose run ended without a step
-time (out of memory, an error) counts against the budget and is not chosen again.
+the largest expected improvement over the best measured throughput under the refitted posterior plus the expected
+reduction of the other unmeasured points' prediction error (rule :data:`bridgebench.model.refit.RULE`); the loop
+stops when the best measured point beats every unmeasured point's optimistic band edge (``converged``), when
+``budget`` runs were spent (``budget``), or when nothing is left to measure (``exhausted``). A point whose run ended
+without a step time (out of memory, an error) counts against the budget and is not chosen again.
 
 State: ``<sweep dir>/adaptive.json``, written (temp file + rename) after every plan and every submission, so Ctrl-C
 or a lost controller loses nothing: ``--resume`` adopts a chosen point whose run the ledger already has (submitted
