@@ -105,7 +105,7 @@ def spaces(folder: Path, cal) -> list[dict]:
             cell["order"].append((pid, key))
             cell["cands"][pid] = refit.Candidate(
                 point_id=pid, step_s=b.total, flops=b.flops, num_gpus=cfg.num_gpus, band_pct=b.band_pct,
-                group=f"{name}/{cfg.peak_key}", terms=dict(b.terms), ep_scale_out=b.ep_scale_out,
+                group=f"{name}/{cfg.peak_key}", terms=dict(b.terms), ep_scale_out=b.ep_scale_out, model=spec.name,
             )  # fmt: skip
             cell["measured"][pid] = t
         for (gpu, prec), cell in cells.items():

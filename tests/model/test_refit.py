@@ -5,6 +5,7 @@ point beats every optimistic band edge, and bad measurements are refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -126,3 +127,14 @@ def test_information_is_the_conjugate_update_of_the_others_errors():
         assert refit.information(post, pick, todo) == pytest.approx(expect, rel=1e-9)
     # the point whose scale-out share differs most from p0's teaches the others more than p0's neighbour does
     assert refit.information(post, c[5], todo) > refit.information(post, c[1], todo)
+
+
+def test_runs_of_one_model_carry_more_to_its_own_configurations_than_to_another_models():
+    c = [dataclasses.replace(x, model="a" if i < 3 else "b") for i, x in enumerate(_cands())]
+    post = refit.refit(c, {"p0": 1.3, "p1": 1.1 * 1.3})  # model a runs 30 % slower than predicted
+    moved_a = math.log(post.step(c[2])[0] / c[2].step_s)
+    moved_b = math.log(post.step(c[3])[0] / c[3].step_s)
+    assert 0 < moved_b < moved_a < math.log(1.3)  # b borrows the cluster level, a its own level too
+    assert post.step(c[3])[1] > post.step(c[2])[1]  # and b stays less certain
+    assert "model:a" in post.names and "model:b" in post.names
+    assert "model:a" not in refit.refit(_cands(), {}).names  # candidates without a model: no per-model level

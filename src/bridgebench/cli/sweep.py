@@ -379,7 +379,7 @@ def muon_cost(
         "software_level": cost.muon.level,
         "software_level_source": cost.muon.level_source,
     }
-    summary["cluster_refit"] = _muon_cost_refit(calib, cost, f"{base.gpu.name}/{v['precision']}")
+    summary["cluster_refit"] = _muon_cost_refit(calib, cost, f"{base.gpu.name}/{v['precision']}", base.spec.name)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -431,7 +431,7 @@ def muon_cost(
         )
 
 
-def _muon_cost_refit(calib, cost, group: str) -> dict | None:
+def _muon_cost_refit(calib, cost, group: str, model: str = "") -> dict | None:
     """Muon and AdamW steps through a cluster's refit (``calibrate --from-runs``), or None for a published
     calibration: each step's terms weighted by the refit's level and term factors (bridgebench.model.refit)."""
     from bridgebench.model.refit import Candidate
@@ -444,7 +444,7 @@ def _muon_cost_refit(calib, cost, group: str) -> dict | None:
     for key, b in (("muon", cost.muon), ("adamw", cost.adam)):
         c = Candidate(
             point_id=key, step_s=b.total, flops=b.flops, num_gpus=int(b.num_gpus), band_pct=float(b.band_pct),
-            group=group, terms=dict(b.terms), ep_scale_out=bool(getattr(b, "ep_scale_out", False)),
+            group=group, terms=dict(b.terms), ep_scale_out=bool(getattr(b, "ep_scale_out", False)), model=model,
         )  # fmt: skip
         out[f"{key}_step_s"], sd = post.step(c)
         out["band_pct"] = 100 * sd

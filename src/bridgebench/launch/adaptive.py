@@ -69,6 +69,7 @@ def candidate_of(row: dict[str, Any]) -> refit.Candidate:
         num_gpus=int(row["num_gpus"]),
         band_pct=float(row.get("band_pct") or 0.0),
         group=f"{row['gpu']}/{row['precision']}",
+        model=str(row.get("model") or ""),
         terms={k[2:-2]: float(v) for k, v in row.items() if k.startswith("t_") and k.endswith("_s") and v == v},
         ep_scale_out=bool(row.get("ep_scale_out")),
     )

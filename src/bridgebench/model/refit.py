@@ -5,11 +5,14 @@ that chooses what to measure next and when to stop (``bridgebench sweep --adapti
 **Model.** For a point ``i`` with predicted step time ``T_i`` (the time model, terms in seconds) and measured step
 time ``M_i``, the log error ``y_i = log(M_i / T_i)`` is
 
-    y_i = a + d_g(i) + sum_k b_k s_ik + e_i,      e_i ~ N(0, sigma_i^2)
+    y_i = a + d_g(i) + m_m(i) + sum_k b_k s_ik + e_i,      e_i ~ N(0, sigma_i^2)
 
 * ``a``: the cluster's level (one factor on every term), prior ``N(0, level_sd^2)``;
 * ``d_g``: a level per (GPU, precision) group ``g`` on top of it, prior ``N(0, group_sd^2)`` (hierarchical: a group
   with no run borrows ``a`` from the groups that have some);
+* ``m_m``: a level per model ``m`` (``configs/model`` name; a space that mixes models -- a weak-scaling table, a
+  framework comparison at two sizes -- learns less from one model's runs about another's), prior
+  ``N(0, model_sd^2)``;
 * ``b_k``: per-term factors, ``k`` in :data:`FACTORS` -- GEMM efficiency (compute, recompute and the pipeline bubble,
   which is compute time), NVLink bandwidth (TP / CP / EP exchanges inside the NVLink domain), scale-out bandwidth
   (DP / expert-DP reduction, pipeline sends, an all-to-all whose expert group leaves the NVLink domain), per-layer
@@ -38,11 +41,14 @@ weight against the prior's -- shrinkage in proportion to the evidence. A point's
 **Prior widths** (:class:`Prior`): ``level_sd`` 0.20 -- on configurations nobody measured, the calibrated model
 misses by 17.6 % MAPE (issue 23; docs/sweeps.md: 18.2 % absolute on the ablation rows whose GPU and precision are
 calibrated), so a new cluster's level is known to about +-20 %; ``group_sd`` 0.10 (precisions of one GPU differ by
-less than clusters do); ``factor_sd`` 0.30 (a term's rate off by 30 % is the size of the first-principles constants'
-doubt: docs/sweeps.md "Known gaps"); ``resid_sd`` 0.07 -- a configuration's miss once its level is known: the
-calibration's leave-one-release-out MAPE on NVIDIA's published rows, 7.1 % (``configs/calibration/default.yaml``
-``source``), and issue 23's 6.7 % on the ablation rows once one level per set is learnt; ``noise_sd`` 0.01 -- the
-run-to-run spread of one configuration's step time.
+less than clusters do); ``model_sd`` 0.18 -- how much more the calibration misses a model it never saw than a new
+configuration of a model it saw: the conformal 68 % half-widths of ``configs/calibration/default.yaml``
+(``uncalibrated model`` 0.232, ``new configuration`` 0.142; ``sqrt(0.232^2 - 0.142^2)``); ``factor_sd`` 0.30 (a
+term's rate off by 30 % is the size of the first-principles constants' doubt: docs/sweeps.md "Known gaps");
+``resid_sd`` 0.07 -- a configuration's miss once its level is known: the calibration's leave-one-release-out MAPE on
+NVIDIA's published rows, 7.1 % (``configs/calibration/default.yaml`` ``source``), and issue 23's 6.7 % on the
+ablation rows once one level per set is learnt; ``noise_sd`` 0.01 -- the run-to-run spread of one configuration's
+step time.
 
 **Choosing** (:func:`choose`, stated as the rule ``ei+info``): with no run yet, the best predicted point. Then the
 unmeasured point whose run is worth most, in one unit (a fraction of throughput, log): its expected improvement
@@ -101,6 +107,7 @@ class Prior:
 
     level_sd: float = 0.20
     group_sd: float = 0.10
+    model_sd: float = 0.18
     factor_sd: float = 0.30
     resid_sd: float = 0.07
     noise_sd: float = 0.01
@@ -112,6 +119,7 @@ class Prior:
 class Candidate:
     """One point as the time model predicted it: ``step_s`` (s), ``terms`` (s per step by term), ``flops`` (model
     FLOPs per step), ``num_gpus``, ``band_pct`` (the prediction's band, +- %), ``group`` ((GPU, precision) label),
+    ``model`` (``configs/model`` name; empty: no per-model level),
     ``ep_scale_out`` (its expert all-to-all leaves the NVLink domain)."""
 
     point_id: str
@@ -122,6 +130,7 @@ class Candidate:
     group: str
     terms: Mapping[str, float] = field(default_factory=dict)
     ep_scale_out: bool = False
+    model: str = ""
 
     @property
     def tflops(self) -> float:
@@ -159,6 +168,8 @@ class Posterior:
                 x[j] = 1.0
             elif n.startswith("group:"):
                 x[j] = 1.0 if n[6:] == c.group else 0.0
+            elif n.startswith("model:"):
+                x[j] = 1.0 if n[6:] == c.model else 0.0
             else:
                 x[j] = s.get(n[7:], 0.0)  # "factor:<k>"
         return x
@@ -170,6 +181,8 @@ class Posterior:
         var = float(x @ self.cov @ x) + _noise(c, self.prior, self.band_scale) ** 2
         if f"group:{c.group}" not in self.names:  # a (GPU, precision) no run measured: its level is the prior's
             var += self.prior.group_sd**2
+        if c.model and f"model:{c.model}" not in self.names:
+            var += self.prior.model_sd**2
         return float(x @ self.mean), math.sqrt(max(var, 0.0))
 
     def step(self, c: Candidate) -> tuple[float, float]:
@@ -228,9 +241,12 @@ def _noise(c: Candidate, prior: Prior, scale: float = 1.0) -> float:
 
 
 def names_for(candidates: Sequence[Candidate]) -> tuple[str, ...]:
-    """Coefficients of a space: the level, one per (GPU, precision) group, one per term factor."""
+    """Coefficients of a space: the level, one per (GPU, precision) group, one per model (candidates that name
+    one), one per term factor."""
     groups = sorted({c.group for c in candidates})
-    return ("level", *(f"group:{g}" for g in groups), *(f"factor:{k}" for k in FACTORS))
+    models = sorted({c.model for c in candidates if c.model})
+    return ("level", *(f"group:{g}" for g in groups), *(f"model:{m}" for m in models),
+            *(f"factor:{k}" for k in FACTORS))  # fmt: skip
 
 
 def refit(candidates: Sequence[Candidate], measured: Mapping[str, float], prior: Prior | None = None) -> Posterior:
@@ -259,12 +275,8 @@ def _fit(candidates: Sequence[Candidate], measured: Mapping[str, float], prior: 
     """The conjugate posterior of the coefficients with the bands scaled by ``scale``."""
     names = names_for(candidates)
     by_id = {c.point_id: c for c in candidates}
-    lam = np.array(
-        [
-            prior.level_sd if n == "level" else prior.group_sd if n.startswith("group:") else prior.factor_sd
-            for n in names
-        ]
-    )
+    widths = {"level": prior.level_sd, "group": prior.group_sd, "model": prior.model_sd, "factor": prior.factor_sd}
+    lam = np.array([widths[n.split(":")[0]] for n in names])
     post0 = Posterior(
         names=names, mean=np.zeros(len(names)), cov=np.diag(lam**2), measured={}, prior=prior, band_scale=scale
     )
