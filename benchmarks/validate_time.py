@@ -235,16 +235,17 @@ def part_e(cal) -> list[dict]:
         published_adam_s = adam.flops / cfg.num_gpus / (adam_tf * 1e12)
         published = adam_tf / muon_tf - 1
         delta = muon.total - adam.total
+        mo = muon.opt  # the Muon step's optimizer terms (s)
         print(
             f"  {base.spec.name:14s} predicted +{100 * (muon.total / adam.total - 1):.1f}% (delta {delta:.3f} s on a "
             f"predicted AdamW step of {adam.total:.2f} s; +{100 * delta / published_adam_s:.1f}% on the published "
             f"{published_adam_s:.2f} s)  published +{100 * published:.1f}% ({published_adam_s * published:.3f} s)"
         )
         print(
-            f"  {'':14s} Muon terms: NS {muon.ns:.3f} s ({muon.busiest_ns_flops / 1e12:.0f} TFLOP on the busiest GPU), "
-            f"{muon.busiest_matrices} matrices x {cal.kappa * 1e6:.0f} us = {muon.per_matrix:.3f} s, all-gather "
-            f"{muon.allgather:.3f} s, element-wise {muon.opt.elementwise:.3f} s, DP {muon.terms['dp_comm']:.3f} s; "
-            f"AdamW optimizer {adam.optimizer:.3f} s, DP {adam.terms['dp_comm']:.3f} s (release {muon.release})"
+            f"  {'':14s} Muon terms: NS {mo.ns:.3f} s ({mo.busiest_ns_flops / 1e12:.0f} TFLOP on the busiest GPU), "
+            f"{mo.busiest_matrices} matrices x {cal.kappa * 1e6:.0f} us = {mo.per_matrix:.3f} s, all-gather "
+            f"{mo.allgather:.3f} s, element-wise {mo.elementwise:.3f} s, DP {muon.terms['dp_comm']:.3f} s; AdamW "
+            f"optimizer {adam.terms['optimizer']:.3f} s, DP {adam.terms['dp_comm']:.3f} s (release {muon.release})"
         )
         out.append(
             {

@@ -39,8 +39,9 @@ def sweep(
     submit them. Writes points.parquet, summary.md and points.png under paths.sweeps/<name>/.
 
     With --adaptive --budget N: rounds of choose -> submit -> wait -> collect -> refit -> re-rank
-    (bridgebench.model.refit: expected improvement, stop when the best measured point beats every unmeasured
-    point's optimistic band edge or the budget is spent); adds rounds.parquet and an "Adaptive rounds" summary."""
+    (bridgebench.model.refit rule ei+info: expected improvement plus the expected reduction of the other points'
+    prediction error, stop when the best measured point beats every unmeasured point's optimistic band edge or the
+    budget is spent); adds rounds.parquet and an "Adaptive rounds" summary."""
     from rich.console import Console
 
     from bridgebench.cli.sweep_output import SweepProgress, print_sweep
@@ -113,7 +114,7 @@ def muon_cost(
     calib = calib_mod.load(calibration)
     cost = model(base.spec, engine.time_config(v, base.gpu), calib.time)
     summary = _muon_cost_summary(base, v, cost, calib)
-    summary["cluster_refit"] = _muon_cost_refit(calib, cost, f"{base.gpu.name}/{v['precision']}")
+    summary["cluster_refit"] = _muon_cost_refit(calib, cost, f"{base.gpu.name}/{v['precision']}", base.spec.name)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -235,7 +236,7 @@ def _print_muon_cost(summary: dict, model_name: str, gpu_name: str, v: dict, cos
         )
 
 
-def _muon_cost_refit(calib, cost, group: str) -> dict | None:
+def _muon_cost_refit(calib, cost, group: str, model: str = "") -> dict | None:
     """Muon and AdamW steps through a cluster's refit (``calibrate --from-runs``), or None for a published
     calibration: each step's terms weighted by the refit's level and term factors (bridgebench.model.refit)."""
     from bridgebench.model.refit import Candidate
@@ -248,7 +249,7 @@ def _muon_cost_refit(calib, cost, group: str) -> dict | None:
     for key, b in (("muon", cost.muon), ("adamw", cost.adam)):
         c = Candidate(
             point_id=key, step_s=b.total, flops=b.flops, num_gpus=int(b.num_gpus), band_pct=float(b.band_pct),
-            group=group, terms=dict(b.terms), ep_scale_out=bool(getattr(b, "ep_scale_out", False)),
+            group=group, terms=dict(b.terms), ep_scale_out=bool(getattr(b, "ep_scale_out", False)), model=model,
         )  # fmt: skip
         out[f"{key}_step_s"], sd = post.step(c)
         out["band_pct"] = 100 * sd
@@ -348,6 +349,9 @@ def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_j
     by = {c.point_id: c for c in res["candidates"]}
     bands = {p: 100 * post.log_ratio(c)[1] for p, c in by.items()}
     mape = 100 * metrics.mape(r["error_pct"] / 100 for r in loo) if len(loo) > 1 else None
+    groups = sorted({r["group"] for r in loo if r["group_measured"]})
+    by_group = {g: 100 * metrics.mape(r["error_pct"] / 100 for r in loo if r["group"] == g and r["group_measured"])
+                for g in groups}  # fmt: skip
     summary = {
         "name": name,
         "path": str(path),
@@ -359,6 +363,7 @@ def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_j
         "band_scale": post.band_scale,
         "leave_one_run_out": loo,
         "leave_one_run_out_mape_pct": mape,
+        "leave_one_run_out_mape_pct_by_group": by_group,
         "new_bands_pct": bands,
     }
     if as_json:
@@ -379,6 +384,10 @@ def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_j
         )
     if mape is not None:
         typer.echo(f"leave-one-run-out MAPE {mape:.1f} % over {len(loo)} configurations")
+        typer.echo(
+            "  by (GPU, precision), runs whose group kept another run (what predict does for that group's other "
+            "points): " + (", ".join(f"{g} {v:.1f} %" for g, v in by_group.items()) or "none")
+        )
     else:
         typer.echo("leave-one-run-out: one configuration, nothing to hold out (its refit is the prior)")
     typer.echo("new bands (posterior predictive, +-%): " + ", ".join(f"{p} {b:.1f}" for p, b in bands.items()))

@@ -501,5 +501,6 @@ def prediction_of(row: SweepRow | dict, calibration: str, *, source: str) -> dic
         ),
         "num_gpus": r.dims.num_gpus,
         "group": f"{r.gpu}/{r.precision}",
+        "model": r.model,
         "ep_scale_out": bool(r.ep_scale_out),
     }

@@ -90,74 +90,53 @@ _IMAGE = (
     r"|/[A-Za-z0-9_./+-]+\.(?:sqsh|squashfs)"
 )
 
+#: grammar name -> (regular expression a value must match in full, the same in words)
+GRAMMAR_TABLE: dict[str, tuple[str, str]] = {
+    "name": (
+        r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}",
+        "letters, digits and . _ - (1-128 characters, the first a letter or digit)",
+    ),
+    "path": (r"[A-Za-z0-9_./@+-]{1,4096}", "a path of letters, digits and _ . / @ + -"),
+    "abspath": (
+        r"/[A-Za-z0-9_./@+-]{0,4095}",
+        "an absolute path of letters, digits and _ . / @ + - (on the cluster; a relative one would be the login "
+        "node's home folder's)",
+    ),
+    "mount": (
+        r"[A-Za-z0-9_./@+-]+:[A-Za-z0-9_./@+-]+(?::[A-Za-z0-9_.+-]+)?",
+        "src:dst[:flags] of plain path characters (letters, digits and _ . / @ + -); no spaces or commas",
+    ),
+    "image": (
+        _IMAGE,
+        "a container image reference ([user@][registry[:port]/ or #]name[:tag][@digest], docker/enroot syntax) "
+        "or an absolute .sqsh path",
+    ),
+    "time": (
+        r"[0-9]{1,9}(?::[0-9]{1,2}){0,2}|[0-9]{1,9}-[0-9]{1,2}(?::[0-9]{1,2}){0,2}|(?i:unlimited|infinite)",
+        "a SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED",
+    ),
+    "mem": (r"[0-9]{1,15}[KMGTkmgt]?", "a SLURM memory size: digits with an optional K/M/G/T"),
+    "env_name": (
+        r"[A-Z_][A-Z0-9_]{0,255}",
+        "an upper-case shell identifier (A-Z, 0-9, _; nemo-run 0.11.1 writes `export {name.upper()}=...`, so a "
+        "lower-case name would reach the job as another variable)",
+    ),
+    "job_id": (r"[0-9]{1,20}", "a SLURM job id (digits)"),
+    "host": (
+        r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.?",
+        "a host name or IPv4 address (RFC 1123 labels of letters, digits and -, joined by .)",
+    ),
+    "port": (
+        r"[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]",
+        "a TCP port (1-65535)",
+    ),
+    "keyfile": (
+        r"(?:~/)?[A-Za-z0-9_./@+-]{1,4095}",
+        "a path of letters, digits and _ . / @ + - (optionally starting with ~/) on the submitting machine",
+    ),
+}
 GRAMMARS: dict[str, Grammar] = {
-    g.name: g
-    for g in (
-        Grammar(
-            name="name",
-            pattern=re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"),
-            says="letters, digits and . _ - (1-128 characters, the first a letter or digit)",
-        ),
-        Grammar(
-            name="path",
-            pattern=re.compile(r"[A-Za-z0-9_./@+-]{1,4096}"),
-            says="a path of letters, digits and _ . / @ + -",
-        ),
-        Grammar(
-            name="abspath",
-            pattern=re.compile(r"/[A-Za-z0-9_./@+-]{0,4095}"),
-            says="an absolute path of letters, digits and _ . / @ + - (on the cluster; a relative one would be the "
-            "login "
-            "node's home folder's)",
-        ),
-        Grammar(
-            name="mount",
-            pattern=re.compile(r"[A-Za-z0-9_./@+-]+:[A-Za-z0-9_./@+-]+(?::[A-Za-z0-9_.+-]+)?"),
-            says="src:dst[:flags] of plain path characters (letters, digits and _ . / @ + -); no spaces or commas",
-        ),
-        Grammar(
-            name="image",
-            pattern=re.compile(_IMAGE),
-            says="a container image reference ([user@][registry[:port]/ or #]name[:tag][@digest], docker/enroot "
-            "syntax) "
-            "or an absolute .sqsh path",
-        ),
-        Grammar(
-            name="time",
-            pattern=re.compile(
-                r"[0-9]{1,9}(?::[0-9]{1,2}){0,2}|[0-9]{1,9}-[0-9]{1,2}(?::[0-9]{1,2}){0,2}|(?i:unlimited|infinite)"
-            ),
-            says="a SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED",
-        ),
-        Grammar(
-            name="mem",
-            pattern=re.compile(r"[0-9]{1,15}[KMGTkmgt]?"),
-            says="a SLURM memory size: digits with an optional K/M/G/T",
-        ),
-        Grammar(
-            name="env_name",
-            pattern=re.compile(r"[A-Z_][A-Z0-9_]{0,255}"),
-            says="an upper-case shell identifier (A-Z, 0-9, _; nemo-run 0.11.1 writes `export {name.upper()}=...`, "
-            "so a "
-            "lower-case name would reach the job as another variable)",
-        ),
-        Grammar(name="job_id", pattern=re.compile(r"[0-9]{1,20}"), says="a SLURM job id (digits)"),
-        Grammar(
-            name="host",
-            pattern=re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.?"),
-            says="a host name or IPv4 address (RFC 1123 labels of letters, digits and -, joined by .)",
-        ),
-        Grammar(
-            name="port",
-            pattern=re.compile(r"[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]"),
-            says="a TCP port (1-65535)",
-        ),
-        Grammar(
-            name="keyfile",
-            pattern=re.compile(r"(?:~/)?[A-Za-z0-9_./@+-]{1,4095}"),
-            says="a path of letters, digits and _ . / @ + - (optionally starting with ~/) on the submitting machine",
-        ),
-    )
+    name: Grammar(name=name, pattern=re.compile(rx), says=says) for name, (rx, says) in GRAMMAR_TABLE.items()
 }
 
 #: Environment names the shell owns: bash sets, reads or overwrites them itself (GNU Bash Reference Manual 5.2,
@@ -205,9 +184,10 @@ SCRIPT_FIELDS: dict[str, tuple[str | None, str]] = {
         "keyfile",
         "ssh -o UserKnownHostsFile in the rsync --rsh command line on the submitting machine",
     ),
-    "model.name": ("name", "the run name: job folders, #SBATCH --job-name/--output, srun --output"),
-    "gpu.name": ("name", "the run name: job folders, #SBATCH --job-name/--output, srun --output"),
-    "precision.name": ("name", "the run name: job folders, #SBATCH --job-name/--output, srun --output"),
+    **dict.fromkeys(
+        ("model.name", "gpu.name", "precision.name"),
+        ("name", "the run name: job folders, #SBATCH --job-name/--output, srun --output"),
+    ),
     "env_vars.*": ("env_name", "`export NAME=value` in the sbatch script (the value is quoted)"),
     "job.wrapper[]": (None, "the payload command (each word quoted)"),
 }

@@ -47,14 +47,17 @@ APIS: dict[str, Api] = {
     "0.6": Api(),
 }
 
-#: configs/model name -> (module, function) of Megatron-Bridge's pretrain recipe (same path in 0.3.x and 0.6.x).
+#: Megatron-Bridge recipe module -> the configs/model names whose pretrain recipe it holds, each as
+#: ``<name>_pretrain_config`` (same path in 0.3.x and 0.6.x)
+_RECIPE_MODULES = {
+    "megatron.bridge.recipes.kimi.kimi_k2": ("kimi_k2",),
+    "megatron.bridge.recipes.qwen.qwen3_moe": ("qwen3_30b_a3b", "qwen3_235b_a22b"),
+    "megatron.bridge.recipes.deepseek": ("deepseek_v3",),
+    "megatron.bridge.recipes.llama": ("llama3_70b", "llama31_405b"),
+}
+#: configs/model name -> (module, function) of Megatron-Bridge's pretrain recipe.
 RECIPES: dict[str, tuple[str, str]] = {
-    "kimi_k2": ("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_pretrain_config"),
-    "qwen3_30b_a3b": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_30b_a3b_pretrain_config"),
-    "qwen3_235b_a22b": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_235b_a22b_pretrain_config"),
-    "deepseek_v3": ("megatron.bridge.recipes.deepseek", "deepseek_v3_pretrain_config"),
-    "llama3_70b": ("megatron.bridge.recipes.llama", "llama3_70b_pretrain_config"),
-    "llama31_405b": ("megatron.bridge.recipes.llama", "llama31_405b_pretrain_config"),
+    name: (module, f"{name}_pretrain_config") for module, names in _RECIPE_MODULES.items() for name in names
 }
 
 

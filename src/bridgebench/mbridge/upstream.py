@@ -47,49 +47,35 @@ class PerfRecipe:
     optimizers: tuple[str, ...] = ("adamw",)
 
 
+def _perf(
+    family: str,
+    gpu: str,
+    file: str,
+    model: str,
+    num_gpus: int,
+    precision: str,
+    optimizers: tuple[str, ...] = ("adamw",),
+) -> PerfRecipe:
+    """Megatron-Bridge 0.6.2's perf recipe naming:
+    ``megatron/bridge/perf_recipes/<family>/<gpu>/<file>.py::<model>_pretrain_<num_gpus>gpu_<gpu>_<precision>_config``."""
+    return PerfRecipe(
+        module=f"megatron.bridge.perf_recipes.{family}.{gpu}.{file}",
+        function=f"{model}_pretrain_{num_gpus}gpu_{gpu}_{precision}_config",
+        num_gpus=num_gpus,
+        optimizers=optimizers,
+    )
+
+
 #: bridgebench recipe -> Megatron-Bridge 0.6.2 ``perf_recipes`` function (the NeMo 26.08 benchmark configuration).
 PERF_RECIPES_0_6: dict[str, PerfRecipe] = {
-    "kimi_k2_gb300_mxfp8": PerfRecipe(
-        module="megatron.bridge.perf_recipes.kimi.gb300.kimi_k2",
-        function="kimi_k2_pretrain_256gpu_gb300_fp8mx_config",
-        num_gpus=256,
-        optimizers=("muon", "adamw"),
-    ),
-    "deepseek_v3_gb300_mxfp8": PerfRecipe(
-        module="megatron.bridge.perf_recipes.deepseek.gb300.deepseek_v3",
-        function="deepseek_v3_pretrain_256gpu_gb300_fp8mx_config",
-        num_gpus=256,
-    ),
-    "qwen3_235b_a22b_gb300_mxfp8": PerfRecipe(
-        module="megatron.bridge.perf_recipes.qwen.gb300.qwen3_moe",
-        function="qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config",
-        num_gpus=256,
-    ),
-    "qwen3_30b_a3b_gb300_mxfp8": PerfRecipe(
-        module="megatron.bridge.perf_recipes.qwen.gb300.qwen3_moe",
-        function="qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config",
-        num_gpus=8,
-    ),
-    "qwen3_30b_a3b_gb200_mxfp8": PerfRecipe(
-        module="megatron.bridge.perf_recipes.qwen.gb200.qwen3_moe",
-        function="qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config",
-        num_gpus=8,
-    ),
-    "qwen3_30b_a3b_b300_mxfp8": PerfRecipe(
-        module="megatron.bridge.perf_recipes.qwen.b300.qwen3_moe",
-        function="qwen3_30b_a3b_pretrain_8gpu_b300_fp8mx_config",
-        num_gpus=8,
-    ),
-    "qwen3_30b_a3b_b200_mxfp8": PerfRecipe(
-        module="megatron.bridge.perf_recipes.qwen.b200.qwen3_moe",
-        function="qwen3_30b_a3b_pretrain_8gpu_b200_fp8mx_config",
-        num_gpus=8,
-    ),
-    "qwen3_30b_a3b_h100_fp8_cs": PerfRecipe(
-        module="megatron.bridge.perf_recipes.qwen.h100.qwen3_moe",
-        function="qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config",
-        num_gpus=16,
-    ),
+    "kimi_k2_gb300_mxfp8": _perf("kimi", "gb300", "kimi_k2", "kimi_k2", 256, "fp8mx", ("muon", "adamw")),
+    "deepseek_v3_gb300_mxfp8": _perf("deepseek", "gb300", "deepseek_v3", "deepseek_v3", 256, "fp8mx"),
+    "qwen3_235b_a22b_gb300_mxfp8": _perf("qwen", "gb300", "qwen3_moe", "qwen3_235b_a22b", 256, "fp8mx"),
+    **{
+        f"qwen3_30b_a3b_{gpu}_mxfp8": _perf("qwen", gpu, "qwen3_moe", "qwen3_30b_a3b", 8, "fp8mx")
+        for gpu in ("gb300", "gb200", "b300", "b200")
+    },
+    "qwen3_30b_a3b_h100_fp8_cs": _perf("qwen", "h100", "qwen3_moe", "qwen3_30b_a3b", 16, "fp8cs"),
 }
 
 #: Kimi K2's optimizer switch (Megatron-Bridge 0.6.2 ``recipes/kimi/h100/kimi_k2.py``) and the names it takes.

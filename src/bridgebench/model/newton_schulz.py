@@ -105,27 +105,24 @@ class Parallelism(DimsView):
 
     @property
     def dp(self) -> int:
-        """Data-parallel size.
-
-        Raises:
-            NSError: ``num_gpus`` is not a multiple of ``TP x PP x CP`` (rule ``world_size``).
-        """
-        problem = self.dims.world_size_problem()
-        if problem:
-            raise NSError(problem)
-        return self.dims.dp
+        """Data-parallel size; NSError when TP x PP x CP does not divide ``num_gpus`` (rule ``world_size``)."""
+        return _exact(self.dims.world_size_problem(), self.dims.dp)
 
     @property
     def expert_dp(self) -> int:
-        """Expert data-parallel size.
+        """Expert data-parallel size; NSError when ETP x EP x PP does not divide ``num_gpus`` (rule ``expert_grid``)."""
+        return _exact(self.dims.expert_grid_problem(), self.dims.edp)
 
-        Raises:
-            NSError: ``num_gpus`` is not a multiple of ``ETP x EP x PP`` (rule ``expert_grid``).
-        """
-        problem = self.dims.expert_grid_problem()
-        if problem:
-            raise NSError(problem)
-        return self.dims.edp
+
+def _exact(problem: str | None, size: int) -> int:
+    """``size`` when the grid divides the world size (``problem`` None).
+
+    Raises:
+        NSError: ``problem``, the message of the broken rule.
+    """
+    if problem:
+        raise NSError(problem)
+    return size
 
 
 def ns_flops(rows: int, cols: int, steps: int = 5, kernel: Kernel = "gemm") -> int:

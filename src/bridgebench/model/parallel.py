@@ -168,21 +168,22 @@ class ParallelDims:
 
     def world_size_problem(self) -> str | None:
         """Rule ``world_size``: the message when TP x PP x CP does not divide the world size, else None."""
-        if self.num_gpus % self.model_size:
-            return (
-                f"world size {self.num_gpus} is not divisible by TP x PP x CP = {self.tp} x {self.pp} x {self.cp} = "
-                f"{self.model_size}"
-            )
-        return None
+        return self._grid_problem("TP x PP x CP", (self.tp, self.pp, self.cp), self.model_size, "")
 
     def expert_grid_problem(self) -> str | None:
         """Rule ``expert_grid``: the message when ETP x EP x PP does not divide the world size, else None."""
-        if self.num_gpus % self.expert_grid:
-            return (
-                f"world size {self.num_gpus} is not divisible by ETP x EP x PP = {self.etp_} x {self.ep} x "
-                f"{self.pp} = {self.expert_grid} (expert data-parallel size must be an integer)"
-            )
-        return None
+        return self._grid_problem(
+            "ETP x EP x PP",
+            (self.etp_, self.ep, self.pp),
+            self.expert_grid,
+            " (expert data-parallel size must be an integer)",
+        )
+
+    def _grid_problem(self, names: str, sizes: tuple[int, ...], grid: int, why: str) -> str | None:
+        """The message when the product ``grid`` of ``sizes`` (called ``names``) does not divide the world size."""
+        if self.num_gpus % grid == 0:
+            return None
+        return f"world size {self.num_gpus} is not divisible by {names} = {' x '.join(map(str, sizes))} = {grid}{why}"
 
     def batch_problem(self, vp: int | None = None) -> tuple[str, str] | None:
         """Rules ``gbs_divisible`` (MBS x DP divides GBS) and ``microbatches_interleaved`` (the interleaved schedule

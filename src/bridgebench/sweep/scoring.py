@@ -340,7 +340,7 @@ def _apply_cluster_refit(row: dict[str, Any], b, post, name: str) -> None:
     c = Candidate(
         point_id=str(row.get("point_id")), step_s=b.total, flops=b.flops, num_gpus=int(b.num_gpus),
         band_pct=float(b.band_pct), group=f"{row['gpu']}/{row['precision']}", terms=dict(b.terms),
-        ep_scale_out=bool(getattr(b, "ep_scale_out", False)),
+        ep_scale_out=bool(getattr(b, "ep_scale_out", False)), model=str(row.get("model") or ""),
     )  # fmt: skip
     step, sd = post.step(c)
     scale = b.total / step

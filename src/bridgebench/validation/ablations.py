@@ -13,7 +13,6 @@ for the time model.
 from __future__ import annotations
 
 import csv
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import yaml
 
 from bridgebench.config.calibration import ModelCalibration
 from bridgebench.model.parallel import ParallelDims
-from bridgebench.paths import CONFIG_DIR
+from bridgebench.paths import CONFIG_DIR, USER_CONFIG_ENV, environ_set
 from bridgebench.validation.data import require
 
 
@@ -209,9 +208,7 @@ def ablations(calib: ModelCalibration, only: tuple[str, ...] | None = None) -> l
             "memory_source": "torchtitan benchmarks/llama3_h100_202412_torchtitan.md: H100 96 GB HBM2e, 500 W",
         }  # fmt: skip
         (Path(tmp) / "gpu" / "h100_96gb.yaml").write_text(yaml.safe_dump(h100, sort_keys=False))
-        old = os.environ.get("BRIDGEBENCH_CONFIG_DIR")
-        os.environ["BRIDGEBENCH_CONFIG_DIR"] = tmp
-        try:
+        with environ_set(USER_CONFIG_ENV, tmp):
             bases: dict[tuple[str, ...], engine.Base] = {}
             pairs = []
             for set_id, r in rows:
@@ -221,11 +218,6 @@ def ablations(calib: ModelCalibration, only: tuple[str, ...] | None = None) -> l
                     bases[tuple(ov)].index = len(bases) - 1
                 pairs.append((bases[tuple(ov)], delta))
             out = engine.run_pipeline(list(bases.values()), calib, pairs=pairs, total=len(pairs))
-        finally:
-            if old is None:
-                os.environ.pop("BRIDGEBENCH_CONFIG_DIR", None)
-            else:
-                os.environ["BRIDGEBENCH_CONFIG_DIR"] = old
     first = {r["point_id"]: r for r in out if r["status"] != "duplicate"}
     result = []
     for (set_id, r), row in zip(rows, out):

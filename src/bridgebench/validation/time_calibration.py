@@ -78,12 +78,8 @@ __all__ = ["DISPATCHER_BY_GPU", "CalibrationReport", "fit", "fit_report", "publi
 #: expert groups) and DeepEP on Hopper (the 26.02 H100 dump). A recipe whose experts fit one node exchanges the same
 #: bytes with any of them; the choice matters once the expert group leaves the node.
 DISPATCHER_BY_GPU = {
-    "gb200": ("flex", "hybridep"),
-    "gb300": ("flex", "hybridep"),
-    "b300": ("flex", "hybridep"),
-    "b200": ("flex", "hybridep"),
-    "h100": ("flex", "deepep"),
-    "h200": ("flex", "deepep"),
+    **dict.fromkeys(("gb200", "gb300", "b300", "b200"), ("flex", "hybridep")),
+    **dict.fromkeys(("h100", "h200"), ("flex", "deepep")),
 }
 
 

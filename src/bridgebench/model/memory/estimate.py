@@ -5,6 +5,7 @@ Sources: as listed in :mod:`bridgebench.model.memory`; each term's own function 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from bridgebench.model.memory.activations import ActivationSettings, rank_activations
@@ -82,16 +83,7 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
                 weights=weights, grads=grads, optimizer_state=opt, activations=act, logits=logits, other=other, stage=r
             )
     assert best is not None  # rank_chunks gives at least one rank
-    return MemoryBreakdown(
-        weights=best.weights,
-        grads=best.grads,
-        optimizer_state=best.optimizer_state,
-        activations=best.activations,
-        logits=best.logits,
-        other=best.other,
-        stage=best.stage,
-        per_stage=tuple(totals),
-    )
+    return dataclasses.replace(best, per_stage=tuple(totals))
 
 
 def _activation_settings(

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.model import placement as pl
-from bridgebench.model.memory.config import FRAMEWORKS
+from bridgebench.model.memory.config import FRAMEWORKS, RecomputeSettings
 from bridgebench.model.newton_schulz import NSPolicy, Parallelism
 from bridgebench.model.parallel import DimsView, ParallelDims
 from bridgebench.model.spec import ModelSpec
@@ -92,7 +92,7 @@ class GpuFacts:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TimeConfig(DimsView):
+class TimeConfig(RecomputeSettings, DimsView):
     """One training point.
 
     ``dims`` the parallel sizes and batch (:class:`bridgebench.model.parallel.ParallelDims`, read as ``cfg.tp`` ...;
@@ -114,7 +114,8 @@ class TimeConfig(DimsView):
       ``use_megatron_fsdp``;
     - ``fp8_dot_product_attention`` (attention core in FP8 instead of BF16);
     - ``overlap_p2p_comm`` (None = Megatron-Bridge's: on with VP > 1);
-    - the ``recompute_*`` settings (:mod:`bridgebench.model.steptime.recompute`);
+    - the ``recompute_*`` settings (:class:`bridgebench.model.memory.config.RecomputeSettings`, priced by
+      :mod:`bridgebench.model.steptime.recompute`);
     - ``muon_assignment`` (``ping_pong`` = Megatron-Core 0.19.2, ``cost_balanced`` = Megatron-LM PR #6379 what-if);
     - ``framework`` (``bridgebench.model.memory.config.FRAMEWORKS``; ``framework.name``): whose data-parallel
       semantics a fully sharded point takes -- ``megatron`` (Megatron-FSDP), ``torchtitan``, or ``deepspeed``
@@ -132,10 +133,6 @@ class TimeConfig(DimsView):
     release: str | None = None
     release_index: float | None = None
     sequence_parallel: bool = False
-    recompute_granularity: str | None = None
-    recompute_method: str | None = None
-    recompute_num_layers: int | None = None
-    recompute_modules: tuple[str, ...] = ()
     tp_comm_overlap: bool = False
     cp_comm_type: str | None = None
     moe_token_dispatcher_type: str = "alltoall"

@@ -105,40 +105,25 @@ def attention_gemms(spec: ModelSpec, sh: LayerShape) -> list[Gemm]:
     h, n, tp, key = spec.hidden_size, spec.num_attention_heads, sh.tp, sh.peak_key
     if spec.multi_latent_attention:
         qk, rope, v = spec.qk_head_dim, spec.qk_pos_emb_head_dim, spec.v_head_dim
-        out = []
-        if spec.q_lora_rank is None:
-            out.append(Gemm(name="q_proj", module="attention", m=t, n=n * (qk + rope) / tp, k=h, count=1, peak_key=key))
-        else:
-            out.append(
-                Gemm(name="q_down_proj", module="attention", m=tsp, n=spec.q_lora_rank, k=h, count=1, peak_key=key)
-            )
-            out.append(
-                Gemm(
-                    name="q_up_proj",
-                    module="mla_up_proj",
-                    m=t,
-                    n=n * (qk + rope) / tp,
-                    k=spec.q_lora_rank,
-                    count=1,
-                    peak_key=key,
-                )
-            )
-        out.append(
-            Gemm(name="kv_down_proj", module="attention", m=tsp, n=spec.kv_lora_rank + rope, k=h, count=1, peak_key=key)
+        q_rank, kv_rank = spec.q_lora_rank, spec.kv_lora_rank
+        # (name, recompute module, m, n, k), one GEMM each
+        q: list[tuple[str, str, float, float, float]] = (
+            [("q_proj", "attention", t, n * (qk + rope) / tp, h)]
+            if q_rank is None
+            else [
+                ("q_down_proj", "attention", tsp, q_rank, h),
+                ("q_up_proj", "mla_up_proj", t, n * (qk + rope) / tp, q_rank),
+            ]
         )
-        out.append(
-            Gemm(
-                name="kv_up_proj",
-                module="mla_up_proj",
-                m=t,
-                n=n * (qk + v) / tp,
-                k=spec.kv_lora_rank,
-                count=1,
-                peak_key=key,
+        return [
+            Gemm(name=name, module=module, m=m, n=n_, k=k, count=1, peak_key=key)
+            for name, module, m, n_, k in (
+                *q,
+                ("kv_down_proj", "attention", tsp, kv_rank + rope, h),
+                ("kv_up_proj", "mla_up_proj", t, n * (qk + v) / tp, kv_rank),
+                ("proj", "attention", t, h, n * v / tp),
             )
-        )
-        out.append(Gemm(name="proj", module="attention", m=t, n=h, k=n * v / tp, count=1, peak_key=key))
-        return out
+        ]
     d, g = spec.head_dim, spec.query_groups
     gate = n * d if spec.attention_output_gate else 0
     local_kv = max(g / tp, 1.0)  # KV groups are replicated when TP exceeds them

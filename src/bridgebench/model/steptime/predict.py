@@ -103,55 +103,6 @@ class TimeBreakdown:
         """``band_pct`` as a fraction (0.063 = +-6.3 %)."""
         return self.band_pct / 100.0
 
-    # ---- names the sweep table and older callers read
-    @property
-    def compute(self) -> float:
-        return self.terms["compute"]
-
-    @property
-    def elementwise(self) -> float:
-        return self.terms["elementwise"]
-
-    @property
-    def recompute(self) -> float:
-        return self.terms["recompute"]
-
-    @property
-    def a2a(self) -> float:
-        return self.terms["ep_a2a"]
-
-    @property
-    def bubble(self) -> float:
-        return self.terms["bubble"]
-
-    @property
-    def overhead(self) -> float:
-        return self.terms["overhead"]
-
-    @property
-    def optimizer(self) -> float:
-        return self.terms["optimizer"]
-
-    @property
-    def ns(self) -> float:
-        return self.opt.ns
-
-    @property
-    def per_matrix(self) -> float:
-        return self.opt.per_matrix
-
-    @property
-    def allgather(self) -> float:
-        return self.opt.allgather
-
-    @property
-    def busiest_matrices(self) -> int:
-        return self.opt.busiest_matrices
-
-    @property
-    def busiest_ns_flops(self) -> float:
-        return self.opt.busiest_ns_flops
-
 
 # ---------------------------------------------------------------------------------------------------- structure
 @lru_cache(maxsize=8192)
