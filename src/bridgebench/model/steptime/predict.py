@@ -42,7 +42,7 @@ from bridgebench.model.steptime import cp_comm, dp_comm, ep_comm, pp, recompute,
 from bridgebench.model.steptime.bands import LEVELS
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import TimeConfig, family, group_key
-from bridgebench.model.steptime.elementwise import HBM_EFFICIENCY, layer_bytes
+from bridgebench.model.steptime.elementwise import HBM_EFFICIENCY, layer_bytes, score_bytes
 from bridgebench.model.steptime.gemm import LayerShape, layer_gemm_seconds
 from bridgebench.model.steptime.optimizer import OptimizerStep, optimizer_step
 from bridgebench.model.steptime.release import release_index
@@ -156,6 +156,7 @@ def layer_shape(cfg: TimeConfig) -> LayerShape:
         sp=cfg.sp,
         peak_key=cfg.peak_key,
         fp8_attention=cfg.fp8_dot_product_attention,
+        attention_backend=cfg.attention_backend,
     )
 
 
@@ -163,7 +164,9 @@ def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate:
     """Seconds per microbatch of one layer of ``kind`` by term, at GEMM rate multiplier ``rate`` and effective
     element-wise bandwidth ``hbm`` (bytes/s)."""
     gem = dict(layer_gemm_seconds(sid, gid, kind, sh))
-    attn_f, attn_b = gem.pop("core_attn_fwd") / rate, gem.pop("core_attn_bwd") / rate
+    score_f, score_b = score_bytes(sid, sh)
+    attn_f = gem.pop("core_attn_fwd") / rate + score_f / hbm
+    attn_b = gem.pop("core_attn_bwd") / rate + score_b / hbm
     gem = {k: v / rate for k, v in gem.items()}
     elem = {k: b / hbm for k, b in layer_bytes(sid, kind, sh)}
     placed = cfg.placement
