@@ -249,12 +249,13 @@ def layout_fix(p: Point) -> str:
     layout it stands for (:func:`bridgebench.model.layout.auto_split`: the even split, embedding and loss counted
     as layers, or Megatron-Bridge's balanced layout string)."""
     try:
-        layout, first, last, emb, loss = auto_split(p.num_layers, p.pp, p.vp, p.mtp_num_layers or 0)
+        split = auto_split(p.num_layers, p.pp, p.vp, p.mtp_num_layers or 0)
     except (LayoutError, ValueError, TypeError):
         return "model.pipeline_model_parallel_layout=auto"
-    if layout:
-        what = f"the layout {layout!r}"
-    elif emb or loss:
+    first, last = split.first_stage_layers, split.last_stage_layers
+    if split.layout:
+        what = f"the layout {split.layout!r}"
+    elif split.account_for_embedding or split.account_for_loss:
         what = "embedding and loss counted as layers (account_for_embedding/loss_in_pipeline_split)"
     else:
         what = f"first/last stages of {first}/{last} layers" if first or last else "an even split"
