@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from bridgebench.cli.app import app, out_folder
+from bridgebench.cli.app import app, out_folder, source_option
 from bridgebench.cli.richsafe import plain
 
 KEYS = typer.Argument(
@@ -28,10 +28,8 @@ def _fmt_interval(value, lo, hi) -> str:
 @app.command()
 def compare(
     keys: Optional[list[str]] = KEYS,
-    source: str = typer.Option(
-        "auto",
-        "--source",
-        help="published: NVIDIA's tables; runs: your results store; both: published with your runs beside it; "
+    source: str = source_option(
+        "published: NVIDIA's tables; runs: your results store; both: published with your runs beside it; "
         "auto: runs when --a/--b are given, else published plus your runs of the same keys if the store has any",
     ),
     side_a: Optional[list[str]] = typer.Option(None, "--a", help="side A of a runs comparison: key=value ..."),
