@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 #: the H100 measurement and the H200 one beside it (folders of ``results/reference``)
 H100_GEMMS = "gpu/h100_2026-11-27"
@@ -81,10 +81,16 @@ def _error(shapes: list[Shape], law: str, x: Sequence[float]) -> float:
     return sum(errs) / len(errs)
 
 
-def _load(folder: str, name: str) -> dict:
+def _load(folder: str, name: str) -> dict[str, Any]:
     from bridgebench.validation.data import require
 
-    return json.loads((require("reference", f"{folder}/{name}") / folder / name).read_text())
+    data: dict[str, Any] = json.loads((require("reference", f"{folder}/{name}") / folder / name).read_text())
+    return data
+
+
+def _parity(f: int, same: bool) -> Callable[[int], bool]:
+    """``i -> (i % 2 == f) == same``: one half of a two-fold split of the hidden sizes (by index)."""
+    return lambda i: (i % 2 == f) == same
 
 
 def gemm_law_fits() -> list[LawFit]:
@@ -112,13 +118,13 @@ def gemm_law_fits() -> list[LawFit]:
         peak = float(load_gpu("h100")["peak_tflops"][prec]) * 1e12
         rows = [r for r in layer if r.get(f"{prec}_median_s")]
 
-        def shapes(keep: Callable[[int], bool], rows: list = rows, prec: str = prec) -> list[Shape]:
+        def shapes(keep: Callable[[int], bool], rows: list[dict[str, Any]] = rows, prec: str = prec) -> list[Shape]:
             return [(r["m"], r["n"], r["k"], 1, r[f"{prec}_median_s"]) for r in rows
                     if keep(hidden.index(r["hidden"]))]  # fmt: skip
 
         for law in LAWS:
             x = _fit(shapes(lambda i: True), law, peak)
-            folds = [(shapes(lambda i, f=f: i % 2 == f), shapes(lambda i, f=f: i % 2 != f)) for f in (0, 1)]
+            folds = [(shapes(_parity(f, True)), shapes(_parity(f, False))) for f in (0, 1)]
             cv = [(_error(te, law, _fit(tr, law, peak)), len(te)) for tr, te in folds]
             out.append(LawFit(
                 law=law, precision=prec, rate=math.exp(x[0]) / peak, t0_s=x[1], halves=tuple(x[2:]),
