@@ -17,7 +17,10 @@ Figures per space:
 - runs until the best measured point is within 2 % of the space's true best: ``adaptive`` (refit after every run,
   rule :data:`bridgebench.model.refit.RULE`), ``model`` (the model's order, top-1 first, no refit), ``random``
   (median over 100 seeds) and ``grid`` (the set's own row order);
-- MAPE of the step time on the rows not yet measured after 0, 1, 2 and 3 adaptive runs (0: the model as shipped).
+- MAPE of the step time on the rows not yet measured after 0, 1, 2 and 3 adaptive runs (0: the model as shipped);
+  over the spaces it is aggregated two ways, both printed (:data:`AGGREGATION`): ``mape_after_3_pct`` is the mean
+  over spaces of each space's MAPE (every space weighs the same), ``mape_after_3_pct_pooled`` the MAPE of all
+  spaces' unmeasured rows pooled (every row weighs the same).
 
 Targets (issue 23): median runs-to-2 % over the sets <= 3; adaptive never above random's median on any set; MAPE on
 the unmeasured rows after 3 runs <= 5 %.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import random
 import statistics
@@ -50,6 +54,12 @@ from bridgebench.validation import metrics  # noqa: E402
 from bridgebench.validation.data import data_dir  # noqa: E402
 
 MIN_POINTS = 6
+#: how ``mape_after_3_pct`` (the issue's target) aggregates, printed with it
+AGGREGATION = (
+    "mape_after_3_pct = the mean over spaces of each space's MAPE on the rows it has not measured after 3 adaptive "
+    "runs (every space weighs the same); mape_after_3_pct_pooled = the MAPE over all spaces' unmeasured rows pooled "
+    "(every row weighs the same); the median over spaces is printed too"
+)
 WITHIN = 0.02
 SEEDS = 100
 
@@ -95,7 +105,7 @@ def spaces(folder: Path, cal) -> list[dict]:
             cell["order"].append((pid, key))
             cell["cands"][pid] = refit.Candidate(
                 point_id=pid, step_s=b.total, flops=b.flops, num_gpus=cfg.num_gpus, band_pct=b.band_pct,
-                group=f"{name}/{cfg.peak_key}", terms=dict(b.terms), ep_scale_out=b.ep_scale_out,
+                group=f"{name}/{cfg.peak_key}", terms=dict(b.terms), ep_scale_out=b.ep_scale_out, model=spec.name,
             )  # fmt: skip
             cell["measured"][pid] = t
         for (gpu, prec), cell in cells.items():
@@ -123,34 +133,37 @@ def runs_to_best(order: list[str], tput: dict[str, float]) -> int:
     return len(order)
 
 
-def mape(space: dict, post: refit.Posterior) -> float:
-    """MAPE (%) of the corrected step time on the points the posterior has not seen (bridgebench.validation.metrics)."""
+def unmeasured_errors(space: dict, post: refit.Posterior) -> tuple[list[float], list[bool]]:
+    """Relative errors of the corrected step time on the points the posterior has not seen
+    (bridgebench.validation.metrics; their MAPE is the space's figure), and whether each measurement lies inside the
+    point's posterior band (+-1 predictive sd in log units, the ~68 % band the stop rule reads)."""
     todo = [c for c in space["candidates"] if c.point_id not in post.measured]
-    return 100 * metrics.mape(
-        metrics.rel_errors([post.step(c)[0] for c in todo], [space["measured"][c.point_id] for c in todo])
-    )
+    steps = [post.step(c) for c in todo]
+    truth = [space["measured"][c.point_id] for c in todo]
+    inside = [abs(math.log(t / p)) <= sd for (p, sd), t in zip(steps, truth)]
+    return metrics.rel_errors([p for p, _ in steps], truth), inside
 
 
-def adaptive(space: dict) -> tuple[list[str], list[float], list[str]]:
-    """The adaptive order (one run per round), the MAPE on the unmeasured points after 0..3 runs, and why each point
-    was chosen."""
+def adaptive(space: dict) -> tuple[list[str], list[tuple[list[float], list[bool]]], list[str]]:
+    """The adaptive order (one run per round), the relative errors on the unmeasured points after 0..3 runs with
+    whether each lies inside its posterior band, and why each point was chosen."""
     cands, truth = space["candidates"], space["measured"]
     measured: dict[str, float] = {}
-    order, mapes, why = [], [], []
+    order, errors, why = [], [], []
     while len(order) < len(cands):
         post = refit.refit(cands, measured)
         if len(order) <= 3:
-            mapes.append(mape(space, post))
+            errors.append(unmeasured_errors(space, post))
         pick = refit.choose(cands, post)[0]
         order.append(pick.point_id)
         why.append(pick.reason)
         measured[pick.point_id] = truth[pick.point_id]
-    return order, mapes, why
+    return order, errors, why
 
 
 def evaluate(space: dict) -> dict:
     tput = _tflops(space)
-    order, mapes, why = adaptive(space)
+    order, errors, why = adaptive(space)
     model = sorted(space["candidates"], key=lambda c: -c.tflops)
     rand = []
     for seed in range(SEEDS):
@@ -167,7 +180,9 @@ def evaluate(space: dict) -> dict:
         "model": runs_to_best([c.point_id for c in model], tput),
         "random_median": statistics.median(rand),
         "grid": runs_to_best(space["order"], tput),
-        "mape_after_pct": mapes,
+        "mape_after_pct": [100 * metrics.mape(e) for e, _ in errors],
+        "abs_errors_after_pct": [[abs(100 * x) for x in e] for e, _ in errors],
+        "inside_band_after": [[bool(x) for x in b] for _, b in errors],
         "first_choices": why[:3],
     }
 
@@ -192,6 +207,11 @@ def plot(results: list[dict], path: Path) -> None:
     ax1.legend(fontsize=7)
     for r, n in zip(results, names):
         ax2.plot(range(len(r["mape_after_pct"])), r["mape_after_pct"], marker="o", label=n.replace("\n", " "))
+    ks = range(4)
+    mean = [statistics.mean(r["mape_after_pct"][k] for r in results) for k in ks]
+    pooled = [statistics.mean(x for r in results for x in r["abs_errors_after_pct"][k]) for k in ks]
+    ax2.plot(ks, mean, color="black", lw=2.5, label="mean over spaces (mape_after_3_pct)")
+    ax2.plot(ks, pooled, color="black", lw=2.5, ls=":", label="pooled over rows")
     ax2.axhline(5, color="grey", ls="--", lw=0.8)
     ax2.set_xlabel("measured runs (adaptive)")
     ax2.set_ylabel("MAPE on unmeasured rows (%)")
@@ -227,9 +247,18 @@ def main() -> None:
         "median_runs_to_2pct_model": statistics.median(r["model"] for r in results),
         "median_runs_to_2pct_random": statistics.median(r["random_median"] for r in results),
         "median_runs_to_2pct_grid": statistics.median(r["grid"] for r in results),
+        "mape_aggregation": AGGREGATION,
         "mape_after_pct": [statistics.mean(a[k] for a in after if len(a) > k) for k in range(4)],
         "mape_after_3_pct": statistics.mean(a[3] for a in after if len(a) > 3),
         "mape_after_pct_median_over_sets": [statistics.median(a[k] for a in after if len(a) > k) for k in range(4)],
+        "mape_after_pct_pooled": [
+            statistics.mean(
+                x for r in results if len(r["abs_errors_after_pct"]) > k for x in r["abs_errors_after_pct"][k]
+            )
+            for k in range(4)
+        ],  # fmt: skip
+        "mape_after_3_pct_pooled": statistics.mean(x for r in results for x in r["abs_errors_after_pct"][3]),
+        "band_coverage_after_3": statistics.mean(x for r in results for x in r["inside_band_after"][3]),
         "worse_than_random_sets": [r["set"] for r in results if r["adaptive"] > r["random_median"]],
         "load_average": os.getloadavg()[0],
     }
@@ -252,10 +281,17 @@ def main() -> None:
     )
     worse = summary["worse_than_random_sets"]
     print(f"adaptive worse than random's median on: {worse or 'no set'} (target: none)")
-    print(f"MAPE on the unmeasured rows (mean over spaces): after 0 runs {ma[0]:.1f} %, 1: {ma[1]:.1f} %, 2: "
-          f"{ma[2]:.1f} %, 3: {ma[3]:.1f} % (target after 3 <= 5 %: {'met' if ma[3] <= 5 else 'MISSED'})")  # fmt: skip
+    print(f"MAPE on the unmeasured rows (mean over spaces, mape_after_3_pct): after 0 runs {ma[0]:.1f} %, 1: "
+          f"{ma[1]:.1f} %, 2: {ma[2]:.1f} %, 3: {ma[3]:.1f} % (target after 3 <= 5 %: "
+          f"{'met' if ma[3] <= 5 else 'MISSED'})")  # fmt: skip
     md = summary["mape_after_pct_median_over_sets"]
     print(f"  median over spaces: after 0 runs {md[0]:.1f} %, 1: {md[1]:.1f} %, 2: {md[2]:.1f} %, 3: {md[3]:.1f} %")
+    mp = summary["mape_after_pct_pooled"]
+    print(f"  pooled over every space's unmeasured rows (each row weighs the same): after 0 runs {mp[0]:.1f} %, 1: "
+          f"{mp[1]:.1f} %, 2: {mp[2]:.1f} %, 3: {mp[3]:.1f} %")  # fmt: skip
+    print(f"  ({AGGREGATION})")
+    cover = summary["band_coverage_after_3"]
+    print(f"posterior bands after 3 runs (+-1 predictive sd, ~68 % nominal) cover {cover:.0%} of the unmeasured rows")
     print(f"load average {summary['load_average']:.1f}")
     plot(results, args.plot)
     print(f"plot: {args.plot}")

@@ -19,6 +19,10 @@
 (f) The GPU measurement (results/reference/gpu, issue 22 item 6): Newton-Schulz time per shape fitted as NS FLOPs at
     a fraction of the BF16 peak plus a per-call cost; the Muon step's kernels per matrix x launch latency.
 
+(g) The GEMM shape law against the GEMMs measured on an H100 (results/reference/gpu/h100_2026-11-27,
+    bridgebench.validation.gemm_fit): each law's large-GEMM rate, per-call floor, fitted sizes and mean |log error|
+    in sample, by two-fold CV over hidden sizes and on the dense / grouped / H200 shapes it was not fitted on.
+
     PYTHONPATH=src .venv/bin/python benchmarks/validate_time.py [--json out.json] [--skip-b] [--skip-c]
 """
 
@@ -235,16 +239,17 @@ def part_e(cal) -> list[dict]:
         published_adam_s = adam.flops / cfg.num_gpus / (adam_tf * 1e12)
         published = adam_tf / muon_tf - 1
         delta = muon.total - adam.total
+        mo = muon.opt  # the Muon step's optimizer terms (s)
         print(
             f"  {base.spec.name:14s} predicted +{100 * (muon.total / adam.total - 1):.1f}% (delta {delta:.3f} s on a "
             f"predicted AdamW step of {adam.total:.2f} s; +{100 * delta / published_adam_s:.1f}% on the published "
             f"{published_adam_s:.2f} s)  published +{100 * published:.1f}% ({published_adam_s * published:.3f} s)"
         )
         print(
-            f"  {'':14s} Muon terms: NS {muon.ns:.3f} s ({muon.busiest_ns_flops / 1e12:.0f} TFLOP on the busiest GPU), "
-            f"{muon.busiest_matrices} matrices x {cal.kappa * 1e6:.0f} us = {muon.per_matrix:.3f} s, all-gather "
-            f"{muon.allgather:.3f} s, element-wise {muon.opt.elementwise:.3f} s, DP {muon.terms['dp_comm']:.3f} s; "
-            f"AdamW optimizer {adam.optimizer:.3f} s, DP {adam.terms['dp_comm']:.3f} s (release {muon.release})"
+            f"  {'':14s} Muon terms: NS {mo.ns:.3f} s ({mo.busiest_ns_flops / 1e12:.0f} TFLOP on the busiest GPU), "
+            f"{mo.busiest_matrices} matrices x {cal.kappa * 1e6:.0f} us = {mo.per_matrix:.3f} s, all-gather "
+            f"{mo.allgather:.3f} s, element-wise {mo.elementwise:.3f} s, DP {muon.terms['dp_comm']:.3f} s; AdamW "
+            f"optimizer {adam.terms['optimizer']:.3f} s, DP {adam.terms['dp_comm']:.3f} s (release {muon.release})"
         )
         out.append(
             {
@@ -320,6 +325,21 @@ def part_f() -> dict:
     return {"ns_efficiency": fit.ns_efficiency, "call_s": fit.call_s, "kappa_s": fit.kappa_s, "weighted": fit.weighted}
 
 
+def part_g() -> list[dict]:
+    """The GEMM shape law on the H100 GEMM measurements (issue 22 item 6)."""
+    from bridgebench.validation.gemm_fit import gemm_law_fits
+
+    fits = gemm_law_fits()
+    print("\n(g) GEMM shape law on H100 GEMMs (results/reference/gpu/h100_2026-11-27; time = t0 + FLOPs / (R x "
+          "shape)); mean |log error| in sample / 2-fold CV over hidden sizes / held out")  # fmt: skip
+    for f in fits:
+        held = ", ".join(f"{k} {v:.3f}" for k, v in f.held_out.items())
+        print(f"    {f.precision:4s} {f.law:30s} R {f.rate:.3f} of peak, t0 {1e6 * f.t0_s:4.1f} us, sizes "
+              f"{[round(h) for h in f.halves]}: {f.in_sample:.3f} / {f.cross_validated:.3f}"
+              + (f"; {held}" if held else ""))  # fmt: skip
+    return [dataclasses.asdict(f) for f in fits]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the figures as JSON")
@@ -334,9 +354,12 @@ def main() -> None:
     d = part_d(cal)
     e = part_e(cal)
     f = part_f()
+    g = part_g()
     if args.json:
         args.json.write_text(
-            json.dumps({"held_out": b, "spearman": c, "golden": d, "blog": e, "gpu": f}, indent=1, default=str)
+            json.dumps(
+                {"held_out": b, "spearman": c, "golden": d, "blog": e, "gpu": f, "gemm_law": g}, indent=1, default=str
+            )  # fmt: skip
         )
 
 

@@ -8,7 +8,7 @@ import io
 
 from rich.console import Console
 
-from bridgebench.cli.sweep import _recompute, _RichProgress, _separating_fields
+from bridgebench.cli.sweep_output import SweepProgress, _recompute, _separating_fields
 
 SHOWN = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs")
 
@@ -36,7 +36,7 @@ def test_a_field_that_separates_look_alike_rows_gets_a_column():
 def test_compose_stage_line_has_no_zero_count():
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=False, width=120)
-    with _RichProgress(console) as progress:
+    with SweepProgress(console) as progress:
         progress.start("compose", 0)
         progress.start("1 enumerate", 7200)
     text = buf.getvalue()

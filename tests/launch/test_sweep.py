@@ -46,7 +46,11 @@ def test_ctrl_c_then_resume_does_no_stage_twice(env):
     """SIGINT while a stage runs; --resume reloads the finished stages (each stage is computed exactly once) and the
     outputs appear only when the sweep ends."""
     args = [*BB, "sweep", *KIMI, "--name", "k", "--top-k", "0"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # the sweep runs niced so that, on a loaded machine, this test reads "stage 3 memory" and signals before the
+    # sweep can finish stages 3-4 and its outputs (seen once at load 5: the sweep ended before the SIGINT)
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=lambda: os.nice(15)
+    )
     seen = []
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:

@@ -50,3 +50,12 @@ def test_diff_config_lists_only_the_differing_fields_of_an_optimizer_switch():
 def test_diff_config_bad_side_is_refused():
     res = subprocess.run([*BB, "diff-config", "recipe=x nonsense", "recipe=y"], capture_output=True, text=True)
     assert res.returncode == 2 and "each side is space-separated Hydra overrides" in res.stderr
+
+
+def test_flatten_orders_the_sections_as_the_schema_applies_them():
+    # flatten.py is loaded by file path under older releases' Python (tests/data/upstream_recipes/make_dumps.py), so
+    # it keeps its own copy of the section order instead of importing bridgebench.config.schema: the two must agree
+    from bridgebench.config.schema import MB_SECTIONS
+    from bridgebench.mbridge.flatten import SECTION_ORDER
+
+    assert SECTION_ORDER == MB_SECTIONS

@@ -44,17 +44,20 @@ def test_even_splits_need_no_layout_and_bad_sizes_are_refused():
 
 
 def test_auto_split_follows_the_recipe_then_megatron_core():
-    from bridgebench.model.layout import auto_split, split_divides
+    from bridgebench.model.layout import PipelineSplit, auto_split, split_divides
+
+    counted = PipelineSplit(account_for_embedding=True, account_for_loss=True)
 
     # Qwen3 235B's recipe counts the embedding and the loss: 96 / 4 = 24 per rank, kept
-    assert auto_split(94, 4, None, 0, None, None, True, True) == (None, None, None, True, True)
+    assert auto_split(94, 4, None, 0, counted) == counted
     # an even split needs nothing; Llama 3.1 405B on PP 8 x VP 4 takes the account_for split, not a layout string
-    assert auto_split(48, 4, 2) == (None, None, None, False, False)
-    assert auto_split(126, 8, 4) == (None, None, None, True, True)
+    assert auto_split(48, 4, 2) == PipelineSplit()
+    assert auto_split(126, 8, 4) == counted
     # Kimi K2 (61 layers): no Megatron-Core split divides; Megatron-Bridge's layout rule
-    assert auto_split(61, 4, 4)[0] == balanced_layout(61, 4, 4)
+    assert auto_split(61, 4, 4) == PipelineSplit(layout=balanced_layout(61, 4, 4))
     # a recipe's own layout string is kept when it has PP x VP stages holding every layer
-    assert auto_split(61, 4, 4, 1, layout="Et*4|(t*4|)*14tmL")[0] == "Et*4|(t*4|)*14tmL"
-    assert auto_split(61, 2, None, 1, layout="Et*4|(t*4|)*14tmL")[0] == balanced_layout(61, 2, None, 1)
+    kimi = PipelineSplit(layout="Et*4|(t*4|)*14tmL")
+    assert auto_split(61, 4, 4, 1, kimi) == kimi
+    assert auto_split(61, 2, None, 1, kimi).layout == balanced_layout(61, 2, None, 1)
     assert not split_divides(94, 4) and split_divides(94, 4, None, None, None, True, True)
     assert not split_divides(61, 4, None, 13, 12, True, False)  # uneven stages exclude account_for

@@ -45,6 +45,10 @@ def test_json_on_another_folder(tmp_path):
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert {"median_runs_to_2pct", "mape_after_3_pct", "worse_than_random_sets"} <= set(out)
+    # both aggregations are given and named; with one space the pooled MAPE is that space's, as is the mean
+    assert "mean over spaces" in out["mape_aggregation"] and "pooled" in out["mape_aggregation"]
+    assert out["mape_after_3_pct_pooled"] == pytest.approx(out["mape_after_3_pct"])
+    assert 0.0 <= out["band_coverage_after_3"] <= 1.0
     (s,) = out["sets"]
     assert s["set"] == "mine" and s["points"] == 6 and s["best"] == "mine#5"
     assert s["grid"] == 6  # the best is the file's last row

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from bridgebench.cli.app import OVERRIDES, app
+from bridgebench.cli.app import OVERRIDES, app, source_option
 from bridgebench.errors import BridgebenchError
 
 
@@ -81,10 +81,8 @@ def flops(
 @app.command()
 def table(
     overrides: Optional[list[str]] = OVERRIDES,
-    source: str = typer.Option(
-        "auto",
-        "--source",
-        help="runs: your runs from the results store; published: NVIDIA's figures; auto: your runs where there are any",
+    source: str = source_option(
+        "runs: your runs from the results store; published: NVIDIA's figures; auto: your runs where there are any"
     ),
     as_json: bool = typer.Option(False, "--json", help="print the rows as JSON instead of a table"),
     quality: str = typer.Option(

@@ -16,6 +16,12 @@ app = typer.Typer(
 OVERRIDES = typer.Argument(None, help="Hydra overrides, e.g. model=kimi_k2 optimizer=muon model.seq_length=4096")
 
 
+def source_option(help: str):
+    """``--source`` (default ``auto``): where a command's figures come from (NVIDIA's published tables, your runs),
+    ``help`` saying which values the command takes."""
+    return typer.Option("auto", "--source", help=help)
+
+
 def out_folder(path):
     """``--out`` names a folder: an existing file (or a link to one) there is refused, never written into or over
     (rule ``out_is_folder``). Returns ``path``.

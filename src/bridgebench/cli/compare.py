@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from bridgebench.cli.app import app, out_folder
+from bridgebench.cli.app import app, out_folder, source_option
 from bridgebench.cli.richsafe import plain
 
 KEYS = typer.Argument(
@@ -28,10 +28,8 @@ def _fmt_interval(value, lo, hi) -> str:
 @app.command()
 def compare(
     keys: Optional[list[str]] = KEYS,
-    source: str = typer.Option(
-        "auto",
-        "--source",
-        help="published: NVIDIA's tables; runs: your results store; both: published with your runs beside it; "
+    source: str = source_option(
+        "published: NVIDIA's tables; runs: your results store; both: published with your runs beside it; "
         "auto: runs when --a/--b are given, else published plus your runs of the same keys if the store has any",
     ),
     side_a: Optional[list[str]] = typer.Option(None, "--a", help="side A of a runs comparison: key=value ..."),
@@ -67,6 +65,36 @@ def compare(
     """Compare releases and runs: published values as rounding intervals with real changes, config changes and change
     points marked; your runs as a ratio with a bootstrap CI, a rank test and a verdict. Writes CSV, Parquet, plots and
     provenance.json."""
+    stats = {  # run_compare's statistics options, in the order the reproducing command spells them
+        "metric": metric,
+        "threshold": threshold,
+        "noise_cv": noise_cv,
+        "confidence": confidence,
+        "n_resamples": resamples,
+        "bootstrap": bootstrap,
+        "block_length": block_length,
+        "min_runs": min_runs,
+        "skip_fraction": skip,
+        "fdr_alpha": fdr_alpha,
+        "seed": seed,
+    }
+    _compare(keys, source, side_a, side_b, stats, out=out, plots=plots, payload=payload, as_json=as_json)
+
+
+def _compare(
+    keys: Optional[list[str]],
+    source: str,
+    side_a: Optional[list[str]],
+    side_b: Optional[list[str]],
+    stats: dict[str, Any],
+    *,
+    out: Optional[Path],
+    plots: bool,
+    payload: str,
+    as_json: bool,
+) -> None:
+    """``compare``: select, read your runs (unless ``--source published``), compare
+    (:func:`bridgebench.results.compare.run_compare` with ``stats``), write the outputs, print them."""
     from rich.console import Console
 
     from bridgebench.paths import load_paths
@@ -82,19 +110,7 @@ def compare(
     which = ""
     with console.status("comparing ...") as status:
         if source != "published":
-            from bridgebench.results.store import ResultStore
-
-            plain(status.update)(f"reading the results store {paths.results} ...")
-            store = ResultStore(paths.results)
-            records = store.records()
-            for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
-                console.print(line, markup=False, highlight=False, soft_wrap=True)
-            from bridgebench.results import vs_predicted
-
-            if payload not in vs_predicted.SHOW:
-                raise cmp.CompareError(f"--payload must be one of {', '.join(vs_predicted.SHOW)}, got {payload!r}")
-            records, which = vs_predicted.choose(records, payload)  # replayed and measured never mixed unasked
-            console.print(f"your runs: {which}", markup=False, highlight=False)
+            records, which = _own_runs(paths.results, payload, console, status)
         status.update("computing ...")
         result = cmp.run_compare(
             source,
@@ -103,45 +119,42 @@ def compare(
             sel_b=sel_b,
             store_records=records,
             store_root=paths.results,
-            metric=metric,
-            threshold=threshold,
-            noise_cv=noise_cv,
-            skip_fraction=skip,
-            fdr_alpha=fdr_alpha,
-            confidence=confidence,
-            n_resamples=resamples,
-            bootstrap=bootstrap,
-            block_length=block_length,
-            min_runs=min_runs,
-            seed=seed,
-            command=_command(
-                keys,
-                source,
-                side_a,
-                side_b,
-                metric,
-                threshold,
-                noise_cv,
-                confidence,
-                resamples,
-                bootstrap,
-                block_length,
-                min_runs,
-                skip,
-                fdr_alpha,
-                seed,
-            ),  # fmt: skip
+            **stats,
+            command=_command(keys, source, side_a, side_b, stats),
         )
         target = out or cmp.output_dir(paths.tables, result, common, [sel_a, sel_b] if sel_a else [])
         written = cmp.write_outputs(result, target, plots=plots, progress=plain(status.update))
     if as_json:
         typer.echo(json.dumps({**result.to_json(), "files": [str(p) for p in written]}, indent=2, default=str))
         return
-    _print(result, threshold)
+    _print(result, stats["threshold"])
     if records:
         sides = [x for x in (sel_a, sel_b) if x is not None]
         _print_vs_predicted(records, sides or [common], which)
     typer.echo(f"wrote {written[0].parent}/: " + ", ".join(p.name for p in written))
+
+
+def _own_runs(root: Path, payload: str, console, status) -> tuple[list[dict], str]:
+    """Your runs from the results store at ``root`` (its scan notes printed), measured or replayed as ``payload``
+    asks (never mixed unasked), and which they are.
+
+    Raises:
+        bridgebench.results.compare.CompareError: an unknown ``payload``.
+    """
+    from bridgebench.results import vs_predicted
+    from bridgebench.results.compare import CompareError
+    from bridgebench.results.store import ResultStore
+
+    plain(status.update)(f"reading the results store {root} ...")
+    store = ResultStore(root)
+    records = store.records()
+    for line in store.last_scan.notes():  # files skipped or counted once, by name (results/store.py)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if payload not in vs_predicted.SHOW:
+        raise CompareError(f"--payload must be one of {', '.join(vs_predicted.SHOW)}, got {payload!r}")
+    records, which = vs_predicted.choose(records, payload)  # replayed and measured never mixed unasked
+    console.print(f"your runs: {which}", markup=False, highlight=False)
+    return records, which
 
 
 def _print_vs_predicted(records, selections, which: str) -> None:
@@ -157,31 +170,19 @@ def _print_vs_predicted(records, selections, which: str) -> None:
     vs_predicted.print_table(c, picked, f"your runs: measured vs predicted ({which})")
 
 
-def _command(
-    keys, source, side_a, side_b, metric, threshold, noise_cv, confidence, resamples, bootstrap, block_length,
-    min_runs, skip, fdr_alpha, seed,
-) -> list[str]:  # fmt: skip
+#: the reproducing command's flag of each statistics option
+_FLAGS = {"n_resamples": "--resamples", "skip_fraction": "--skip"}
+
+
+def _command(keys, source, side_a, side_b, stats: dict[str, Any]) -> list[str]:
     """The command line that reproduces this comparison, every option spelled out (for provenance)."""
     cmd = ["bridgebench", "compare", *(keys or []), "--source", source]
     for flag, values in (("--a", side_a), ("--b", side_b)):
         if values:
             cmd += [flag, " ".join(values)]
-    opts = {
-        "--metric": metric,
-        "--threshold": threshold,
-        "--noise-cv": noise_cv,
-        "--confidence": confidence,
-        "--resamples": resamples,
-        "--bootstrap": bootstrap,
-        "--block-length": block_length,
-        "--min-runs": min_runs,
-        "--skip": skip,
-        "--fdr-alpha": fdr_alpha,
-        "--seed": seed,
-    }
-    for flag, value in opts.items():
+    for key, value in stats.items():
         if value is not None:
-            cmd += [flag, str(value)]
+            cmd += [_FLAGS.get(key, "--" + key.replace("_", "-")), str(value)]
     return cmd
 
 

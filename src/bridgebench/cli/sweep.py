@@ -13,54 +13,6 @@ from bridgebench.cli.app import OVERRIDES, app
 from bridgebench.errors import BridgebenchError
 
 
-class _RichProgress:
-    """The sweep's progress as a rich progress bar per stage, messages above it (stderr)."""
-
-    def __init__(self, console):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.console = console
-        self.bar = Progress(
-            TextColumn("{task.description}", style="bold", markup=False),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=console,
-            transient=False,
-        )
-        self.task = None
-
-    def __enter__(self):
-        self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.bar.__exit__(*exc)
-
-    def start(self, stage: str, total: int) -> None:
-        if self.task is not None:
-            self.bar.update(self.task, completed=self.bar.tasks[self.task].total or 0)
-        if not self.console.is_terminal:  # a log file or a pipe gets one line per stage (no live bar there)
-            what = f"{total:,} points" if total else "one config per group combination"  # compose: count not known yet
-            self.bar.console.print(f"stage {stage}: {what}", markup=False, highlight=False)
-        self.task = self.bar.add_task(f"stage {stage}", total=total or None)
-
-    def update(self, done: int, total: int) -> None:
-        if self.task is not None:
-            self.bar.update(self.task, completed=done, total=total)
-
-    def log(self, message: str) -> None:  # names, paths and errors: data, never rich markup; one line each
-        self.bar.console.print(message, markup=False, highlight=False, soft_wrap=True)
-
-
 @app.command()
 def sweep(
     overrides: Optional[list[str]] = OVERRIDES,
@@ -87,12 +39,12 @@ def sweep(
     submit them. Writes points.parquet, summary.md and points.png under paths.sweeps/<name>/.
 
     With --adaptive --budget N: rounds of choose -> submit -> wait -> collect -> refit -> re-rank
-    (bridgebench.model.refit: expected improvement, stop when the best measured point beats every unmeasured
-    point's optimistic band edge or the budget is spent); adds rounds.parquet and an "Adaptive rounds" summary."""
+    (bridgebench.model.refit rule ei+info: expected improvement plus the expected reduction of the other points'
+    prediction error, stop when the best measured point beats every unmeasured point's optimistic band edge or the
+    budget is spent); adds rounds.parquet and an "Adaptive rounds" summary."""
     from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
 
+    from bridgebench.cli.sweep_output import SweepProgress, print_sweep
     from bridgebench.config.compose import has_sweep
     from bridgebench.launch.sweep import run_sweep
 
@@ -107,111 +59,21 @@ def sweep(
             raise AdaptiveError("adaptive_budget: --budget is for --adaptive sweeps")
         _adaptive(overrides, space, name, budget, calibration, per_round, resume, timeout, as_json, err)
         return
-    with _RichProgress(err) as progress:
+    with SweepProgress(err) as progress:
         result = run_sweep(
             overrides, space=space, name=name, top_k=top_k, calibration=calibration, submit=submit, resume=resume,
             repeats=repeats, progress=progress,
         )  # fmt: skip
-    stages = {
-        k: {**v, "points_per_s": v["points"] / v["seconds"] if v["seconds"] else None} for k, v in result.stages.items()
-    }
-    cols = ("rank", "status", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "recompute_granularity",
-            "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "band_source", "tie",
-            "twins", "published", "ep_span", "ep_leaves_nvlink", "ep_domains", "ep_split", "ep_cross_copies",
-            "domain_gpus", "segment_nodes", "dispatcher", "dispatcher_note", "ep_overlap", "shared_expert_overlap",
-            "tp_comm_overlap", "recompute", "cuda_graph_impl", "cuda_graph_scope", "knobs_source", "tight",
-            "config_hash", "plan_dir",
-            "run_ids")  # fmt: skip
-    if as_json:
-        top = [{k: r.get(k) for k in cols} for r in result.top]
-        out = {"name": result.name, "dir": str(result.dir), "stages": stages, "counts": result.counts, "top": top}
-        out["published"] = result.counts.get("published")
-        typer.echo(json.dumps({**out, "outputs": {k: str(v) for k, v in result.outputs.items()}}, indent=2))
-        return
-    out = Console(markup=False)  # names, paths, reasons: data, never rich markup
-    out.width = max(out.width, 170)
-    t = Table(title=f"sweep {result.name}: stages")
-    for c in ("stage", "points", "seconds", "points/s", ""):
-        t.add_column(c, justify="right")
-    for k, v in stages.items():
-        per_s = v["points_per_s"]
-        rate = "-" if not per_s else f"{per_s:,.0f}" if per_s >= 10 else f"{per_s:.2f}"
-        t.add_row(k, f"{v['points']:,}", f"{v['seconds']:.2f}", rate, "resumed" if v.get("resumed") else "")
-    out.print(t)
-    out.print("points by status: " + ", ".join(f"{k} {v:,}" for k, v in result.counts["by_status"].items()))
-    if result.counts["by_rule"]:
-        out.print("pruned by: " + ", ".join(f"{k} {v:,}" for k, v in result.counts["by_rule"].items()))
-    if result.counts.get("upstream_rules"):
-        out.print(
-            "upstream start-up assertions broken (a point counts under each it breaks): "
-            + ", ".join(f"{k} {v:,}" for k, v in result.counts["upstream_rules"].items())
-        )
-    ranked = result.counts["by_status"].get("ranked", 0) + sum(
-        result.counts["by_status"].get(s, 0) for s in ("planned", "plan_failed", "submitted", "skipped")
-    )
-    if not ranked:
-        out.print(
-            Text.assemble(
-                ("no point survived the rules and the memory model", "bold red"), f"; see {result.outputs['summary']}"
-            )
-        )
-    elif not result.top:
-        out.print(f"{ranked:,} points ranked; top K = 0: nothing planned")
-    else:
-        from bridgebench.results.sweep_report import flags
-
-        shown = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs")
-        extra = _separating_fields(result.top, shown)
-        t = Table(title=f"top {len(result.top)} (predicted; +- band; tie = within the best point's band)")
-        for c in ("rank", "TP", "PP", "VP", "CP", "EP", "ETP", "DP", "MBS", "GBS", "recompute", *extra, "GB/GPU",
-                  "step s", "TFLOP/s/GPU", "+-%", "tie", "twins", "flags", "status", "config hash"):  # fmt: skip
-            t.add_column(c, justify="right", no_wrap=c not in ("recompute", *extra))
-        for r in result.top:
-            band = r.get("band_pct")
-            t.add_row(
-                str(r["rank"]), *(str(r[k] if r[k] is not None else "-") for k in shown), _recompute(r),
-                *(_cell(r.get(k)) for k in extra), f"{r['mem_total_gb']:.1f}", f"{r['step_time_s']:.3f}",
-                f"{r['tflops_per_gpu']:.1f}", "-" if band is None else f"{band:.1f}", "tie" if r.get("tie") else "",
-                str(r.get("twins") or ""), flags(r), r["status"], str(r.get("config_hash") or "-"),
-            )  # fmt: skip
-        out.print(t)
-        ranked_n = sum(1 for r in result.rows if r.get("rank") is not None)
-        ties = result.counts.get("ties", 0)
-        out.print(
-            f"{ties:,} of {ranked_n:,} ranked points tie with the best (within its band); "
-            f"{result.counts['by_status'].get('indistinct', 0):,} collapsed into indistinguishable twins; "
-            f"{result.counts.get('ep_leaves_nvlink', 0):,} with an expert group beyond NVLink"
-        )
-        place = result.counts.get("published")
-        if place is None:
-            out.print("the recipe's own configuration is not in this space")
-        elif place["rank"] is None:
-            out.print(f"the recipe's own configuration was not ranked: {place['status']}: {place['reason']}")
-        else:
-            out.print(
-                Text.assemble(
-                    "the recipe's own configuration ranks ",
-                    (str(place["rank"]), "bold"),
-                    f" of {place['of']:,}",
-                    " (ties with the best)" if place["tie"] else " (outside the best point's band)",
-                )
-            )
-        failed = [r for r in result.top if r["status"] == "plan_failed"]
-        for r in failed:
-            out.print(f"rank {r['rank']} not planned: {r.get('reason')}")
-    out.print("outputs: " + ", ".join(str(p) for p in result.outputs.values()))
+    print_sweep(result, as_json)
 
 
 def _adaptive(overrides, space, name, budget, calibration, per_round, resume, timeout, as_json, err) -> None:
     """``sweep --adaptive``: the rounds (bridgebench.launch.adaptive), printed as a table (or JSON)."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
+    from bridgebench.cli.sweep_output import SweepProgress, print_adaptive
     from bridgebench.launch.adaptive import run_adaptive
 
     try:
-        with _RichProgress(err) as progress:
+        with SweepProgress(err) as progress:
             res = run_adaptive(
                 overrides, space=space, name=name, budget=budget, calibration=calibration, per_round=per_round,
                 resume=resume, wait_timeout_s=timeout, progress=progress,
@@ -222,78 +84,7 @@ def _adaptive(overrides, space, name, budget, calibration, per_round, resume, ti
             "overrides, space and --name) goes on and submits nothing twice"
         )
         raise typer.Exit(130) from None
-    summary = {
-        "name": res.sweep.name,
-        "dir": str(res.sweep.dir),
-        "stop": res.stop,
-        "best": res.best,
-        "gpu_hours": res.gpu_hours,
-        "rounds": res.rounds,
-        "outputs": {k: str(v) for k, v in res.outputs.items()},
-    }
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2, default=str))
-        return
-    out = Console(markup=False)
-    out.width = max(out.width, 160)
-    t = Table(title=f"adaptive sweep {res.sweep.name}: rounds (rule: {res.rounds and 'ei'})")
-    for c in ("round", "point", "why chosen", "predicted TFLOP/s/GPU", "+-%", "measured step s", "status"):
-        t.add_column(c, justify="right" if c not in ("why chosen",) else "left")
-    for r in res.rounds:
-        meas = f"{r['measured_step_s']:.3f}" if r["measured_step_s"] else (r["failed"] or "-")
-        t.add_row(str(r["round"]), r["point_id"], str(r["why"]), f"{r['predicted_tflops']:.1f}",
-                  f"{r['band_pct'] or 0:.1f}", meas, str(r["status"]))  # fmt: skip
-    out.print(t)
-    h = res.gpu_hours
-    out.print(Text.assemble("stopped: ", (str(res.stop), "bold"), f"; GPU-hours {h['spent']:.1f} of a full grid's "
-              f"{h['full_grid']:.1f} ({100 * h['share']:.1f} %)"))  # fmt: skip
-    if res.best:
-        out.print(f"best measured: {res.best['point_id']} at {res.best['tflops_per_gpu']:.1f} TFLOP/s/GPU "
-                  f"(predicted rank {res.best['rank_predicted']})")  # fmt: skip
-    out.print("outputs: " + ", ".join(str(p) for p in res.outputs.values()))
-
-
-def _recompute(r: dict) -> str:
-    """Recompute granularity and its modules (the column that tells near-identical points apart)."""
-    text = str(r.get("recompute_granularity") or "none")
-    mods = r.get("recompute_modules")
-    if mods is not None and not isinstance(mods, str):
-        mods = ",".join(map(str, mods))
-    return f"{text} ({mods})" if mods else text
-
-
-def _cell(value) -> str:
-    if value is None or value != value:
-        return "-"
-    if not isinstance(value, str) and hasattr(value, "__iter__") and not isinstance(value, dict):
-        return ",".join(map(str, value))
-    return str(value)
-
-
-#: Point fields that are results or bookkeeping, never what tells two configurations apart.
-_NOT_CONFIG = {"rank", "status", "rule", "reason", "point_id", "config_hash", "plan_dir", "run_ids", "score", "base",
-               "efficiency", "efficiency_source", "mem_stage", "recompute_granularity", "recompute_modules",
-               "delta", "band_50_pct", "band_90_pct", "band_source"}  # fmt: skip
-
-
-def _separating_fields(top: list[dict], shown: tuple[str, ...]) -> list[str]:
-    """Fields on which top points that look identical in the shown columns (and recompute) differ, so the table can
-    show what separates them (e.g. ``layout`` or ``sequence_parallel``)."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in top:
-        groups.setdefault(tuple(_cell(r.get(k)) for k in shown) + (_recompute(r),), []).append(r)
-    out: list[str] = []
-    for rows in groups.values():
-        if len(rows) < 2:
-            continue
-        for key in rows[0]:
-            if key in _NOT_CONFIG or key in shown or key.startswith(("mem_", "t_")) or key in out:
-                continue
-            if key in ("step_time_s", "tflops_per_gpu", "hbm_usable_gb"):
-                continue
-            if len({_cell(r.get(key)) for r in rows}) > 1:
-                out.append(key)
-    return out
+    print_adaptive(res, as_json)
 
 
 @app.command("muon-cost")
@@ -306,9 +97,6 @@ def muon_cost(
     layer-wise deal's load balance (busiest vs mean GPU), the TP mode's and the param all-gather's cost, the predicted
     Muon / AdamW step times, and Muon's choices as what-ifs: Megatron-Core 0.19.2's deal vs a cost-balanced packing
     (Megatron-LM PR #6379), TP modes duplicated / distributed / blockwise, SYRK (hypothetical here)."""
-    from rich.console import Console
-    from rich.table import Table
-
     from bridgebench import sweep as engine
     from bridgebench.config import calibration as calib_mod
     from bridgebench.model.optimizer import family
@@ -325,9 +113,21 @@ def muon_cost(
         raise ConfigError(f"muon-cost models Muon; optimizer.optimizer is {v['optimizer']!r} (use optimizer=muon)")
     calib = calib_mod.load(calibration)
     cost = model(base.spec, engine.time_config(v, base.gpu), calib.time)
+    summary = _muon_cost_summary(base, v, cost, calib)
+    summary["cluster_refit"] = _muon_cost_refit(calib, cost, f"{base.gpu.name}/{v['precision']}", base.spec.name)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    _print_muon_cost(summary, base.spec.name, base.gpu.name, v, cost, calib)
+
+
+def _muon_cost_summary(base, v: dict, cost, calib) -> dict:
+    """``muon-cost``'s figures (the ``--json`` output): NS FLOPs and time on the busiest and the mean GPU under
+    Megatron-Core's deal and the cost-balanced one, the TP mode's and the all-gather's cost, Muon and AdamW steps
+    and their terms, the what-ifs, the calibration's efficiency and software level."""
     pp, ba = cost.ping_pong, cost.balanced
     n = len(pp.ns_flops)
-    summary = {
+    return {
         "model": base.spec.name,
         "gpu": base.gpu.name,
         "num_gpus": v["num_gpus"],
@@ -378,15 +178,21 @@ def muon_cost(
         "software_level": cost.muon.level,
         "software_level_source": cost.muon.level_source,
     }
-    summary["cluster_refit"] = _muon_cost_refit(calib, cost, f"{base.gpu.name}/{v['precision']}")
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2))
-        return
+
+
+def _print_muon_cost(summary: dict, model_name: str, gpu_name: str, v: dict, cost, calib) -> None:
+    """``muon-cost`` as tables: the two deals side by side, the what-ifs (``*`` = this configuration), the
+    provenance line and, for a cluster calibration, the refitted steps."""
+    from rich.console import Console
+    from rich.table import Table
+
+    pp, ba = cost.ping_pong, cost.balanced
+    n = len(pp.ns_flops)
     out = Console(markup=False)  # names, paths, reasons: data, never rich markup
     out.width = max(out.width, 140)
     par = " ".join(f"{k.split('_')[0].upper()}{val}" for k, val in summary["parallelism"].items() if val)
     t = Table(
-        title=f"Muon cost: {base.spec.name} on {v['num_gpus']} {base.gpu.name} ({par}, {v['optimizer']}) at release "
+        title=f"Muon cost: {model_name} on {v['num_gpus']} {gpu_name} ({par}, {v['optimizer']}) at release "
         f"{cost.release}"
     )
     t.add_column("quantity")
@@ -430,7 +236,7 @@ def muon_cost(
         )
 
 
-def _muon_cost_refit(calib, cost, group: str) -> dict | None:
+def _muon_cost_refit(calib, cost, group: str, model: str = "") -> dict | None:
     """Muon and AdamW steps through a cluster's refit (``calibrate --from-runs``), or None for a published
     calibration: each step's terms weighted by the refit's level and term factors (bridgebench.model.refit)."""
     from bridgebench.model.refit import Candidate
@@ -443,7 +249,7 @@ def _muon_cost_refit(calib, cost, group: str) -> dict | None:
     for key, b in (("muon", cost.muon), ("adamw", cost.adam)):
         c = Candidate(
             point_id=key, step_s=b.total, flops=b.flops, num_gpus=int(b.num_gpus), band_pct=float(b.band_pct),
-            group=group, terms=dict(b.terms), ep_scale_out=bool(getattr(b, "ep_scale_out", False)),
+            group=group, terms=dict(b.terms), ep_scale_out=bool(getattr(b, "ep_scale_out", False)), model=model,
         )  # fmt: skip
         out[f"{key}_step_s"], sd = post.step(c)
         out["band_pct"] = 100 * sd
@@ -546,6 +352,9 @@ def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_j
     by = {c.point_id: c for c in res["candidates"]}
     bands = {p: 100 * post.log_ratio(c)[1] for p, c in by.items()}
     mape = 100 * metrics.mape(r["error_pct"] / 100 for r in loo) if len(loo) > 1 else None
+    groups = sorted({r["group"] for r in loo if r["group_measured"]})
+    by_group = {g: 100 * metrics.mape(r["error_pct"] / 100 for r in loo if r["group"] == g and r["group_measured"])
+                for g in groups}  # fmt: skip
     summary = {
         "name": name,
         "path": str(path),
@@ -557,6 +366,7 @@ def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_j
         "band_scale": post.band_scale,
         "leave_one_run_out": loo,
         "leave_one_run_out_mape_pct": mape,
+        "leave_one_run_out_mape_pct_by_group": by_group,
         "new_bands_pct": bands,
     }
     if as_json:
@@ -577,6 +387,10 @@ def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_j
         )
     if mape is not None:
         typer.echo(f"leave-one-run-out MAPE {mape:.1f} % over {len(loo)} configurations")
+        typer.echo(
+            "  by (GPU, precision), runs whose group kept another run (what predict does for that group's other "
+            "points): " + (", ".join(f"{g} {v:.1f} %" for g, v in by_group.items()) or "none")
+        )
     else:
         typer.echo("leave-one-run-out: one configuration, nothing to hold out (its refit is the prior)")
     typer.echo("new bands (posterior predictive, +-%): " + ", ".join(f"{p} {b:.1f}" for p, b in bands.items()))

@@ -396,36 +396,46 @@ def mbridge_fields() -> dict[str, Any]:
     return data
 
 
-#: Megatron-Bridge fields bridgebench's models read (the sweep engine's memory, time and Newton-Schulz stages) that
-#: a composed config may leave out -- then the built ``ConfigContainer`` keeps what it started from: the model's base
-#: recipe (``model.*``, ``ddp.*``, ``optimizer.*``) or the precision's mixed-precision recipe (``mixed_precision.*``).
-START_FIELDS = (
+#: Megatron-Core's recompute settings (the memory and time models read them)
+RECOMPUTE_FIELDS = (
     "model.recompute_granularity",
     "model.recompute_method",
     "model.recompute_num_layers",
     "model.recompute_modules",
-    "ddp.grad_reduce_in_fp32",
-    "mixed_precision.grad_reduce_in_fp32",
-    "optimizer.muon_num_ns_steps",
-    "optimizer.muon_tp_mode",
-    "optimizer.muon_split_qkv",
-    # the memory model's (bridgebench.model.memory): loss fusion, activation / optimizer offloading, Megatron-FSDP,
-    # the precision-aware optimizer's dtypes
+)
+#: the memory model's (bridgebench.model.memory) activation settings: loss fusion, activation offloading
+ACTIVATION_FIELDS = (
     "model.cross_entropy_loss_fusion",
     "model.cpu_offloading",
     "model.cpu_offloading_num_layers",
     "model.cpu_offloading_activations",
     "model.fine_grained_activation_offloading",
     "model.offload_modules",
-    "ddp.use_megatron_fsdp",
-    "ddp.data_parallel_sharding_strategy",
-    "ddp.fsdp_double_buffer",
+)
+#: the memory model's Megatron-FSDP settings
+FSDP_FIELDS = ("ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy", "ddp.fsdp_double_buffer")
+#: the memory model's optimizer-state settings: the precision-aware optimizer's dtypes, optimizer offloading
+OPTIMIZER_STATE_FIELDS = (
     "optimizer.use_precision_aware_optimizer",
     "optimizer.main_params_dtype",
     "optimizer.exp_avg_dtype",
     "optimizer.exp_avg_sq_dtype",
     "optimizer.optimizer_cpu_offload",
     "optimizer.optimizer_offload_fraction",
+)
+#: Megatron-Bridge fields bridgebench's models read (the sweep engine's memory, time and Newton-Schulz stages) that
+#: a composed config may leave out -- then the built ``ConfigContainer`` keeps what it started from: the model's base
+#: recipe (``model.*``, ``ddp.*``, ``optimizer.*``) or the precision's mixed-precision recipe (``mixed_precision.*``).
+START_FIELDS = (
+    *RECOMPUTE_FIELDS,
+    "ddp.grad_reduce_in_fp32",
+    "mixed_precision.grad_reduce_in_fp32",
+    "optimizer.muon_num_ns_steps",
+    "optimizer.muon_tp_mode",
+    "optimizer.muon_split_qkv",
+    *ACTIVATION_FIELDS,
+    *FSDP_FIELDS,
+    *OPTIMIZER_STATE_FIELDS,
 )
 #: the ``mbridge_starts.json`` entry of a model without a Megatron-Bridge recipe: the generic provider's container
 #: (``bridgebench.mbridge.provider.generic_container``).

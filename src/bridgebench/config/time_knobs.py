@@ -37,6 +37,7 @@ TIME_KEYS = {
     "fp8_param_gather": "mixed_precision.fp8_param_gather",
     "use_megatron_fsdp": "ddp.use_megatron_fsdp",
     "fp8_dot_product_attention": "mixed_precision.fp8_dot_product_attention",
+    "attention_backend": "model.attention_backend",
 }
 
 
@@ -70,6 +71,10 @@ def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
         "fp8_param_gather": flag("fp8_param_gather", False),
         "use_megatron_fsdp": flag("use_megatron_fsdp", False),
         "fp8_dot_product_attention": flag("fp8_dot_product_attention", False),
+        # an AttnBackend member or its config spelling "AttnBackend.local"; unset = Megatron-Core's default (auto)
+        "attention_backend": str(
+            getattr(v.get("attention_backend"), "name", v.get("attention_backend") or "auto")
+        ).split(".")[-1],
         "muon_assignment": v.get("muon_assignment") or "ping_pong",
         "framework": str(v.get("framework") or "megatron"),
     }

@@ -6,10 +6,11 @@ Stages 1-4 are the sweep's (:func:`bridgebench.launch.sweep.run_sweep`, nothing 
 
 over the ranked points, with :mod:`bridgebench.model.refit` (the same code ``benchmarks/bench_adaptive.py``
 simulates offline): the first round measures the best predicted point; each later round the unmeasured point(s) with
-the largest expected improvement over the best measured throughput under the refitted posterior; the loop stops when
-the best measured point beats every unmeasured point's optimistic band edge (``converged``), when ``budget`` runs
-were spent (``budget``), or when nothing is left to measure (``exhausted``). A point whose run ended without a step
-time (out of memory, an error) counts against the budget and is not chosen again.
+the largest expected improvement over the best measured throughput under the refitted posterior plus the expected
+reduction of the other unmeasured points' prediction error (rule :data:`bridgebench.model.refit.RULE`); the loop
+stops when the best measured point beats every unmeasured point's optimistic band edge (``converged``), when
+``budget`` runs were spent (``budget``), or when nothing is left to measure (``exhausted``). A point whose run ended
+without a step time (out of memory, an error) counts against the budget and is not chosen again.
 
 State: ``<sweep dir>/adaptive.json``, written (temp file + rename) after every plan and every submission, so Ctrl-C
 or a lost controller loses nothing: ``--resume`` adopts a chosen point whose run the ledger already has (submitted
@@ -68,6 +69,7 @@ def candidate_of(row: dict[str, Any]) -> refit.Candidate:
         num_gpus=int(row["num_gpus"]),
         band_pct=float(row.get("band_pct") or 0.0),
         group=f"{row['gpu']}/{row['precision']}",
+        model=str(row.get("model") or ""),
         terms={k[2:-2]: float(v) for k, v in row.items() if k.startswith("t_") and k.endswith("_s") and v == v},
         ep_scale_out=bool(row.get("ep_scale_out")),
     )

@@ -118,9 +118,44 @@ def _blobs(store, logs: list[Path]) -> list[dict[str, Any]]:
 def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]]:
     """Records of one finished attempt (one per attempt; the payload's figures when it completed). With a ``store``,
     the logs and the submitted script are copied into it (content-addressed)."""
+    # step figures, window, quality and per-iteration series (launch/run_metrics.py: TensorBoard, else logs), from
+    # the submit side's mirror of the job folder (launch/nodepaths.py; fetched back through the tunnel over SSH)
+    from bridgebench.launch.nodepaths import attempt_folder
+    from bridgebench.launch.run_metrics import record_figures
 
     cfg_path = Path(a.plan_dir) / "config.yaml" if a.plan_dir else None
     cfg = OmegaConf.load(cfg_path) if cfg_path and cfg_path.exists() else None
+    prov = _provenance(a, logs, store, cfg)
+    base: dict[str, Any] = {
+        "record_id": record_id(a),
+        "kind": a.job_type,
+        "name": a.name,
+        "run_id": a.run_id,
+        "attempt": a.attempt,
+        "state": a.state,
+        "reason": a.reason,
+        "exit_code": a.exit_code,
+        "timestamps": {
+            "submitted_utc": _utc(a.submitted_at),
+            "started_utc": _utc(a.started_at),
+            "ended_utc": _utc(a.ended_at),
+        },
+        # as written (config/secrets.py): a variable passed by name stays ${oc.env:VAR}, never read here
+        "config": disk_container(cfg) if cfg is not None else None,
+    }
+    folder = attempt_folder(a.job_dir, a.job_name)
+    base |= record_figures(str(folder) if folder else None, logs, cfg)
+    if a.job_type == "optstep":
+        payload = _optstep_payload(a, logs, folder)
+        _add_optstep(base, prov, payload, cfg)
+        return [base | _outcome(a, logs, has_result=payload is not None) | {"provenance": prov}]
+    _add_run(base, prov, a, logs, cfg)
+    return [base | _outcome(a, logs, has_result=base.get("step_time_s") is not None) | {"provenance": prov}]
+
+
+def _provenance(a: Attempt, logs: list[Path], store, cfg) -> dict[str, Any]:
+    """A record's ``provenance`` (module docstring) from the ledger's attempt, the planned config (release, FLOPs
+    formula, peak table) and, with a ``store``, the submitted script's and the logs' copies in it."""
     script = None
     if a.plan_dir:
         kept = Path(a.plan_dir) / "submitted" / f"{a.run_id}-a{a.attempt}.sbatch.sh"
@@ -141,66 +176,59 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
         "script_sha256": a.script_sha256 or script,
         "logs": _blobs(store, logs),
     }
-    base: dict[str, Any] = {
-        "record_id": record_id(a),
-        "kind": a.job_type,
-        "name": a.name,
-        "run_id": a.run_id,
-        "attempt": a.attempt,
-        "state": a.state,
-        "reason": a.reason,
-        "exit_code": a.exit_code,
-        "timestamps": {
-            "submitted_utc": _utc(a.submitted_at),
-            "started_utc": _utc(a.started_at),
-            "ended_utc": _utc(a.ended_at),
-        },
-        # as written (config/secrets.py): a variable passed by name stays ${oc.env:VAR}, never read here
-        "config": disk_container(cfg) if cfg is not None else None,
-    }
     if cfg is not None:
         prov |= {
             "release": str(cfg.release.name),
             "flops_formula": str(cfg.accounting.flops_formula),
             "peak_table_version": str(cfg.gpu.peak_table_version),
         }
-    # step figures, window, quality and per-iteration series (launch/run_metrics.py: TensorBoard, else logs), from
-    # the submit side's mirror of the job folder (launch/nodepaths.py; fetched back through the tunnel over SSH)
-    from bridgebench.launch.nodepaths import attempt_folder
-    from bridgebench.launch.run_metrics import record_figures
+    return prov
 
-    folder = attempt_folder(a.job_dir, a.job_name)
-    base |= record_figures(str(folder) if folder else None, logs, cfg)
-    if a.job_type == "optstep":
-        payload = None
-        out = (folder or Path(".")) / "out" / "optstep.json"
-        if out.exists():
-            payload = jobfiles.read_json(out)  # a regular file of bounded size (launch/jobfiles.py)
-            if payload is not None and not isinstance(payload, dict):
-                raise jobfiles.JobFileError(
-                    f"{out}: holds a JSON {type(payload).__name__}, not the payload's result object: not read"
-                )
-            if payload is not None and payload.get("slurm_job_id") not in (None, a.slurm_job_id):
-                payload = None  # another job's result (a folder reused on the cluster): not this attempt's
-        payload = payload or _marker(logs, MARKERS[0])
-        if payload:
-            prov |= {"versions": payload.get("versions"), "node": payload.get("node")}
-            base |= {
-                "model": payload.get("model"),
-                "device": payload.get("device"),
-                "device_type": payload.get("device_type"),
-                "optstep": payload,
-            }
-            if cfg is not None:
-                base["optimizer"] = str(cfg.optimizer.optimizer)
-            from bridgebench.results.optstep_series import optstep_series
 
-            series = optstep_series(payload, base.get("optimizer") or payload.get("optimizer") or "")
-            if series:  # per-repeat step times of the run's optimizer (bridgebench compare --source runs)
-                base["series"] = series
-        elif cfg is not None:
-            base["model"] = str(cfg.model.name)
-        return [base | _outcome(a, logs, has_result=payload is not None) | {"provenance": prov}]
+def _optstep_payload(a: Attempt, logs: list[Path], folder: Path | None) -> dict[str, Any] | None:
+    """The optimizer-step payload's result: ``out/optstep.json`` of this job, else its log marker.
+
+    Raises:
+        bridgebench.launch.jobfiles.JobFileError: the file holds JSON that is not an object, or is not a regular file
+            of bounded size.
+    """
+    payload = None
+    out = (folder or Path(".")) / "out" / "optstep.json"
+    if out.exists():
+        payload = jobfiles.read_json(out)  # a regular file of bounded size (launch/jobfiles.py)
+        if payload is not None and not isinstance(payload, dict):
+            raise jobfiles.JobFileError(
+                f"{out}: holds a JSON {type(payload).__name__}, not the payload's result object: not read"
+            )
+        if payload is not None and payload.get("slurm_job_id") not in (None, a.slurm_job_id):
+            payload = None  # another job's result (a folder reused on the cluster): not this attempt's
+    return payload or _marker(logs, MARKERS[0])
+
+
+def _add_optstep(base: dict[str, Any], prov: dict[str, Any], payload: dict[str, Any] | None, cfg) -> None:
+    """An optimizer-step record's facts: model, device and load from the payload, its per-repeat series."""
+    if payload:
+        prov |= {"versions": payload.get("versions"), "node": payload.get("node")}
+        base |= {
+            "model": payload.get("model"),
+            "device": payload.get("device"),
+            "device_type": payload.get("device_type"),
+            "optstep": payload,
+        }
+        if cfg is not None:
+            base["optimizer"] = str(cfg.optimizer.optimizer)
+        from bridgebench.results.optstep_series import optstep_series
+
+        series = optstep_series(payload, base.get("optimizer") or payload.get("optimizer") or "")
+        if series:  # per-repeat step times of the run's optimizer (bridgebench compare --source runs)
+            base["series"] = series
+    elif cfg is not None:
+        base["model"] = str(cfg.model.name)
+
+
+def _add_run(base: dict[str, Any], prov: dict[str, Any], a: Attempt, logs: list[Path], cfg) -> None:
+    """A pretrain (or replay) record's facts: software versions and device from the entrypoint's line, model,
+    parallelism and batch from the config, the replayed table's row, and the plan's prediction beside the figure."""
     run_info = _marker(logs, MARKERS[1]) or {}
     prov |= {k: run_info.get(k) for k in ("megatron_bridge", "megatron_core", "torch") if k in run_info}
     if cfg is not None:
@@ -226,7 +254,6 @@ def records_for(a: Attempt, logs: list[Path], store=None) -> list[dict[str, Any]
         }
         base["device"] = "replay"
     base |= _vs_prediction(a, base.get("step_time_s"))
-    return [base | _outcome(a, logs, has_result=base.get("step_time_s") is not None) | {"provenance": prov}]
 
 
 def _vs_prediction(a: Attempt, measured_s: float | None) -> dict[str, Any]:
@@ -307,6 +334,97 @@ def collect(
         CollectUnreadable: an attempt's job folder or result could not be read.
         StoreError, LedgerError: the results store or the ledger cannot be written (nothing half-written).
     """
+    ledger = ledger or Ledger()
+    store = store if store is not None else default_store()  # an empty store is falsy (len 0)
+    tally = _Tally(outcomes if outcomes is not None else {})
+    todo = [a for a in ledger.attempts() if a.finished and not a.collected]
+    for i, a in enumerate(todo, 1):
+        if progress:
+            progress(f"[{i}/{len(todo)}] collecting {a.name} attempt {a.attempt} (job {a.slurm_job_id})")
+        if _collect_attempt(a, store, tally):
+            ledger.update(a.run_id, a.attempt, collected=True)
+    if tally.skipped:
+        raise tally.partial()
+    return tally.added
+
+
+class _Tally:
+    """What one :func:`collect` did: new records, their outcomes, and the attempts set aside, by why."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.added = 0
+        self.counts = counts
+        self.conflicts: list[tuple[dict, dict]] = []
+        self.refused: list[str] = []
+        self.unreadable: list[str] = []
+        self.unfetched: list[str] = []
+        self.skipped: list[dict] = []
+
+    def aside(self, a: Attempt, reason: str, bucket: list[str]) -> None:
+        bucket.append(f"  {_label(a)}: {reason}")
+        self.skipped.append(
+            {"run_id": a.run_id, "attempt": a.attempt, "slurm_job_id": a.slurm_job_id, "reason": reason}
+        )
+
+    def clashed(self, a: Attempt, pairs: list[tuple[dict, dict]], why) -> None:
+        """Record ids stored with other content (``why(record, stored)`` says how) set ``a`` aside."""
+        self.conflicts += pairs
+        self.skipped += [
+            {"run_id": a.run_id, "attempt": a.attempt, "slurm_job_id": a.slurm_job_id, "reason": why(r, old)}
+            for r, old in pairs
+        ]
+
+    def partial(self) -> CollectPartial:
+        """The one error naming every set-aside attempt (rule ``collect_partial``), its class by the worst kind."""
+        sections = []
+        if self.unfetched:
+            sections.append(
+                f"{len(self.unfetched)} finished attempt(s) stay uncollected: their logs could not be fetched from "
+                "the cluster:\n" + "\n".join(self.unfetched)
+            )
+        if self.refused:
+            sections.append(
+                f"{len(self.refused)} file(s) in job folders are not regular files or lead out of their folder; "
+                "collect does not read them and leaves those attempts uncollected. Remove them, then collect "
+                "again:\n" + "\n".join(self.refused)
+            )
+        if self.unreadable:
+            sections.append(
+                f"{len(self.unreadable)} attempt(s) could not be read and were set aside (details in the debug log); "
+                "fix or remove what is named, then collect again:\n" + "\n".join(self.unreadable)
+            )
+        if self.conflicts:
+            lines = [
+                f"  {n['record_id']}: stored = {_describe(old)}; new = {_describe(n)}" for n, old in self.conflicts
+            ]
+            sections.append(
+                f"{len(self.conflicts)} record id(s) are stored already with different content; nothing was "
+                "overwritten and these attempts stay uncollected:\n" + "\n".join(lines)
+            )
+        n_aside = len({(s["run_id"], s["attempt"]) for s in self.skipped})
+        message = (
+            f"collect is partial (rule collect_partial): {self.added} new record(s) added, {n_aside} attempt(s) set "
+            "aside and left uncollected (the next collect tries them again).\n" + "\n".join(sections)
+        )
+        cls = (
+            CollectConflict
+            if self.conflicts
+            else CollectRefused
+            if self.refused
+            else CollectError
+            if self.unfetched
+            else CollectUnreadable
+        )
+        return cls(message, added=self.added, skipped=self.skipped, outcomes=self.counts)
+
+
+def _collect_attempt(a: Attempt, store, tally: _Tally) -> bool:
+    """Fetch, check and read one finished attempt and store its records; True when it is collected. An attempt
+    that cannot be fetched or read, holds refused files or clashes with a stored record is set aside in ``tally``.
+
+    Raises:
+        StoreError, LedgerError: the store or the ledger itself fails (every attempt would fail alike).
+    """
     import logging
 
     from bridgebench.launch.ledger import LedgerError
@@ -314,116 +432,44 @@ def collect(
     from bridgebench.launch.tracking import attempt_logs
     from bridgebench.results.store import StoreError
 
-    ledger = ledger or Ledger()
-    store = store if store is not None else default_store()  # an empty store is falsy (len 0)
-    added = 0
-    conflicts = []
-    refused: list[str] = []
-    unreadable: list[str] = []
-    unfetched: list[str] = []
-    skipped: list[dict] = []
-    counts: dict[str, int] = outcomes if outcomes is not None else {}
+    try:
+        why_not = _fetch(a)
+        if why_not:  # over SSH the logs are on the cluster: leave the attempt uncollected, say why
+            tally.aside(a, why_not, tally.unfetched)
+            return False
+        logs = attempt_logs(a)
+        folder = attempt_folder(a.job_dir, a.job_name)
+        # the job wrote them: regular files inside its folder only
+        bad = jobfiles.refused(str(folder) if folder else a.job_dir, logs)
+        if bad:
+            for b in bad:
+                tally.aside(a, b, tally.refused)
+            return False
+        recs = records_for(a, logs, store)
+        clash = [(r, old) for r in recs if (old := store.stored_differs(r)) is not None]
+    except (StoreError, LedgerError):
+        raise
+    except Exception as err:  # noqa: BLE001  (one attempt's bad data must not stop the others: named, set aside)
+        logging.getLogger(__name__).debug("collect: %s set aside", _label(a), exc_info=True)
+        tally.aside(a, f"cannot be read: {type(err).__name__}: {err}", tally.unreadable)
+        return False
+    if clash:
+        tally.clashed(
+            a,
+            clash,
+            lambda r, old: f"record id {r['record_id']} is stored already with other content ({_describe(old)})",
+        )
+        return False
+    new = store.add(recs)
+    tally.added += new
+    if new:
+        from bridgebench.results.outcomes import label, outcome_of
 
-    def aside(a: Attempt, reason: str, bucket: list[str]) -> None:
-        bucket.append(f"  {_label(a)}: {reason}")
-        skipped.append({"run_id": a.run_id, "attempt": a.attempt, "slurm_job_id": a.slurm_job_id, "reason": reason})
-
-    todo = [a for a in ledger.attempts() if a.finished and not a.collected]
-    for i, a in enumerate(todo, 1):
-        if progress:
-            progress(f"[{i}/{len(todo)}] collecting {a.name} attempt {a.attempt} (job {a.slurm_job_id})")
-        try:
-            why_not = _fetch(a)
-            if why_not:  # over SSH the logs are on the cluster: leave the attempt uncollected, say why
-                aside(a, why_not, unfetched)
-                continue
-            logs = attempt_logs(a)
-            folder = attempt_folder(a.job_dir, a.job_name)
-            # the job wrote them: regular files inside its folder only
-            bad = jobfiles.refused(str(folder) if folder else a.job_dir, logs)
-            if bad:
-                for b in bad:
-                    aside(a, b, refused)
-                continue
-            recs = records_for(a, logs, store)
-            clash = [(r, old) for r in recs if (old := store.stored_differs(r)) is not None]
-        except (StoreError, LedgerError):
-            raise
-        except Exception as err:  # noqa: BLE001  (one attempt's bad data must not stop the others: named, set aside)
-            logging.getLogger(__name__).debug("collect: %s set aside", _label(a), exc_info=True)
-            aside(a, f"cannot be read: {type(err).__name__}: {err}", unreadable)
-            continue
-        if clash:
-            conflicts += clash
-            for r, old in clash:
-                skipped.append(
-                    {
-                        "run_id": a.run_id,
-                        "attempt": a.attempt,
-                        "slurm_job_id": a.slurm_job_id,
-                        "reason": f"record id {r['record_id']} is stored already with other content ({_describe(old)})",
-                    }
-                )
-            continue
-        new = store.add(recs)
-        added += new
-        if new:
-            from bridgebench.results.outcomes import label, outcome_of
-
-            for r in recs:
-                key = label(outcome_of(r))
-                counts[key] = counts.get(key, 0) + 1
-        if store.last_conflicts:  # a concurrent writer stored another version between the check and the link
-            late = [(r, store.get(r["record_id"])) for r in recs if r["record_id"] in store.last_conflicts]
-            conflicts += late
-            skipped += [
-                {
-                    "run_id": a.run_id,
-                    "attempt": a.attempt,
-                    "slurm_job_id": a.slurm_job_id,
-                    "reason": f"record id {r['record_id']} was stored meanwhile with other content",
-                }
-                for r, _ in late
-            ]
-            continue
-        ledger.update(a.run_id, a.attempt, collected=True)
-    if not skipped:
-        return added
-    sections = []
-    if unfetched:
-        sections.append(
-            f"{len(unfetched)} finished attempt(s) stay uncollected: their logs could not be fetched from the "
-            "cluster:\n" + "\n".join(unfetched)
-        )
-    if refused:
-        sections.append(
-            f"{len(refused)} file(s) in job folders are not regular files or lead out of their folder; collect does "
-            "not read them and leaves those attempts uncollected. Remove them, then collect again:\n"
-            + "\n".join(refused)
-        )
-    if unreadable:
-        sections.append(
-            f"{len(unreadable)} attempt(s) could not be read and were set aside (details in the debug log); fix or "
-            "remove what is named, then collect again:\n" + "\n".join(unreadable)
-        )
-    if conflicts:
-        lines = [f"  {new['record_id']}: stored = {_describe(old)}; new = {_describe(new)}" for new, old in conflicts]
-        sections.append(
-            f"{len(conflicts)} record id(s) are stored already with different content; nothing was overwritten and "
-            "these attempts stay uncollected:\n" + "\n".join(lines)
-        )
-    n_aside = len({(s["run_id"], s["attempt"]) for s in skipped})
-    message = (
-        f"collect is partial (rule collect_partial): {added} new record(s) added, {n_aside} attempt(s) set aside and "
-        "left uncollected (the next collect tries them again).\n" + "\n".join(sections)
-    )
-    cls = (
-        CollectConflict
-        if conflicts
-        else CollectRefused
-        if refused
-        else CollectError
-        if unfetched
-        else CollectUnreadable
-    )
-    raise cls(message, added=added, skipped=skipped, outcomes=counts)
+        for r in recs:
+            key = label(outcome_of(r))
+            tally.counts[key] = tally.counts.get(key, 0) + 1
+    if store.last_conflicts:  # a concurrent writer stored another version between the check and the link
+        late = [(r, store.get(r["record_id"])) for r in recs if r["record_id"] in store.last_conflicts]
+        tally.clashed(a, late, lambda r, _: f"record id {r['record_id']} was stored meanwhile with other content")
+        return False
+    return True

@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -205,82 +205,19 @@ def plan(
     say = progress or (lambda msg: None)
     sweeps = [list(overrides)] if composed is not None else expand_sweep(list(overrides))
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "adhoc")
-    final = Path(out_dir) if out_dir else load_paths().plans / f"{experiment}-{stamp}"  # configs/paths: plans
-    final = final.absolute()
-    if final.exists() and (not final.is_dir() or any(final.iterdir())):
-        raise PlanError(
-            f"out_is_folder: plan directory {final} exists and is not an empty folder (a file, or a folder with "
-            "files); nothing was written: give a new or empty folder with --out"
-        )
-    try:
-        nemorun.check_path("job folder", load_paths().job_dir)  # before the build: nemo-run cannot quote it
-    except ex.LaunchConfigError as err:
-        raise PlanError(str(err)) from err
-    staged = []
-    invalid: list[InvalidRun] = []
-    predictions: dict[str, dict | None] = {}
-
-    def reject(label: str, ov: list[str], rule: str, message: str, err: BaseException | None = None) -> None:
-        if on_invalid is None:
-            raise PlanError(f"run {label!r}{message}") from err
-        reason = "; ".join(map(str, err.violations)) if isinstance(err, rules.RuleError) else message[1:].strip()
-        invalid.append(
-            InvalidRun(label=label, overrides=[redact_override(o) for o in ov], rule=rule, reason=redact(reason))
-        )
-        on_invalid(invalid[-1])
-
+    final = _plan_folder(overrides, out_dir, stamp)
+    rejects = _Rejects(on_invalid)
+    staged: list[_StagedRun] = []
     for i, ov in enumerate(sweeps, 1):
         cfg = composed if composed is not None else compose(ov)
         label = redact_overrides(ov) or "(defaults)"  # messages never echo a credential
         say(f"[{i}/{len(sweeps)}] checking {label}")
-        try:
-            check_secrets(cfg)  # before anything is built or written (rules secret_in_config, env_resolver)
-            shellsafe.check_config(cfg)  # every value that reaches the script (rule shell_safe_value)
-            rules.validate(rules.Point.from_config(cfg))
-        except rules.RuleError as err:
-            reject(label, ov, err.violations[0].rule, f" is invalid:\n{err}", err)
-            continue
-        if cfg.job.type not in ("pretrain", "optstep", "replay"):
-            reject(label, ov, "job_type", f": job.type must be 'pretrain', 'optstep' or 'replay', got {cfg.job.type!r}")
-            continue
-        result = None
-        h = config_hash(cfg)
-        if cfg.job.type == "replay":  # the table's row travels in the job's config (after the hash: it follows it)
-            try:
-                cfg = _with_replay_row(cfg)
-            except BridgebenchError as err:
-                reject(label, ov, "replay_table", f": {err}", err)
-                continue
-        name = _run_name(cfg, h)
-        try:
-            # the first attempt's paths as its node sees them (launch/nodepaths.py): out dir, config, code
-            first = job_paths(cfg, name, run_id_for(h, 0), 0)
-        except ex.LaunchConfigError as err:
-            reject(label, ov, "launch", f": {err}", err)
-            continue
-        if cfg.job.type == "pretrain":
-            from bridgebench.mbridge.build import BuildError, build  # imports megatron: only for pretrain jobs
-
-            try:
-                # TensorBoard events under the node-side out folder the first attempt gets (build_job exports it)
-                result = build(cfg, out_dir=first.out_dir)
-            except BuildError as err:
-                reject(label, ov, "megatron_bridge", f": {err}", err)
-                continue
-        try:
-            job, script, payload = render_job(cfg, final / name, name, h)
-        except ex.LaunchConfigError as err:
-            rule = err.violations[0].rule if isinstance(err, rules.RuleError) else "launch"
-            reject(label, ov, rule, f": {err}", err)
-            continue
-        staged.append((ov, cfg, result, h, name, job, script, payload))
-        if prediction is not None:
-            predictions[h] = prediction
+        run = _stage_run(ov, cfg, label, final, rejects)
+        if run is not None:
+            staged.append(run)
     if not staged:
-        listing = "\n".join(f"  {r.label}: {r.rule}: {r.reason}" for r in invalid)
-        raise PlanError(f"every run of the plan is invalid ({len(invalid)}); nothing written:\n{listing}")
-
+        listing = "\n".join(f"  {r.label}: {r.rule}: {r.reason}" for r in rejects.invalid)
+        raise PlanError(f"every run of the plan is invalid ({len(rejects.invalid)}); nothing written:\n{listing}")
     created = _make_dirs(final.parent)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=".plan-", dir=final.parent))
@@ -289,69 +226,17 @@ def plan(
         raise PlanError(f"cannot write the plan under {final.parent}: {err}") from err
     runs: list[PlannedRun] = []
     try:
-        for ov, cfg, result, h, name, job, script, payload in staged:
-            say(f"writing {name}")
-            run_dir = tmp / name
-            run_dir.mkdir()
-            # as written: variables passed by name stay ${oc.env:VAR} (config/secrets.py)
-            (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(disk_container(cfg)))
-            (run_dir / "node_config.yaml").write_text(job.config_text)  # the job's configs/config.yaml
-            if result is not None:
-                result.container.to_yaml(str(run_dir / "megatron_bridge.yaml"))
-            nodes, per_node = job.spec.nodes, job.spec.tasks_per_node
-            (run_dir / "submit.sh").write_text(script, encoding="utf-8", newline="")
-            (run_dir / "payload.sh").write_text(payload, encoding="utf-8", newline="")
-            facts = run_facts(cfg)
-            provenance = variant_provenance(cfg)
-            flops = float(step_flops(facts).total)
-            ns = float(ns_load(facts.model, parallelism(facts), ns_policy(facts)).total) if facts.is_muon else 0.0
-            m = cfg.model
-            run = PlannedRun(
-                name=name,
-                overrides=list(ov),
-                config_hash=h,
-                dims=ParallelDims(
-                    num_gpus=int(cfg.num_gpus),
-                    tp=m.tensor_model_parallel_size,
-                    pp=m.pipeline_model_parallel_size,
-                    vp=m.virtual_pipeline_model_parallel_size,
-                    cp=m.context_parallel_size,
-                    ep=m.expert_model_parallel_size,
-                    etp=m.expert_tensor_parallel_size,
-                    mbs=cfg.train.micro_batch_size,
-                    gbs=cfg.train.global_batch_size,
-                ),
-                nodes=nodes,
-                tasks_per_node=per_node,
-                seq_length=m.seq_length,
-                optimizer=str(cfg.optimizer.optimizer),
-                container_image=job.spec.container_image,
-                model_flops_per_step=flops,
-                newton_schulz_flops_per_step=ns,
-                skipped_checks=result.skipped_checks if result else [],
-                dir=str(final / name),
-                cluster=str(cfg.cluster.name),
-                job_type=str(cfg.job.type),
-                cluster_can_run=[str(v) for v in cluster_violations(cfg.cluster, job.spec.needs(cfg))],
-                recipe=cfg.recipe_meta.name,
-                release=str(cfg.release.name),
-                variant_of=provenance[0],
-                variant_note=provenance[1],
-                policies=result.policies if result else [],
-                tensorboard_subdir=cfg.job.tensorboard_subdir if cfg.job.type == "pretrain" else None,
-                segment=job.spec.segment,
-                **_priced_placement(cfg, nodes),
-                prediction=predictions.get(h) if predictions.get(h) is not None else _prediction(ov, cfg, calibration),
-            )
-            (run_dir / "run.json").write_text(json.dumps(run.to_json(), indent=2))
-            runs.append(run)
+        for st in staged:
+            say(f"writing {st.name}")
+            st_pred = prediction if prediction is not None else _prediction(st.overrides, st.cfg, calibration)
+            runs.append(_write_run(st, tmp / st.name, final / st.name, st_pred))
         (tmp / "plan.json").write_text(
             json.dumps(
                 {
                     "overrides": [redact_override(o) for o in overrides],  # a refused run's credential: never written
                     "created": stamp,
                     "runs": [r.to_json() for r in runs],
-                    "invalid": [asdict(r) for r in invalid],
+                    "invalid": [asdict(r) for r in rejects.invalid],
                 },
                 indent=2,
             )
@@ -367,6 +252,159 @@ def plan(
             raise PlanError(f"cannot write the plan under {final.parent}: {why}; nothing was written") from err
         raise
     return final, runs
+
+
+def _plan_folder(overrides: list[str], out_dir: Path | None, stamp: str) -> Path:
+    """The plan's folder (absolute): ``out_dir``, else ``paths.plans/<experiment>-<stamp>``.
+
+    Raises:
+        PlanError: it exists and is not an empty folder; the job folder cannot be quoted by nemo-run.
+    """
+    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "adhoc")
+    final = Path(out_dir) if out_dir else load_paths().plans / f"{experiment}-{stamp}"  # configs/paths: plans
+    final = final.absolute()
+    if final.exists() and (not final.is_dir() or any(final.iterdir())):
+        raise PlanError(
+            f"out_is_folder: plan directory {final} exists and is not an empty folder (a file, or a folder with "
+            "files); nothing was written: give a new or empty folder with --out"
+        )
+    try:
+        nemorun.check_path("job folder", load_paths().job_dir)  # before the build: nemo-run cannot quote it
+    except ex.LaunchConfigError as err:
+        raise PlanError(str(err)) from err
+    return final
+
+
+class _Rejects:
+    """The runs a plan refuses: without ``on_invalid`` the first one raises :class:`PlanError`; with it each is
+    recorded (overrides and reason redacted) and reported, and planning goes on."""
+
+    def __init__(self, on_invalid: Callable[[InvalidRun], None] | None) -> None:
+        self.on_invalid = on_invalid
+        self.invalid: list[InvalidRun] = []
+
+    def __call__(self, label: str, ov: list[str], rule: str, message: str, err: BaseException | None = None) -> None:
+        if self.on_invalid is None:
+            raise PlanError(f"run {label!r}{message}") from err
+        reason = "; ".join(map(str, err.violations)) if isinstance(err, rules.RuleError) else message[1:].strip()
+        self.invalid.append(
+            InvalidRun(label=label, overrides=[redact_override(o) for o in ov], rule=rule, reason=redact(reason))
+        )
+        self.on_invalid(self.invalid[-1])
+
+
+@dataclass(kw_only=True)
+class _StagedRun:
+    """A run that passed every check, ready to write: its overrides, config, Megatron-Bridge build (pretrain jobs),
+    config hash, name, job and rendered scripts."""
+
+    overrides: list[str]
+    cfg: DictConfig
+    result: Any
+    config_hash: str
+    name: str
+    job: Job
+    script: str
+    payload: str
+
+
+def _stage_run(ov: list[str], cfg: DictConfig, label: str, final: Path, reject: _Rejects) -> _StagedRun | None:
+    """Check one run before anything is written: credentials, shell-safe values, the validity rules, the job type,
+    the replay table's row, the node-side paths, Megatron-Bridge's own validation (pretrain jobs) and the rendered
+    sbatch script. A run that fails goes to ``reject`` (which raises without ``on_invalid``) and gives None."""
+    try:
+        check_secrets(cfg)  # before anything is built or written (rules secret_in_config, env_resolver)
+        shellsafe.check_config(cfg)  # every value that reaches the script (rule shell_safe_value)
+        rules.validate(rules.Point.from_config(cfg))
+    except rules.RuleError as err:
+        reject(label, ov, err.violations[0].rule, f" is invalid:\n{err}", err)
+        return None
+    if cfg.job.type not in ("pretrain", "optstep", "replay"):
+        reject(label, ov, "job_type", f": job.type must be 'pretrain', 'optstep' or 'replay', got {cfg.job.type!r}")
+        return None
+    result = None
+    h = config_hash(cfg)
+    if cfg.job.type == "replay":  # the table's row travels in the job's config (after the hash: it follows it)
+        try:
+            cfg = _with_replay_row(cfg)
+        except BridgebenchError as err:
+            reject(label, ov, "replay_table", f": {err}", err)
+            return None
+    name = _run_name(cfg, h)
+    try:
+        # the first attempt's paths as its node sees them (launch/nodepaths.py): out dir, config, code
+        first = job_paths(cfg, name, run_id_for(h, 0), 0)
+    except ex.LaunchConfigError as err:
+        reject(label, ov, "launch", f": {err}", err)
+        return None
+    if cfg.job.type == "pretrain":
+        from bridgebench.mbridge.build import BuildError, build  # imports megatron: only for pretrain jobs
+
+        try:
+            # TensorBoard events under the node-side out folder the first attempt gets (build_job exports it)
+            result = build(cfg, out_dir=first.out_dir)
+        except BuildError as err:
+            reject(label, ov, "megatron_bridge", f": {err}", err)
+            return None
+    try:
+        job, script, payload = render_job(cfg, final / name, name, h)
+    except ex.LaunchConfigError as err:
+        rule = err.violations[0].rule if isinstance(err, rules.RuleError) else "launch"
+        reject(label, ov, rule, f": {err}", err)
+        return None
+    return _StagedRun(
+        overrides=ov, cfg=cfg, result=result, config_hash=h, name=name, job=job, script=script, payload=payload
+    )
+
+
+def _write_run(st: _StagedRun, run_dir: Path, final_dir: Path, prediction: dict | None) -> PlannedRun:
+    """Write one run's folder (config.yaml, node_config.yaml, megatron_bridge.yaml, submit.sh, payload.sh,
+    run.json) into ``run_dir`` (inside the temporary plan folder; ``final_dir`` is where it will be) and return
+    its :class:`PlannedRun`: parallel sizes, nodes, FLOPs and NS FLOPs per step, provenance, placement, prediction."""
+    cfg, job, result = st.cfg, st.job, st.result
+    run_dir.mkdir()
+    # as written: variables passed by name stay ${oc.env:VAR} (config/secrets.py)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(disk_container(cfg)))
+    (run_dir / "node_config.yaml").write_text(job.config_text)  # the job's configs/config.yaml
+    if result is not None:
+        result.container.to_yaml(str(run_dir / "megatron_bridge.yaml"))
+    nodes, per_node = job.spec.nodes, job.spec.tasks_per_node
+    (run_dir / "submit.sh").write_text(st.script, encoding="utf-8", newline="")
+    (run_dir / "payload.sh").write_text(st.payload, encoding="utf-8", newline="")
+    facts = run_facts(cfg)
+    provenance = variant_provenance(cfg)
+    flops = float(step_flops(facts).total)
+    ns = float(ns_load(facts.model, parallelism(facts), ns_policy(facts)).total) if facts.is_muon else 0.0
+    m = cfg.model
+    run = PlannedRun(
+        name=st.name,
+        overrides=list(st.overrides),
+        config_hash=st.config_hash,
+        dims=rules.config_dims(cfg),
+        nodes=nodes,
+        tasks_per_node=per_node,
+        seq_length=m.seq_length,
+        optimizer=str(cfg.optimizer.optimizer),
+        container_image=job.spec.container_image,
+        model_flops_per_step=flops,
+        newton_schulz_flops_per_step=ns,
+        skipped_checks=result.skipped_checks if result else [],
+        dir=str(final_dir),
+        cluster=str(cfg.cluster.name),
+        job_type=str(cfg.job.type),
+        cluster_can_run=[str(v) for v in cluster_violations(cfg.cluster, job.spec.needs(cfg))],
+        recipe=cfg.recipe_meta.name,
+        release=str(cfg.release.name),
+        variant_of=provenance[0],
+        variant_note=provenance[1],
+        policies=result.policies if result else [],
+        tensorboard_subdir=cfg.job.tensorboard_subdir if cfg.job.type == "pretrain" else None,
+        segment=job.spec.segment,
+        **_priced_placement(cfg, nodes),
+        prediction=prediction,
+    )
+    (run_dir / "run.json").write_text(json.dumps(run.to_json(), indent=2))
+    return run
 
 
 def _make_dirs(path: Path) -> list[Path]:
@@ -453,5 +491,6 @@ def prediction_of(row: SweepRow | dict, calibration: str, *, source: str) -> dic
         ),
         "num_gpus": r.dims.num_gpus,
         "group": f"{r.gpu}/{r.precision}",
+        "model": r.model,
         "ep_scale_out": bool(r.ep_scale_out),
     }

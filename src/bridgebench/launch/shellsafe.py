@@ -165,6 +165,8 @@ def shell_owned(name: str) -> bool:
 #: Config fields whose value reaches a SLURM script: field -> (grammar, where it goes). ``[]`` marks list items,
 #: ``.*`` map keys and values. Quoted fields (``None`` grammar) only need to be strings a file can hold
 #: (:func:`check_word`).
+_SSH_RSYNC = "ssh and rsync command lines on the submitting machine"
+_RSH = "in the rsync --rsh command line on the submitting machine"
 SCRIPT_FIELDS: dict[str, tuple[str | None, str]] = {
     "release.container_image": ("image", "srun --container-image (nemo-run writes the srun line unquoted)"),
     "cluster.container_mounts[]": ("mount", "srun --container-mounts (unquoted, comma-joined)"),
@@ -176,14 +178,11 @@ SCRIPT_FIELDS: dict[str, tuple[str | None, str]] = {
         "abspath",
         "#SBATCH --output, srun --output/--chdir and the sbatch command (ssh tunnel)",
     ),
-    "cluster.tunnel.host": ("host", "the ssh login host (ssh and rsync command lines on the submitting machine)"),
-    "cluster.tunnel.user": ("name", "the ssh login user (ssh and rsync command lines on the submitting machine)"),
-    "cluster.tunnel.port": ("port", "ssh -p in the rsync --rsh command line on the submitting machine"),
-    "cluster.tunnel.identity": ("keyfile", "ssh -i in the rsync --rsh command line on the submitting machine"),
-    "cluster.tunnel.known_hosts": (
-        "keyfile",
-        "ssh -o UserKnownHostsFile in the rsync --rsh command line on the submitting machine",
-    ),
+    "cluster.tunnel.host": ("host", f"the ssh login host ({_SSH_RSYNC})"),
+    "cluster.tunnel.user": ("name", f"the ssh login user ({_SSH_RSYNC})"),
+    "cluster.tunnel.port": ("port", f"ssh -p {_RSH}"),
+    "cluster.tunnel.identity": ("keyfile", f"ssh -i {_RSH}"),
+    "cluster.tunnel.known_hosts": ("keyfile", f"ssh -o UserKnownHostsFile {_RSH}"),
     **dict.fromkeys(
         ("model.name", "gpu.name", "precision.name"),
         ("name", "the run name: job folders, #SBATCH --job-name/--output, srun --output"),

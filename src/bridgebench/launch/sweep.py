@@ -265,6 +265,40 @@ def run_sweep(
     if not name or "/" in name or name.startswith("."):
         raise SweepRunError(f"bad sweep name {name!r}: a folder name without '/' is needed")
     out = sweep_dir(name)
+    state = _open_state(out, name, sp, calibration, resume, say)
+    (out / "stages").mkdir(exist_ok=True)
+    timings: dict[str, dict[str, Any]] = {}
+    rows = engine.run_pipeline(bases, calib, space=sp, store=_Stages(state, out, timings, say), progress=say)
+    ranked = sorted((r for r in rows if r["status"] == "ranked"), key=lambda r: r["rank"])
+    top = ranked[: sp.top_k]
+    _plan_and_submit(top, bases, sp, state, name, say, ledger, store, timings, submit=submit, repeats=repeats)
+    _carry_outcomes(rows, state)
+    counts = engine.summarize(rows)
+    from bridgebench.results.sweep_report import write_outputs
+
+    chosen = [r for r in rows if r.get("rank") is not None and r["rank"] <= len(top)]  # duplicates share ids
+    result = SweepResult(
+        name=name,
+        dir=out,
+        rows=rows,
+        top=sorted(chosen, key=lambda r: r["rank"]),
+        stages=timings,
+        counts=counts,
+        space=sp,
+    )
+    try:
+        result.outputs = write_outputs(result, state.data, calib)
+    except OSError as err:  # a full disk: name the file, leave the previous outputs whole
+        raise _disk_error(Path(err.filename or out), err) from None
+    return result
+
+
+def _open_state(out: Path, name: str, sp: engine.Space, calibration: str, resume: bool, say: Progress) -> _State:
+    """The sweep folder's state: loaded with ``resume`` (same space and calibration), else a new one written.
+
+    Raises:
+        SweepRunError: the folder exists without ``resume``, or was started with another space or calibration.
+    """
     state_path = out / "state.json"
     fingerprint = sp.fingerprint()
     if state_path.exists():
@@ -301,11 +335,13 @@ def run_sweep(
         )
         out.mkdir(parents=True, exist_ok=True)
         state.save()
-    (out / "stages").mkdir(exist_ok=True)
-    timings: dict[str, dict[str, Any]] = {}
-    rows = engine.run_pipeline(bases, calib, space=sp, store=_Stages(state, out, timings, say), progress=say)
-    ranked = sorted((r for r in rows if r["status"] == "ranked"), key=lambda r: r["rank"])
-    top = ranked[: sp.top_k]
+    return state
+
+
+def _plan_and_submit(
+    top, bases, sp, state: _State, name: str, say: Progress, ledger, store, timings, *, submit: bool, repeats: int
+) -> None:
+    """Stages 5 and 6 for the top K, each skipped when a resumed sweep has done it for these points."""
     pids = {r["point_id"] for r in top}
     if top and state.done("plan") and pids <= set(state.data["plans"]):
         info = state.data["stages"]["plan"]
@@ -320,7 +356,11 @@ def run_sweep(
         say.log("stage 6 submit: done before, nothing to submit")
     elif submit and top:
         _submit_top(top, state, say, ledger, repeats, timings)
-    for r in rows:  # carry stage-5/6 outcomes into the rows
+
+
+def _carry_outcomes(rows: list[dict[str, Any]], state: _State) -> None:
+    """Carry the stage-5/6 outcomes (plan status, config hash, plan folder, run ids) into the ranked rows."""
+    for r in rows:
         info = state.data["plans"].get(r["point_id"]) if r["status"] == "ranked" else None
         if info:
             r.update(status=info["status"], config_hash=info.get("config_hash"), plan_dir=info.get("plan_dir"))
@@ -328,24 +368,6 @@ def run_sweep(
             if r["point_id"] in state.data["submitted"]:
                 r["status"] = "submitted"
                 r["run_ids"] = ",".join(state.data["submitted"][r["point_id"]])
-    counts = engine.summarize(rows)
-    from bridgebench.results.sweep_report import write_outputs
-
-    chosen = [r for r in rows if r.get("rank") is not None and r["rank"] <= len(top)]  # duplicates share ids
-    result = SweepResult(
-        name=name,
-        dir=out,
-        rows=rows,
-        top=sorted(chosen, key=lambda r: r["rank"]),
-        stages=timings,
-        counts=counts,
-        space=sp,
-    )
-    try:
-        result.outputs = write_outputs(result, state.data, calib)
-    except OSError as err:  # a full disk: name the file, leave the previous outputs whole
-        raise _disk_error(Path(err.filename or out), err) from None
-    return result
 
 
 def _plan_top(top, bases, sp, state: _State, name: str, say: Progress, ledger, store, timings) -> None:

@@ -172,35 +172,7 @@ def update(cfg: DictConfig, ledger: Ledger, *, now: float | None = None) -> Refr
     todo = [a for a in todo if a not in gone and a.slurm_job_id]
     if not todo:
         return Refresh(attempts=ledger.attempts(), notes=notes)
-
-    queue, acct, why_ctld = None, None, None
-    reach = slurmcli.probe(cfg)  # a missing slurm.conf, a daemon or login node refusing connections: known at once
-    if reach.none and reach.controller == reach.accounting:
-        notes.append(
-            f"cannot reach SLURM: {reach.controller}; {slurmcli.hint(cfg)}; showing the ledger's last known states"
-        )
-        why_ctld = reach.controller
-    else:
-        try:
-            if reach.controller is not None:
-                raise slurmcli.SlurmUnreachable(f"{reach.controller}; {slurmcli.hint(cfg)}")
-            queue = _queue(cfg)
-        except slurmcli.SlurmError as err:
-            why_ctld = str(err)
-        try:
-            if reach.accounting is not None:
-                raise slurmcli.SlurmUnreachable(f"{reach.accounting}; {slurmcli.hint(cfg)}")
-            acct = _accounting([a.slurm_job_id for a in todo], cfg)
-        except slurmcli.SlurmError as err:
-            if queue is None:
-                hint = "; " + slurmcli.hint(cfg)
-                both = f"{(why_ctld or '').replace(hint, '')}; {str(err).replace(hint, '')}{hint}"
-                notes.append(f"cannot reach SLURM ({both}); showing the ledger's last known states")
-            else:
-                notes.append(f"SLURM accounting did not answer ({err})")
-        if queue is None and acct is not None:
-            notes.append(f"the SLURM controller did not answer ({why_ctld}); unfinished jobs are UNKNOWN")
-
+    queue, acct, why_ctld = _ask_slurm(cfg, todo, notes)
     for a in todo:
         q = (queue or {}).get(a.slurm_job_id)
         q = q if q and _name_ok(a, q["name"]) else None
@@ -212,38 +184,9 @@ def update(cfg: DictConfig, ledger: Ledger, *, now: float | None = None) -> Refr
             if why_not and why_not not in notes:
                 notes.append(f"could not fetch the logs of job {a.slurm_job_id}: {why_not}")
         if s and s_state in FINAL_STATES:
-            fields = {
-                "state": s_state,
-                "exit_code": s["exitcode"],
-                "node_list": s["nodelist"],
-                "started_at": _epoch(s["start"]),
-                "ended_at": _epoch(s["end"]),
-                "unknown_since": None,
-            }
-            if s_state in FAILED_STATES:
-                fields["reason"] = failure_reason(a, s_state, s["exitcode"], s["reason"])
-                if s.get("step"):  # the job FAILED because this step ran out of memory: say which step
-                    why = f"step {s['step']} ended {s_state} (exit code {s['step_exitcode']}; job FAILED)"
-                    fields["reason"] = f"{fields['reason']}; {why}"[:500]
-            elif a.state == LOST:
-                fields["reason"] = None
-            ledger.update(a.run_id, a.attempt, **fields)
+            ledger.update(a.run_id, a.attempt, **_accounted_fields(a, s, s_state))
         elif q:
-            state = q["state"].split(" ")[0]
-            if state in FINAL_STATES and acct is not None:
-                # the controller says it ended, accounting has not caught up: keep the attempt open until sacct
-                # gives the exit code (the next refresh)
-                state = "COMPLETING"
-            fields = {"state": state, "unknown_since": None}
-            if state in FAILED_STATES:
-                fields["reason"] = failure_reason(a, state, "", q["reason"])
-            if state == "PENDING":
-                fields["reason"] = f"pending: {q['reason']}" if q["reason"] not in ("", "None") else None
-            elif a.state in ("PENDING", LOST):
-                fields["reason"] = None
-            if s:
-                fields |= {"node_list": s["nodelist"], "started_at": _epoch(s["start"])}
-            ledger.update(a.run_id, a.attempt, **fields)
+            ledger.update(a.run_id, a.attempt, **_queued_fields(a, q, s, accounting=acct is not None))
         else:
             if queue is None:
                 why = why_ctld or "the SLURM controller did not answer"
@@ -251,26 +194,109 @@ def update(cfg: DictConfig, ledger: Ledger, *, now: float | None = None) -> Refr
                 why = f"accounting says {s_state} but the controller no longer lists job {a.slurm_job_id}"
             else:
                 why = f"neither the controller nor accounting lists job {a.slurm_job_id}"
-            since = a.unknown_since or now
-            if now - since >= lost_after:
-                last = a.state if a.state != LOST else "LOST"
-                ledger.update(
-                    a.run_id,
-                    a.attempt,
-                    state=LOST,
-                    unknown_since=since,
-                    reason=f"lost: SLURM has not vouched for job {a.slurm_job_id} for {now - since:.0f} s "
-                    f"(cluster.lost_after_s = {lost_after:g}; last known {last}): {why}"[:500],
-                )
-            else:
-                if a.unknown_since is None:
-                    ledger.update(a.run_id, a.attempt, unknown_since=since)
-                if a.state != LOST:
-                    display[(a.run_id, a.attempt)] = replace(
-                        a,
-                        state=UNKNOWN,
-                        unknown_since=since,
-                        reason=f"last known {a.state}; {why}; LOST after {lost_after - (now - since):.0f} s more"[:500],
-                    )
+            shown = _unvouched(a, ledger, why, now=now, lost_after=lost_after)
+            if shown is not None:
+                display[(a.run_id, a.attempt)] = shown
     out = [display.get((a.run_id, a.attempt), a) for a in ledger.attempts()]
     return Refresh(attempts=out, notes=notes)
+
+
+def _ask_slurm(cfg: DictConfig, todo: list[Attempt], notes: list[str]) -> tuple[dict | None, dict | None, str | None]:
+    """The controller's queue and accounting's records of ``todo``'s jobs (None: that side did not answer) and why
+    the controller did not; what could not be reached is said in ``notes``."""
+    queue, acct, why_ctld = None, None, None
+    reach = slurmcli.probe(cfg)  # a missing slurm.conf, a daemon or login node refusing connections: known at once
+    if reach.none and reach.controller == reach.accounting:
+        notes.append(
+            f"cannot reach SLURM: {reach.controller}; {slurmcli.hint(cfg)}; showing the ledger's last known states"
+        )
+        return None, None, reach.controller
+    try:
+        if reach.controller is not None:
+            raise slurmcli.SlurmUnreachable(f"{reach.controller}; {slurmcli.hint(cfg)}")
+        queue = _queue(cfg)
+    except slurmcli.SlurmError as err:
+        why_ctld = str(err)
+    try:
+        if reach.accounting is not None:
+            raise slurmcli.SlurmUnreachable(f"{reach.accounting}; {slurmcli.hint(cfg)}")
+        acct = _accounting([a.slurm_job_id for a in todo], cfg)
+    except slurmcli.SlurmError as err:
+        if queue is None:
+            hint = "; " + slurmcli.hint(cfg)
+            both = f"{(why_ctld or '').replace(hint, '')}; {str(err).replace(hint, '')}{hint}"
+            notes.append(f"cannot reach SLURM ({both}); showing the ledger's last known states")
+        else:
+            notes.append(f"SLURM accounting did not answer ({err})")
+    if queue is None and acct is not None:
+        notes.append(f"the SLURM controller did not answer ({why_ctld}); unfinished jobs are UNKNOWN")
+    return queue, acct, why_ctld
+
+
+def _accounted_fields(a: Attempt, s: dict, s_state: str) -> dict:
+    """Ledger fields of an attempt whose job accounting reports ended (``s``: its sacct record): state, exit code,
+    nodes, times, and for a failure its reason (with the step that ran out of memory)."""
+    fields = {
+        "state": s_state,
+        "exit_code": s["exitcode"],
+        "node_list": s["nodelist"],
+        "started_at": _epoch(s["start"]),
+        "ended_at": _epoch(s["end"]),
+        "unknown_since": None,
+    }
+    if s_state in FAILED_STATES:
+        fields["reason"] = failure_reason(a, s_state, s["exitcode"], s["reason"])
+        if s.get("step"):  # the job FAILED because this step ran out of memory: say which step
+            why = f"step {s['step']} ended {s_state} (exit code {s['step_exitcode']}; job FAILED)"
+            fields["reason"] = f"{fields['reason']}; {why}"[:500]
+    elif a.state == LOST:
+        fields["reason"] = None
+    return fields
+
+
+def _queued_fields(a: Attempt, q: dict, s: dict | None, *, accounting: bool) -> dict:
+    """Ledger fields of an attempt the controller still lists (``q``; ``s``: its sacct record, if any): its state
+    (COMPLETING while accounting, when it answers, has not caught up with an end), and the pending or failure
+    reason."""
+    state = q["state"].split(" ")[0]
+    if state in FINAL_STATES and accounting:
+        # the controller says it ended, accounting has not caught up: keep the attempt open until sacct
+        # gives the exit code (the next refresh)
+        state = "COMPLETING"
+    fields = {"state": state, "unknown_since": None}
+    if state in FAILED_STATES:
+        fields["reason"] = failure_reason(a, state, "", q["reason"])
+    if state == "PENDING":
+        fields["reason"] = f"pending: {q['reason']}" if q["reason"] not in ("", "None") else None
+    elif a.state in ("PENDING", LOST):
+        fields["reason"] = None
+    if s:
+        fields |= {"node_list": s["nodelist"], "started_at": _epoch(s["start"])}
+    return fields
+
+
+def _unvouched(a: Attempt, ledger: Ledger, why: str, *, now: float, lost_after: float) -> Attempt | None:
+    """An attempt SLURM does not vouch for (``why``): LOST once unknown for ``lost_after`` s, else shown as UNKNOWN
+    (returned, for the display; the ledger keeps its last known state and when it became unknown)."""
+    since = a.unknown_since or now
+    if now - since >= lost_after:
+        last = a.state if a.state != LOST else "LOST"
+        ledger.update(
+            a.run_id,
+            a.attempt,
+            state=LOST,
+            unknown_since=since,
+            reason=f"lost: SLURM has not vouched for job {a.slurm_job_id} for {now - since:.0f} s "
+            f"(cluster.lost_after_s = {lost_after:g}; last known {last}): {why}"[:500],
+        )
+        return None
+    if a.unknown_since is None:
+        ledger.update(a.run_id, a.attempt, unknown_since=since)
+    if a.state == LOST:
+        return None
+    return replace(
+        a,
+        state=UNKNOWN,
+        unknown_since=since,
+        reason=f"last known {a.state}; {why}; LOST after {lost_after - (now - since):.0f} s more"[:500],
+    )

@@ -27,7 +27,9 @@ import functools
 import os
 from typing import Any
 
-#: Top-level sections first, in this order (the rest follow in the container's own field order).
+#: Top-level sections first, in this order (the rest follow in the container's own field order). The order
+#: ``bridgebench.config.schema.MB_SECTIONS`` applies them in, kept here because this file imports nothing from
+#: bridgebench (it is loaded by path under older releases); ``tests/mbridge/test_diff_config.py`` checks they agree.
 SECTION_ORDER = (
     "model",
     "train",

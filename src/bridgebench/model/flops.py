@@ -34,7 +34,7 @@ ViT paths and LoRA finetuning special cases that later Megatron-Bridge versions 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from fractions import Fraction
 
 from bridgebench.errors import BridgebenchError
@@ -50,6 +50,10 @@ DEFAULT_FORMULA = "v1"  # NeMo 26.02 / 26.02.01 (Megatron-Bridge 0.3.x): the blo
 
 class UnsupportedModelError(BridgebenchError):
     """The model uses a feature this FLOPs model does not count."""
+
+
+#: the fields of :class:`FlopsBreakdown` that are not FLOPs terms
+_NOT_TERMS = ("formula", "batch_size", "seq_length")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,15 +77,8 @@ class FlopsBreakdown:
 
     @property
     def terms(self) -> dict[str, Fraction]:
-        return {
-            "attention_projections": self.attention_projections,
-            "attention_core": self.attention_core,
-            "mlp_dense": self.mlp_dense,
-            "mlp_routed_experts": self.mlp_routed_experts,
-            "mlp_shared_experts": self.mlp_shared_experts,
-            "mtp_projections": self.mtp_projections,
-            "logits": self.logits,
-        }
+        """FLOPs per step by term: every field after ``formula``, ``batch_size`` and ``seq_length``, in order."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_TERMS}
 
     @property
     def total(self) -> Fraction:

@@ -5,7 +5,9 @@ Pure Python; used by the validity rules (``bridgebench.config.rules``) and by th
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 
 from bridgebench.errors import BridgebenchError
@@ -275,19 +277,25 @@ def split_divides(
     return per_chunk >= (2 if account_for_embedding and account_for_loss and pp * chunks == 1 else 1)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PipelineSplit:
+    """How Megatron-Core splits the decoder layers over the pipeline stages (``TransformerConfig`` 0.19.2): a
+    ``pipeline_model_parallel_layout`` string (``layout``), or the layer counts of the first / last stage
+    (``num_layers_in_first/last_pipeline_stage``) and whether the embedding and the loss count as layers
+    (``account_for_embedding/loss_in_pipeline_split``); all unset: an even split."""
+
+    layout: str | None = None
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
+
+
 def auto_split(
-    num_layers: int,
-    pp: int,
-    vp: int | None = None,
-    mtp: int = 0,
-    first_stage_layers: int | None = None,
-    last_stage_layers: int | None = None,
-    account_for_embedding: bool = False,
-    account_for_loss: bool = False,
-    layout: str | None = None,
-) -> tuple[str | None, int | None, int | None, bool, bool]:
-    """The split a sweep's ``pipeline_model_parallel_layout: auto`` gives a point, as
-    ``(layout, first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss)``.
+    num_layers: int, pp: int, vp: int | None = None, mtp: int = 0, own: PipelineSplit = PipelineSplit()
+) -> PipelineSplit:
+    """The split a sweep's ``pipeline_model_parallel_layout: auto`` gives a point whose base config has the split
+    ``own``.
 
     In order, the first that Megatron-Core accepts (:func:`split_divides`): the base config's own split (the
     recipe's layout string when it has ``PP x VP`` stages holding every layer, its
@@ -303,18 +311,19 @@ def auto_split(
     """
     if num_layers < 1 or pp < 1 or (vp is not None and vp < 1):
         raise LayoutError(f"auto_split needs positive sizes, got layers={num_layers} pp={pp} vp={vp}")
+    layout = own.layout
     if layout and layout != "auto":
         stages = parse_layout(layout)
         text = "".join(stages)
         chunks = vp if (vp and pp > 1) else 1
         if len(stages) == pp * chunks and text.count("t") == num_layers and text.count("m") in (0, mtp):
-            return layout, None, None, False, False
-    own = (first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss)
-    if own[0] is not None or own[1] is not None or own[2] or own[3]:
-        if split_divides(num_layers, pp, vp, *own):
-            return (None, *own)
+            return PipelineSplit(layout=layout)
+    counts = (own.first_stage_layers, own.last_stage_layers, own.account_for_embedding, own.account_for_loss)
+    if counts[0] is not None or counts[1] is not None or counts[2] or counts[3]:
+        if split_divides(num_layers, pp, vp, *counts):
+            return dataclasses.replace(own, layout=None)
     if split_divides(num_layers, pp, vp):
-        return None, None, None, False, False
+        return PipelineSplit()
     if not mtp and split_divides(num_layers, pp, vp, None, None, True, True):
-        return None, None, None, True, True
-    return balanced_layout(num_layers, pp, vp, mtp), None, None, False, False
+        return PipelineSplit(account_for_embedding=True, account_for_loss=True)
+    return PipelineSplit(layout=balanced_layout(num_layers, pp, vp, mtp))

@@ -5,19 +5,24 @@ that chooses what to measure next and when to stop (``bridgebench sweep --adapti
 **Model.** For a point ``i`` with predicted step time ``T_i`` (the time model, terms in seconds) and measured step
 time ``M_i``, the log error ``y_i = log(M_i / T_i)`` is
 
-    y_i = a + d_g(i) + sum_k b_k s_ik + e_i,      e_i ~ N(0, sigma_i^2)
+    y_i = a + d_g(i) + m_m(i) + sum_k b_k s_ik + e_i,      e_i ~ N(0, sigma_i^2)
 
 * ``a``: the cluster's level (one factor on every term), prior ``N(0, level_sd^2)``;
 * ``d_g``: a level per (GPU, precision) group ``g`` on top of it, prior ``N(0, group_sd^2)`` (hierarchical: a group
   with no run borrows ``a`` from the groups that have some);
+* ``m_m``: a level per model ``m`` (``configs/model`` name; a space that mixes models -- a weak-scaling table, a
+  framework comparison at two sizes -- learns less from one model's runs about another's), prior
+  ``N(0, model_sd^2)``;
 * ``b_k``: per-term factors, ``k`` in :data:`FACTORS` -- GEMM efficiency (compute, recompute and the pipeline bubble,
   which is compute time), NVLink bandwidth (TP / CP / EP exchanges inside the NVLink domain), scale-out bandwidth
   (DP / expert-DP reduction, pipeline sends, an all-to-all whose expert group leaves the NVLink domain), per-layer
   overhead (the ``overhead`` and HBM-bound element-wise terms), Newton-Schulz / optimizer efficiency -- weighted by
   the term group's share ``s_ik`` of the predicted step, prior ``N(0, factor_sd^2)``;
-* ``sigma_i``: the point's own band (``band_pct / 100``, the time model's cross-validated log error, as the
-  prediction returns it: this module computes no band of its own) times a scale ``c`` learnt from the runs,
-  combined with the run-to-run noise.
+* ``sigma_i``: what is left of a point's miss once the cluster's level and factors are known: its own band
+  (``band_pct / 100``, the time model's cross-validated log error, as the prediction returns it) capped at
+  ``resid_sd``, times a scale ``c`` learnt from the runs, combined with the run-to-run noise. The band itself is
+  mostly level -- how far NVIDIA's calibration misses a cluster it has not seen -- and the level is a coefficient
+  here; counting it again in every run's noise would weigh each run as if it taught nothing about the others.
 
 The band scale ``c``: the prediction's bands say how far the model misses on NVIDIA's clusters; on this cluster the
 runs show how far it does once its level is learnt. ``c^2`` takes a scaled-inverse-chi-square prior with ``band_df``
@@ -36,15 +41,28 @@ weight against the prior's -- shrinkage in proportion to the evidence. A point's
 **Prior widths** (:class:`Prior`): ``level_sd`` 0.20 -- on configurations nobody measured, the calibrated model
 misses by 17.6 % MAPE (issue 23; docs/sweeps.md: 18.2 % absolute on the ablation rows whose GPU and precision are
 calibrated), so a new cluster's level is known to about +-20 %; ``group_sd`` 0.10 (precisions of one GPU differ by
-less than clusters do); ``factor_sd`` 0.30 (a term's rate off by 30 % is the size of the first-principles constants'
-doubt: docs/sweeps.md "Known gaps"); ``noise_sd`` 0.01 -- the run-to-run spread of one configuration's step time.
+less than clusters do); ``model_sd`` 0.18 -- how much more the calibration misses a model it never saw than a new
+configuration of a model it saw: the conformal 68 % half-widths of ``configs/calibration/default.yaml``
+(``uncalibrated model`` 0.232, ``new configuration`` 0.142; ``sqrt(0.232^2 - 0.142^2)``); ``factor_sd`` 0.30 (a
+term's rate off by 30 % is the size of the first-principles constants' doubt: docs/sweeps.md "Known gaps");
+``resid_sd`` 0.07 -- a configuration's miss once its level is known: the calibration's leave-one-release-out MAPE on
+NVIDIA's published rows, 7.1 % (``configs/calibration/default.yaml`` ``source``), and issue 23's 6.7 % on the
+ablation rows once one level per set is learnt; ``noise_sd`` 0.01 -- the run-to-run spread of one configuration's
+step time.
 
-**Choosing** (:func:`choose`, stated as the rule ``ei``): with no run yet, the best predicted point. Then the
-unmeasured point with the largest expected improvement over the best measured throughput (Jones, Schonlau & Welch
-1998, J. Global Optim. 13:455, Eq. 15) under its posterior -- throughput ``log(1/T)``; a tie goes to the better
-predicted point. **Stopping** (:func:`stop_reason`): when the best measured point beats every unmeasured point's
-optimistic band edge (posterior mean + ``kappa`` x posterior predictive sd, ``kappa`` 1: one band), or when the budget
-is spent.
+**Choosing** (:func:`choose`, stated as the rule ``ei+info``): with no run yet, the best predicted point. Then the
+unmeasured point whose run is worth most, in one unit (a fraction of throughput, log): its expected improvement
+over the best measured throughput (Jones, Schonlau & Welch 1998, J. Global Optim. 13:455, Eq. 15) under its
+posterior -- throughput ``log(1/T)`` -- plus what its run is expected to remove from the mean absolute error of the
+other unmeasured points' predictions (:func:`information`: the conjugate update's variance reduction,
+``(x_j Sigma x_i)^2 / (x_i Sigma x_i + sigma_i^2)``, MacKay 1992 "Information-based objective functions for active
+data selection", Neural Comput. 4:590; a normal error's mean absolute value is ``sqrt(2/pi)`` sd). Early the
+improvement term leads; once the best is nearly found, a run teaches the model where the others' term shares differ
+(a point with another communication share) rather than repeating what the best one taught. A tie goes to the
+better predicted point; ``k`` points per round are the ``k`` best scores.
+
+**Stopping** (:func:`stop_reason`): when the best measured point beats every unmeasured point's optimistic band edge
+(posterior mean + ``kappa`` x posterior predictive sd, ``kappa`` 1: one band), or when the budget is spent.
 """
 
 from __future__ import annotations
@@ -70,10 +88,11 @@ _TERM_FACTOR = {
     "elementwise": "layer_overhead",
     "optimizer": "ns",
 }
-RULE = "ei"
+RULE = "ei+info"
 RULE_TEXT = (
     "first the best predicted point; then the unmeasured point with the largest expected improvement over the best "
-    "measured throughput under the refitted posterior (Jones et al. 1998); stop when the best measured point beats "
+    "measured throughput under the refitted posterior (Jones et al. 1998) plus the expected reduction of the other "
+    "unmeasured points' mean absolute prediction error (MacKay 1992); stop when the best measured point beats "
     "every unmeasured point's optimistic band edge (posterior mean + 1 band), or when the budget is spent"
 )
 
@@ -88,7 +107,9 @@ class Prior:
 
     level_sd: float = 0.20
     group_sd: float = 0.10
+    model_sd: float = 0.18
     factor_sd: float = 0.30
+    resid_sd: float = 0.07
     noise_sd: float = 0.01
     band_df: float = 4.0
     kappa: float = 1.0
@@ -98,6 +119,7 @@ class Prior:
 class Candidate:
     """One point as the time model predicted it: ``step_s`` (s), ``terms`` (s per step by term), ``flops`` (model
     FLOPs per step), ``num_gpus``, ``band_pct`` (the prediction's band, +- %), ``group`` ((GPU, precision) label),
+    ``model`` (``configs/model`` name; empty: no per-model level),
     ``ep_scale_out`` (its expert all-to-all leaves the NVLink domain)."""
 
     point_id: str
@@ -108,6 +130,7 @@ class Candidate:
     group: str
     terms: Mapping[str, float] = field(default_factory=dict)
     ep_scale_out: bool = False
+    model: str = ""
 
     @property
     def tflops(self) -> float:
@@ -145,6 +168,8 @@ class Posterior:
                 x[j] = 1.0
             elif n.startswith("group:"):
                 x[j] = 1.0 if n[6:] == c.group else 0.0
+            elif n.startswith("model:"):
+                x[j] = 1.0 if n[6:] == c.model else 0.0
             else:
                 x[j] = s.get(n[7:], 0.0)  # "factor:<k>"
         return x
@@ -156,6 +181,8 @@ class Posterior:
         var = float(x @ self.cov @ x) + _noise(c, self.prior, self.band_scale) ** 2
         if f"group:{c.group}" not in self.names:  # a (GPU, precision) no run measured: its level is the prior's
             var += self.prior.group_sd**2
+        if c.model and f"model:{c.model}" not in self.names:
+            var += self.prior.model_sd**2
         return float(x @ self.mean), math.sqrt(max(var, 0.0))
 
     def step(self, c: Candidate) -> tuple[float, float]:
@@ -207,13 +234,19 @@ class Posterior:
 
 
 def _noise(c: Candidate, prior: Prior, scale: float = 1.0) -> float:
-    return math.hypot(scale * c.band_pct / 100.0, prior.noise_sd)
+    """A run's residual sd (log): its band capped at ``resid_sd`` (``resid_sd`` without a band), scaled, with the
+    run-to-run noise."""
+    own = min(c.band_pct / 100.0, prior.resid_sd) if c.band_pct > 0 else prior.resid_sd
+    return math.hypot(scale * own, prior.noise_sd)
 
 
 def names_for(candidates: Sequence[Candidate]) -> tuple[str, ...]:
-    """Coefficients of a space: the level, one per (GPU, precision) group, one per term factor."""
+    """Coefficients of a space: the level, one per (GPU, precision) group, one per model (candidates that name
+    one), one per term factor."""
     groups = sorted({c.group for c in candidates})
-    return ("level", *(f"group:{g}" for g in groups), *(f"factor:{k}" for k in FACTORS))
+    models = sorted({c.model for c in candidates if c.model})
+    return ("level", *(f"group:{g}" for g in groups), *(f"model:{m}" for m in models),
+            *(f"factor:{k}" for k in FACTORS))  # fmt: skip
 
 
 def refit(candidates: Sequence[Candidate], measured: Mapping[str, float], prior: Prior | None = None) -> Posterior:
@@ -242,12 +275,8 @@ def _fit(candidates: Sequence[Candidate], measured: Mapping[str, float], prior: 
     """The conjugate posterior of the coefficients with the bands scaled by ``scale``."""
     names = names_for(candidates)
     by_id = {c.point_id: c for c in candidates}
-    lam = np.array(
-        [
-            prior.level_sd if n == "level" else prior.group_sd if n.startswith("group:") else prior.factor_sd
-            for n in names
-        ]
-    )
+    widths = {"level": prior.level_sd, "group": prior.group_sd, "model": prior.model_sd, "factor": prior.factor_sd}
+    lam = np.array([widths[n.split(":")[0]] for n in names])
     post0 = Posterior(
         names=names, mean=np.zeros(len(names)), cov=np.diag(lam**2), measured={}, prior=prior, band_scale=scale
     )
@@ -300,6 +329,24 @@ class Choice:
     score: float
 
 
+def information(post: Posterior, c: Candidate, others: Sequence[Candidate]) -> float:
+    """Expected reduction (log units) of the mean absolute error of the ``others``' corrected predictions if ``c``
+    is measured (module docstring: the conjugate variance update; ``sqrt(2/pi)`` sd is a normal error's mean
+    absolute value). 0 with no other point."""
+    rest = [o for o in others if o.point_id != c.point_id]
+    if not rest:
+        return 0.0
+    x = post.row(c)
+    sx = post.cov @ x
+    denom = float(x @ sx) + _noise(c, post.prior, post.band_scale) ** 2
+    gain = 0.0
+    for o in rest:
+        sd = post.log_ratio(o)[1]
+        drop = float(post.row(o) @ sx) ** 2 / denom
+        gain += sd - math.sqrt(max(sd * sd - drop, 0.0))
+    return math.sqrt(2.0 / math.pi) * gain / len(rest)
+
+
 def choose(candidates: Sequence[Candidate], post: Posterior, k: int = 1, exclude: Sequence[str] = ()) -> list[Choice]:
     """Up to ``k`` unmeasured points to measure next (rule :data:`RULE`, see the module docstring); ``exclude``:
     points not to choose (submitted and still running, or failed)."""
@@ -307,9 +354,8 @@ def choose(candidates: Sequence[Candidate], post: Posterior, k: int = 1, exclude
     todo = [c for c in candidates if c.point_id not in skip]
     if not todo:
         return []
-    ok = {pid: s for pid, s in post.measured.items()}
     by_id = {c.point_id: c for c in candidates}
-    if not ok:
+    if not post.measured:
         ranked = sorted(todo, key=lambda c: -_log_tput(c, post)[0])
         return [
             Choice(
@@ -319,20 +365,21 @@ def choose(candidates: Sequence[Candidate], post: Posterior, k: int = 1, exclude
             )
             for c in ranked[:k]
         ]
-    best = max(math.log(measured_tflops(by_id[p], s)) for p, s in ok.items())
+    best = max(math.log(measured_tflops(by_id[p], s)) for p, s in post.measured.items())
     scored = []
     for c in todo:
         mu, sd = _log_tput(c, post)
-        scored.append((expected_improvement(mu, sd, best), mu, sd, c))
+        ei, info = expected_improvement(mu, sd, best), information(post, c, todo)
+        scored.append((ei + info, mu, sd, ei, info, c))
     scored.sort(key=lambda t: (-t[0], -t[1]))
     return [
         Choice(
             point_id=c.point_id,
-            reason=f"expected improvement {100 * ei:.2f} % over the best measured (posterior {math.exp(mu):.1f} "
-            f"TFLOP/s/GPU +-{100 * sd:.1f} %)",
-            score=ei,
+            reason=f"expected improvement {100 * ei:.2f} % over the best measured + {100 * info:.2f} % expected "
+            f"off the others' mean error (posterior {math.exp(mu):.1f} TFLOP/s/GPU +-{100 * sd:.1f} %)",
+            score=score,
         )
-        for ei, mu, sd, c in scored[:k]
+        for score, mu, sd, ei, info, c in scored[:k]
     ]
 
 
@@ -361,7 +408,9 @@ def leave_one_run_out(
 ) -> list[dict[str, float]]:
     """Each measured point predicted by a refit on the other runs: ``point_id``, ``measured_s``, ``predicted_s``,
     ``error_pct`` (predicted / measured - 1, %), ``band_pct`` (posterior predictive sd, %), ``inside`` (|log error|
-    <= band)."""
+    <= band), ``group`` and ``group_measured`` (another run of its (GPU, precision) group remained: the held-out
+    prediction is one of a measured group, as ``predict`` makes for the group's other points; without one it is a
+    new group's, whose level only the prior knows)."""
     by_id = {c.point_id: c for c in candidates}
     out = []
     for pid, m in measured.items():
@@ -376,6 +425,8 @@ def leave_one_run_out(
                 "error_pct": 100 * (pred / m - 1),
                 "band_pct": 100 * sd,
                 "inside": abs(math.log(pred / m)) <= sd,
+                "group": by_id[pid].group,
+                "group_measured": any(by_id[p].group == by_id[pid].group for p in rest),
             }
         )
     return out

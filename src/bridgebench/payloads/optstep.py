@@ -341,13 +341,7 @@ def run_optstep(
 
     from bridgebench.config.compose import model_spec
 
-    if dtype not in ("fp32", "float32"):
-        raise OptstepError(
-            f"dtype {dtype!r} is not supported: emerging-optimizers 0.3.0 newton_schulz needs float32 "
-            "input and Megatron steps FP32 main parameters; use fp32"
-        )
-    if isinstance(warmup, bool) or warmup < 0 or isinstance(repeats, bool) or repeats < 1:
-        raise OptstepError(f"warmup must be >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
+    _check_args(dtype, warmup, repeats)
     model = model_spec(cfg)
     optimizer = OmegaConf.to_container(cfg.optimizer, resolve=True)
     muon_kwargs = muon_settings(optimizer, model)
@@ -361,40 +355,12 @@ def run_optstep(
 
     import torch
 
-    gen = torch.Generator().manual_seed(seed)
     specs = group_params(mats)
-    fams: dict[str, dict[str, Any]] = {}
-    impl = None
     present = [f for f in FAMILY_ORDER if any(s.family == f for s in specs)]
-    lines = IterationLines(len(present) * repeats)
     load = LoadProbe.start()  # other processes' CPU share over the timing window (payloads/cpu_contention.py)
-    for fam in present:
-        fam_specs = [s for s in specs if s.family == fam]
-        progress(f"optstep: {fam}: {sum(len(s.pieces) for s in fam_specs)} matrices on {dev} ...")
-        fams[fam], impl = time_family(
-            fam_specs,
-            device=dev,
-            muon_kwargs=muon_kwargs,
-            adamw_kwargs=adamw_settings(optimizer),
-            warmup=warmup,
-            repeats=repeats,
-            generator=gen,
-            on_muon_step=lines,
-        )
-        f = fams[fam]
-        progress(
-            f"optstep: {fam}: Muon {f['muon_step_s']:.4g} s, AdamW {f['adamw_step_s']:.4g} s, "
-            f"NS {f['ns_time_s']:.4g} s ({(f['ns_flops_per_s'] or 0) / 1e9:.1f} GFLOP/s)"
-        )
+    fams, impl = _time_families(specs, present, dev, muon_kwargs, optimizer, warmup, repeats, seed, progress)
     load.stop()
-    total: dict[str, Any] = defaultdict(float)
-    for f in fams.values():
-        for key in ("matrices", "params", "muon_step_s", "adamw_step_s", "ns_time_s", "ns_flops"):
-            total[key] += f[key]
-    total = _with_ratios({k: (int(v) if k in ("matrices", "params", "ns_flops") else v) for k, v in total.items()})
-    for key in _SERIES:  # repeat i of a whole step = the sum of every family's repeat i
-        total[key] = [sum(times) for times in zip(*(f[key] for f in fams.values()))]
-
+    total = _step_total(fams)
     result = {
         "kind": "optstep",
         "model": model.name,
@@ -425,14 +391,83 @@ def run_optstep(
         "slurm_job_id": os.environ.get("SLURM_JOB_ID") or None,
         "node": socket.gethostname(),
     }
-    out = Path(out_dir)
+    _publish(result, Path(out_dir))
+    return result
+
+
+def _check_args(dtype: str, warmup: int, repeats: int) -> None:
+    """Raises OptstepError for a dtype other than FP32 or a negative warmup / non-positive repeats."""
+    if dtype not in ("fp32", "float32"):
+        raise OptstepError(
+            f"dtype {dtype!r} is not supported: emerging-optimizers 0.3.0 newton_schulz needs float32 "
+            "input and Megatron steps FP32 main parameters; use fp32"
+        )
+    if isinstance(warmup, bool) or warmup < 0 or isinstance(repeats, bool) or repeats < 1:
+        raise OptstepError(f"warmup must be >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
+
+
+def _time_families(
+    specs: list,
+    present: list[str],
+    dev,
+    muon_kwargs: dict,
+    optimizer: dict,
+    warmup: int,
+    repeats: int,
+    seed: int,
+    progress: Callable[[str], None],
+) -> tuple[dict[str, dict[str, Any]], Any]:
+    """Time Muon and AdamW (``optimizer``: the config's section) on each family of ``present`` in turn
+    (:func:`time_family`; parameters and gradients from one generator seeded with ``seed``, one iteration line per
+    Muon step); returns the per-family results and the AdamW implementation used."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    lines = IterationLines(len(present) * repeats)
+    fams: dict[str, dict[str, Any]] = {}
+    impl = None
+    for fam in present:
+        fam_specs = [s for s in specs if s.family == fam]
+        progress(f"optstep: {fam}: {sum(len(s.pieces) for s in fam_specs)} matrices on {dev} ...")
+        fams[fam], impl = time_family(
+            fam_specs,
+            device=dev,
+            muon_kwargs=muon_kwargs,
+            adamw_kwargs=adamw_settings(optimizer),
+            warmup=warmup,
+            repeats=repeats,
+            generator=gen,
+            on_muon_step=lines,
+        )
+        f = fams[fam]
+        progress(
+            f"optstep: {fam}: Muon {f['muon_step_s']:.4g} s, AdamW {f['adamw_step_s']:.4g} s, "
+            f"NS {f['ns_time_s']:.4g} s ({(f['ns_flops_per_s'] or 0) / 1e9:.1f} GFLOP/s)"
+        )
+    return fams, impl
+
+
+def _step_total(fams: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The whole step: every family's counts and times summed (ratios recomputed), repeat ``i`` of each series the
+    sum of every family's repeat ``i``."""
+    total: dict[str, Any] = defaultdict(float)
+    for f in fams.values():
+        for key in ("matrices", "params", "muon_step_s", "adamw_step_s", "ns_time_s", "ns_flops"):
+            total[key] += f[key]
+    total = _with_ratios({k: (int(v) if k in ("matrices", "params", "ns_flops") else v) for k, v in total.items()})
+    for key in _SERIES:  # repeat i of a whole step = the sum of every family's repeat i
+        total[key] = [sum(times) for times in zip(*(f[key] for f in fams.values()))]
+    return total
+
+
+def _publish(result: dict[str, Any], out: Path) -> None:
+    """Write ``<out>/optstep.json`` atomically and print the ``BRIDGEBENCH_OPTSTEP`` line on stdout."""
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".optstep.json.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, out / "optstep.json")
     sys.stdout.write(MARKER + json.dumps(result, separators=(",", ":")) + "\n")
     sys.stdout.flush()
-    return result
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

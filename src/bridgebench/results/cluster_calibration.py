@@ -45,6 +45,7 @@ def candidate_of_record(r: Mapping[str, Any]) -> refit.Candidate | None:
         num_gpus=int(p.get("num_gpus") or r.get("num_gpus") or 1),
         band_pct=float(p.get("band_pct") or 0.0),
         group=str(p.get("group") or f"{r.get('gpu_planned')}/{r.get('precision')}"),
+        model=str(p.get("model") or r.get("model") or ""),
         terms={k: float(v) for k, v in p["terms_s"].items()},
         ep_scale_out=bool(p.get("ep_scale_out")),
     )

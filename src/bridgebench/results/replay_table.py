@@ -49,12 +49,9 @@ def precision_class(text: str) -> str:
     """``bf16``, ``fp8`` (FP8 current / delayed scaling, Float8) or ``mxfp8`` / ``nvfp4`` of a precision text or a
     ``configs/precision`` name (``fp8_cs`` -> ``fp8``)."""
     t = (text or "").lower()
-    if "mxfp8" in t:
-        return "mxfp8"
-    if "nvfp4" in t:
-        return "nvfp4"
-    if "fp8" in t or "float8" in t:
-        return "fp8"
+    for keys, name in ((("mxfp8",), "mxfp8"), (("nvfp4",), "nvfp4"), (("fp8", "float8"), "fp8")):  # first match wins
+        if any(k in t for k in keys):
+            return name
     return "bf16"
 
 

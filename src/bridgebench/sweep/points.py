@@ -5,13 +5,14 @@ space's field axes over its bases, or explicit ``(base, delta)`` pairs; ``auto``
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
 from typing import Any, Callable, Iterable, Sequence
 
 from bridgebench.config import rules
-from bridgebench.model.layout import LayoutError, auto_split
+from bridgebench.model.layout import LayoutError, PipelineSplit, auto_split
 from bridgebench.model.parallel import ParallelDims
 from bridgebench.model.spec import ModelSpec
 from bridgebench.sweep.bases import Base, arch_spec, effective
@@ -139,16 +140,20 @@ def _derive(base: Base, delta: dict[str, Any], v: dict[str, Any], spec: ModelSpe
     flat = base.flat
     own_layout = flat.get(KEYS["layout"])
     try:
-        split = auto_split(
-            spec.num_layers, v["pp"], v["vp"], spec.mtp_layers, v["first_stage_layers"], v["last_stage_layers"],
-            bool(v["account_embedding"]), bool(v["account_loss"]), None if own_layout == AUTO else own_layout,
-        )  # fmt: skip
+        own = PipelineSplit(
+            layout=None if own_layout == AUTO else own_layout,
+            first_stage_layers=v["first_stage_layers"],
+            last_stage_layers=v["last_stage_layers"],
+            account_for_embedding=bool(v["account_embedding"]),
+            account_for_loss=bool(v["account_loss"]),
+        )
+        split = auto_split(spec.num_layers, v["pp"], v["vp"], spec.mtp_layers, own)
     except (LayoutError, TypeError) as err:
         delta = {**delta, KEYS["layout"]: None}
         v["layout"] = None
         return delta, "positive_int", str(err)
     names = ("layout", "first_stage_layers", "last_stage_layers", "account_embedding", "account_loss")
-    for name, value in zip(names, split):
+    for name, value in zip(names, dataclasses.astuple(split)):
         if name == "layout" or value != flat.get(KEYS[name]):
             delta = {**delta, KEYS[name]: value}
         v[name] = value

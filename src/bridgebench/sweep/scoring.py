@@ -247,13 +247,27 @@ def score_memory(
             row["reason"] = (
                 f"predicted {total / 1e9:.1f} GB per GPU x (1 + fragmentation {frag:g}) = "
                 f"{total * (1 + frag) / 1e9:.1f} GB > {capacity / 1e9:.1f} GB GPU memory"
-            )
+            ) + _sp_fix(spec, v, calib, usable)
         else:
             row["status"] = "fits"
             row["tight"] = bool(total > calib.typical_hbm_bytes(capacity) and not expandable)
         if progress and (i % 256 == 0 or i == len(todo)):
             progress(i, len(todo))
     return rows
+
+
+def _sp_fix(spec: Any, v: dict[str, Any], calib: ModelCalibration, usable: float) -> str:
+    """`` -- fix: model.sequence_parallel=true (...)`` when a point over memory has TP > 1 without sequence
+    parallelism and fits with it (the activations outside the TP regions are sharded over TP: Korthikanti et al.
+    2022, arXiv 2205.05198, Sec. 4.2.2); else empty. A recipe that does not state SP leaves Megatron-Core's default,
+    off -- the prune then names the override that makes it fit."""
+    if v.get("job_type") == "optstep" or v["sequence_parallel"] or (v.get("tp") or 1) <= 1:
+        return ""
+    try:
+        sp = mem.estimate_memory(spec, memory_config({**v, "sequence_parallel": True}, calib)).total
+    except (mem.MemoryModelError, LayoutError):
+        return ""
+    return f" -- fix: model.sequence_parallel=true ({sp / 1e9:.1f} GB with it)" if sp <= usable else ""
 
 
 def score_time(
@@ -340,7 +354,7 @@ def _apply_cluster_refit(row: dict[str, Any], b, post, name: str) -> None:
     c = Candidate(
         point_id=str(row.get("point_id")), step_s=b.total, flops=b.flops, num_gpus=int(b.num_gpus),
         band_pct=float(b.band_pct), group=f"{row['gpu']}/{row['precision']}", terms=dict(b.terms),
-        ep_scale_out=bool(getattr(b, "ep_scale_out", False)),
+        ep_scale_out=bool(getattr(b, "ep_scale_out", False)), model=str(row.get("model") or ""),
     )  # fmt: skip
     step, sd = post.step(c)
     scale = b.total / step

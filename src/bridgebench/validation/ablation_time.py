@@ -80,17 +80,8 @@ def spec_of(r: dict[str, str]) -> ModelSpec:
     )
 
 
-def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
-    """The row as a :class:`TimeConfig`, with the assumptions made where the source is silent."""
-    notes = []
-    n = int(r["num_gpus"])
-    tp, pp, cp = _int(r["tp"], 1), _int(r["pp"], 1), _int(r["cp"], 1)
-    ep, etp = _int(r["ep"], 1), _int(r["etp"])
-    vp = _int(r["vp"])
-    if vp is None and "interleaved" in (r["vp"] + r["notes"]).lower() and pp > 1:
-        vp = 2
-        notes.append("interleaved schedule, stages per rank not stated: VP 2")
-    dp = ParallelDims(num_gpus=n, tp=tp, pp=pp, cp=cp).dp
+def _batch(r: dict[str, str], dp: int, pp: int, notes: list[str]) -> tuple[int, int]:
+    """(MBS, GBS) of a row, with what is assumed where the source is silent appended to ``notes``."""
     mbs = _int(r["mbs"])
     gbs = _int(r["gbs"])
     local = re.search(r"local batch (\d+)", r["notes"])
@@ -104,6 +95,34 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
     if gbs is None:
         gbs = mbs * dp
         notes.append("GBS not stated: MBS x DP (no gradient accumulation)")
+    return mbs, gbs
+
+
+def _software(framework: str, modern: bool) -> dict[str, str]:
+    """The framework's kernels a row does not state: the attention backend -- Megatron-LM before FlashAttention
+    (2021-22) materializes the scores (Megatron-Core's ``local`` DotProductAttention is that code path), Megatron-Core
+    / NeMo recipes run TE's fused kernel, torchtitan calls torch's SDPA (FlashAttention-2 on Hopper in torch 2.5-2.6)
+    -- and whose data-parallel semantics a fully sharded row takes (``framework``)."""
+    return {
+        "attention_backend": "auto" if modern else "sdpa" if "torchtitan" in framework else "local",
+        "framework": next((f for f in ("deepspeed", "torchtitan") if f in framework), "megatron"),
+    }
+
+
+def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
+    """The row as a :class:`TimeConfig`, with the assumptions made where the source is silent."""
+    notes = []
+    watts = re.search(r"(\d+)\s*W limit", r["gpu"])
+    if watts:  # a board power limit below the datasheet's (torchtitan's Grand Teton H100s at 500 W)
+        gpu = gpu.at_power_limit(float(watts.group(1)))
+    n = int(r["num_gpus"])
+    tp, pp, cp = _int(r["tp"], 1), _int(r["pp"], 1), _int(r["cp"], 1)
+    ep, etp = _int(r["ep"], 1), _int(r["etp"])
+    vp = _int(r["vp"])
+    if vp is None and "interleaved" in (r["vp"] + r["notes"]).lower() and pp > 1:
+        vp = 2
+        notes.append("interleaved schedule, stages per rank not stated: VP 2")
+    mbs, gbs = _batch(r, ParallelDims(num_gpus=n, tp=tp, pp=pp, cp=cp).dp, pp, notes)
     rec = (r["recompute"] or "").lower()
     if not rec and r["set_id"].startswith("narayanan2021"):
         # Narayanan et al. 2021 (arXiv 2104.04473) count the recomputed forward pass in every FLOP/s figure (Eq. 3:
@@ -152,11 +171,14 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
         overlap_param_gather=modern,
         use_distributed_optimizer=modern,
         use_megatron_fsdp=fsdp,
-        framework=next((f for f in ("deepspeed", "torchtitan") if f in framework), "megatron"),
         flops_formula="v2",
+        **_software(framework, modern),
     )
     if not modern and "torchtitan" not in framework:
-        notes.append("2021-22 Megatron-LM: no distributed optimizer, no TP overlap, gradient all-reduce not overlapped")
+        notes.append(
+            "2021-22 Megatron-LM: no distributed optimizer, no TP overlap, gradient all-reduce not overlapped, "
+            "attention scores materialized (no FlashAttention yet: attention_backend=local)"
+        )
     return cfg, notes
 
 

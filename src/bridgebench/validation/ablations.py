@@ -13,7 +13,6 @@ for the time model.
 from __future__ import annotations
 
 import csv
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import yaml
 
 from bridgebench.config.calibration import ModelCalibration
 from bridgebench.model.parallel import ParallelDims
-from bridgebench.paths import CONFIG_DIR
+from bridgebench.paths import CONFIG_DIR, USER_CONFIG_ENV, environ_set
 from bridgebench.validation.data import require
 
 
@@ -136,8 +135,11 @@ def model_yaml(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     return name, data
 
 
-def ablation_point(set_id: str, row: dict[str, str]) -> tuple[list[str], dict[str, Any]]:
-    """(base overrides, point values) of one ablation row."""
+def ablation_point(set_id: str, row: dict[str, str], printed: bool = False) -> tuple[list[str], dict[str, Any]]:
+    """(base overrides, point values) of one ablation row: what ran (sequence parallelism where Megatron-Core needs
+    it for MoE with TP > 1, ``pipeline_model_parallel_layout=auto``), or with ``printed`` the row typed as printed --
+    sequence parallelism only where the row or its framework states it, no layout -- which ``predict`` must refuse
+    with the override that fixes it, or run (``tests/validation/test_ablations_as_printed.py``)."""
     fw = FRAMEWORK[set_id]
     tp, pp, cp, ep = (_int(row[k]) or 1 for k in ("tp", "pp", "cp", "ep"))
     vp = _int(row["vp"])
@@ -152,8 +154,9 @@ def ablation_point(set_id: str, row: dict[str, str]) -> tuple[list[str], dict[st
         mbs = max(1, gbs // dp // pp)
     rec = (row["recompute"] or "").lower() if fw["recompute"] is None else fw["recompute"]
     granularity = "full" if rec.startswith("full") else "selective" if rec.startswith("selective") else None
-    sp = (row["sequence_parallel"] or "").lower().startswith("true") if fw["sp"] is None else fw["sp"]
-    if fw["sp"] is None and tp > 1 and _int(row["num_experts"]):
+    stated = (row["sequence_parallel"] or "").lower().startswith("true")
+    sp = stated if fw["sp"] is None or printed else fw["sp"]
+    if fw["sp"] is None and tp > 1 and _int(row["num_experts"]) and not printed:
         sp = True  # what ran: Megatron-Core's MoELayer refuses MoE with TP > 1 without SP (rule moe_tp_needs_sp)
     deepspeed = "zero3" in (row["distributed_optimizer"] or "").lower()
     zero3 = deepspeed or fw.get("fsdp", False)
@@ -180,26 +183,39 @@ def ablation_point(set_id: str, row: dict[str, str]) -> tuple[list[str], dict[st
     }
     if ep > 1:
         delta["model.expert_tensor_parallel_size"] = 1
+    if printed:
+        del delta["model.pipeline_model_parallel_layout"]
     name, _ = model_yaml(row)
     return [f"model={name}", f"gpu={_gpu(row['gpu'])}", f"precision={_precision(row['precision'])}"], delta
 
 
-def ablations(calib: ModelCalibration, only: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+def ablations(
+    calib: ModelCalibration,
+    only: tuple[str, ...] | None = None,
+    printed: bool = False,
+    changes: dict[int, dict[str, Any]] | None = None,
+    keep: set[int] | None = None,
+) -> list[dict[str, Any]]:
     """Every ablation row through the sweep pipeline (see the module docstring): per row ``set``, ``model``, ``gpu``,
-    ``num_gpus``, ``tp``, ``pp``, ``cp``, ``ep``, ``mbs``, ``status``, ``rule``, ``reason``, ``mem_total_gb`` (the
+    ``num_gpus``, ``tp``, ``pp``, ``cp``, ``ep``, ``mbs``, ``status``, ``rule`` (the first broken), ``rules`` (every
+    one, comma-separated), ``reason``, ``mem_total_gb`` (the
     busiest GPU, GB = 1e9 B), ``hbm_gb``, ``measured_gb`` (the source's peak, GiB converted to GB; None where it
-    reports none) and ``fits``. ``only``: these sets (file stems).
+    reports none) and ``fits``. ``only``: these sets (file stems); ``printed``: each row typed as printed
+    (:func:`ablation_point`); ``changes``: row index (in the order of every row of the sets) -> point values
+    replacing the row's (e.g. the overrides a refusal names); ``keep``: only these row indices (each result then
+    carries its ``index``).
 
     Raises:
         bridgebench.validation.data.ReferenceDataMissing: the ablations folder, or a set of ``only``, is absent.
     """
     from bridgebench import sweep as engine
 
-    rows = [(p.stem, r) for p in set_files(only) for r in read_set(p)]
+    rows = [(i, p.stem, r) for i, (p, r) in enumerate((p, r) for p in set_files(only) for r in read_set(p))]
+    rows = [(i, s, r) for i, s, r in rows if keep is None or i in keep]
     with tempfile.TemporaryDirectory(prefix="bb-ablation-configs-") as tmp:
         (Path(tmp) / "model").mkdir()
         (Path(tmp) / "gpu").mkdir()
-        for _, r in rows:
+        for _, _, r in rows:
             name, data = model_yaml(r)
             (Path(tmp) / "model" / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         h100 = yaml.safe_load((CONFIG_DIR / "gpu" / "h100.yaml").read_text())
@@ -209,33 +225,28 @@ def ablations(calib: ModelCalibration, only: tuple[str, ...] | None = None) -> l
             "memory_source": "torchtitan benchmarks/llama3_h100_202412_torchtitan.md: H100 96 GB HBM2e, 500 W",
         }  # fmt: skip
         (Path(tmp) / "gpu" / "h100_96gb.yaml").write_text(yaml.safe_dump(h100, sort_keys=False))
-        old = os.environ.get("BRIDGEBENCH_CONFIG_DIR")
-        os.environ["BRIDGEBENCH_CONFIG_DIR"] = tmp
-        try:
+        with environ_set(USER_CONFIG_ENV, tmp):
             bases: dict[tuple[str, ...], engine.Base] = {}
             pairs = []
-            for set_id, r in rows:
-                ov, delta = ablation_point(set_id, r)
+            for i, set_id, r in rows:
+                ov, delta = ablation_point(set_id, r, printed)
+                delta |= (changes or {}).get(i, {})
                 if tuple(ov) not in bases:
                     bases[tuple(ov)] = engine.base_of(ov)
                     bases[tuple(ov)].index = len(bases) - 1
                 pairs.append((bases[tuple(ov)], delta))
             out = engine.run_pipeline(list(bases.values()), calib, pairs=pairs, total=len(pairs))
-        finally:
-            if old is None:
-                os.environ.pop("BRIDGEBENCH_CONFIG_DIR", None)
-            else:
-                os.environ["BRIDGEBENCH_CONFIG_DIR"] = old
     first = {r["point_id"]: r for r in out if r["status"] != "duplicate"}
     result = []
-    for (set_id, r), row in zip(rows, out):
+    for (index, set_id, r), row in zip(rows, out):
         row = first[row["point_id"]] if row["status"] == "duplicate" else row
         measured = float(r["memory_gb"]) * GIB / 1e9 if (r.get("memory_gb") or "").strip() else None
         result.append({
-            "set": set_id, "model": r["model"], "gpu": row["gpu"], "num_gpus": row["num_gpus"], "tp": row["tp"],
-            "pp": row["pp"], "cp": row["cp"], "ep": row["ep"], "mbs": row["mbs"], "status": row["status"],
-            "rule": row.get("rule"), "reason": row.get("reason"), "mem_total_gb": row.get("mem_total_gb"),
-            "hbm_gb": row.get("hbm_gb"), "measured_gb": measured,
+            "index": index, "set": set_id, "model": r["model"], "gpu": row["gpu"], "num_gpus": row["num_gpus"],
+            "tp": row["tp"], "pp": row["pp"], "cp": row["cp"], "ep": row["ep"], "mbs": row["mbs"],
+            "status": row["status"], "rule": row.get("rule"), "rules": row.get("rules") or row.get("rule"),
+            "reason": row.get("reason"),
+            "mem_total_gb": row.get("mem_total_gb"), "hbm_gb": row.get("hbm_gb"), "measured_gb": measured,
             "fits": row["status"] in ("ranked", "fits", "indistinct"),
         })  # fmt: skip
     return result

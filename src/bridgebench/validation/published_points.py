@@ -38,37 +38,22 @@ import yaml
 
 from bridgebench import sweep as engine
 from bridgebench.config import calibration as calib_mod
-from bridgebench.config import catalog
+from bridgebench.config import catalog, schema
 from bridgebench.config.compose import recipe_releases
 from bridgebench.config.schema import mbridge_perf
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 
 #: the perf-recipe fields a published point takes (what the tables do not print)
 SETTINGS = (
-    "model.recompute_granularity",
-    "model.recompute_method",
-    "model.recompute_num_layers",
-    "model.recompute_modules",
-    "model.cross_entropy_loss_fusion",
-    "model.cpu_offloading",
-    "model.cpu_offloading_num_layers",
-    "model.cpu_offloading_activations",
-    "model.fine_grained_activation_offloading",
-    "model.offload_modules",
+    *schema.RECOMPUTE_FIELDS,
+    *schema.ACTIVATION_FIELDS,
     "model.moe_token_dispatcher_type",
     "model.moe_flex_dispatcher_backend",
-    "ddp.use_megatron_fsdp",
-    "ddp.data_parallel_sharding_strategy",
-    "ddp.fsdp_double_buffer",
+    *schema.FSDP_FIELDS,
     "ddp.grad_reduce_in_fp32",
     "mixed_precision.grad_reduce_in_fp32",
     "mixed_precision.fp8_param_gather",
-    "optimizer.use_precision_aware_optimizer",
-    "optimizer.main_params_dtype",
-    "optimizer.exp_avg_dtype",
-    "optimizer.exp_avg_sq_dtype",
-    "optimizer.optimizer_cpu_offload",
-    "optimizer.optimizer_offload_fraction",
+    *schema.OPTIMIZER_STATE_FIELDS,
     "env_vars.PYTORCH_CUDA_ALLOC_CONF",
 )
 #: rules that say the published sizes themselves cannot multiply out (a transcription problem of the table, not a

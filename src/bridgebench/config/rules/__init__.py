@@ -26,7 +26,7 @@ module          what it holds
 from __future__ import annotations
 
 from bridgebench.config.rules.check import check, check_config, validate
-from bridgebench.config.rules.point import Point, RuleError, Violation, env_value
+from bridgebench.config.rules.point import Point, RuleError, Violation, config_dims, env_value
 from bridgebench.config.rules.table import NON_POINT_RULES, RULES, Rule
 from bridgebench.model.layout import LAYOUT_MAX_CHARS, parse_layout
 
@@ -40,6 +40,7 @@ __all__ = [
     "Violation",
     "check",
     "check_config",
+    "config_dims",
     "env_value",
     "parse_layout",
     "validate",

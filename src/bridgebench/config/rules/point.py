@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridgebench.errors import BridgebenchError
-from bridgebench.model.parallel import DimsView, ParallelDims
+from bridgebench.model.parallel import MEGATRON_NAMES, DimsView, ParallelDims
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,22 +85,11 @@ class Point(DimsView):
     def from_config(cls, cfg: Any) -> Point:
         """Read a composed config (:func:`bridgebench.config.compose`) into a point. No Hydra compose, no import."""
         m = cfg.model
-        t = cfg.train
         o = cfg.optimizer
         d = cfg.ddp
         mp = cfg.mixed_precision
         return cls(
-            dims=ParallelDims(
-                num_gpus=cfg.num_gpus,
-                tp=m.tensor_model_parallel_size,
-                pp=m.pipeline_model_parallel_size,
-                vp=m.virtual_pipeline_model_parallel_size,
-                cp=m.context_parallel_size,
-                ep=m.expert_model_parallel_size,
-                etp=m.expert_tensor_parallel_size,
-                mbs=t.micro_batch_size,
-                gbs=t.global_batch_size,
-            ),
+            dims=config_dims(cfg),
             gpus_per_node=cfg.gpu.gpus_per_node,
             sequence_parallel=m.sequence_parallel,
             seq_length=m.seq_length,
@@ -136,6 +125,18 @@ class Point(DimsView):
     def replace(self, **changes: Any) -> Point:
         """A copy with some fields changed, sizes (``tp``, ``gbs`` ...) included (:meth:`DimsView.with_dims`)."""
         return self.with_dims(**changes)
+
+
+def config_dims(cfg: Any) -> ParallelDims:
+    """The parallel sizes of a composed config (:func:`bridgebench.config.compose`): ``num_gpus``, the
+    ``model.*_parallel_size`` fields and ``train.micro_batch_size`` / ``train.global_batch_size``
+    (:data:`bridgebench.model.parallel.MEGATRON_NAMES`), values as given (:meth:`ParallelDims.problems` judges them)."""
+    sizes = {short: getattr(cfg.train if name in _TRAIN else cfg.model, name) for name, short in MEGATRON_NAMES.items()}
+    return ParallelDims(num_gpus=cfg.num_gpus, **sizes)
+
+
+#: the sizes :func:`config_dims` reads from the ``train`` section (the rest are ``model`` fields)
+_TRAIN = ("micro_batch_size", "global_batch_size")
 
 
 def env_value(cfg: Any, key: str) -> Any:

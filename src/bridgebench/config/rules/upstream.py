@@ -168,28 +168,23 @@ def hybridep_findings(
         return []
     out = []
     big = nvl72(nvlink_domain, gpus_per_node)
+    ep_fix = _ep_fix(ep, experts, nvlink_domain)  # the fix of both start-up assertions: an EP that fits the domain
     if big and ep > nvlink_domain:
-        out.append(
-            Finding(
-                rule="hybridep_ep_domain",
-                message=f"HybridEP expert parallel size EP = {ep} exceeds the {nvlink_domain}-rank NVLink domain "
-                f"(Megatron-Bridge's launcher asserts EP <= {nvlink_domain} on GB200/GB300)",
-                fix=_ep_fix(ep, experts, nvlink_domain),
-            )
+        message = (
+            f"HybridEP expert parallel size EP = {ep} exceeds the {nvlink_domain}-rank NVLink domain "
+            f"(Megatron-Bridge's launcher asserts EP <= {nvlink_domain} on GB200/GB300)"
         )
+        out.append(Finding(rule="hybridep_ep_domain", message=message, fix=ep_fix))
     ranks = env_ranks_per_domain
     if type(ranks) is not int or ranks < 1:
         ranks = launcher_ranks_per_domain(ep, nvlink_domain, gpus_per_node)
     group = etp * ep
     if group % ranks:
-        out.append(
-            Finding(
-                rule="hybridep_ranks_per_domain",
-                message=f"HybridEP group ETP x EP = {etp} x {ep} = {group} ranks is not a multiple of "
-                f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = {ranks} (DeepEP HybridEPBuffer asserts it)",
-                fix=_ep_fix(ep, experts, nvlink_domain),
-            )
+        message = (
+            f"HybridEP group ETP x EP = {etp} x {ep} = {group} ranks is not a multiple of "
+            f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = {ranks} (DeepEP HybridEPBuffer asserts it)"
         )
+        out.append(Finding(rule="hybridep_ranks_per_domain", message=message, fix=ep_fix))
         return out
     try:
         domain = pl.domain_gpus(num_gpus, gpus_per_node, nvlink_domain, segment_policy)
@@ -254,12 +249,13 @@ def layout_fix(p: Point) -> str:
     layout it stands for (:func:`bridgebench.model.layout.auto_split`: the even split, embedding and loss counted
     as layers, or Megatron-Bridge's balanced layout string)."""
     try:
-        layout, first, last, emb, loss = auto_split(p.num_layers, p.pp, p.vp, p.mtp_num_layers or 0)
+        split = auto_split(p.num_layers, p.pp, p.vp, p.mtp_num_layers or 0)
     except (LayoutError, ValueError, TypeError):
         return "model.pipeline_model_parallel_layout=auto"
-    if layout:
-        what = f"the layout {layout!r}"
-    elif emb or loss:
+    first, last = split.first_stage_layers, split.last_stage_layers
+    if split.layout:
+        what = f"the layout {split.layout!r}"
+    elif split.account_for_embedding or split.account_for_loss:
         what = "embedding and loss counted as layers (account_for_embedding/loss_in_pipeline_split)"
     else:
         what = f"first/last stages of {first}/{last} layers" if first or last else "an even split"

@@ -70,7 +70,19 @@ class MemoryModelError(BridgebenchError):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemoryConfig(DimsView):
+class RecomputeSettings:
+    """Megatron-Core's activation recompute settings (``TransformerConfig.recompute_*``), as the memory and the time
+    model read them: ``recompute_granularity`` (:data:`RECOMPUTE_GRANULARITIES`), ``recompute_method`` (full:
+    ``uniform`` | ``block``), ``recompute_num_layers`` and ``recompute_modules`` (selective)."""
+
+    recompute_granularity: str | None = None
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
+    recompute_modules: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryConfig(RecomputeSettings, DimsView):
     """Parallelism, batch, optimizer, precision and recompute settings of one point.
 
     ``dims``: the parallel sizes and batch (:class:`bridgebench.model.parallel.ParallelDims`; read as ``cfg.tp``,
@@ -113,10 +125,6 @@ class MemoryConfig(DimsView):
     precision: str = "bf16"
     fp8_param_gather: bool = False
     grad_reduce_in_fp32: bool = True
-    recompute_granularity: str | None = None
-    recompute_method: str | None = None
-    recompute_num_layers: int | None = None
-    recompute_modules: tuple[str, ...] = ()
     cross_entropy_loss_fusion: bool = False
     moe_imbalance: float = 1.0
     hidden_dropout: bool = False

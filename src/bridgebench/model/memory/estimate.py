@@ -5,6 +5,7 @@ Sources: as listed in :mod:`bridgebench.model.memory`; each term's own function 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from bridgebench.model.memory.activations import ActivationSettings, rank_activations
@@ -82,16 +83,7 @@ def estimate_memory(spec: ModelSpec, cfg: MemoryConfig) -> MemoryBreakdown:
                 weights=weights, grads=grads, optimizer_state=opt, activations=act, logits=logits, other=other, stage=r
             )
     assert best is not None  # rank_chunks gives at least one rank
-    return MemoryBreakdown(
-        weights=best.weights,
-        grads=best.grads,
-        optimizer_state=best.optimizer_state,
-        activations=best.activations,
-        logits=best.logits,
-        other=best.other,
-        stage=best.stage,
-        per_stage=tuple(totals),
-    )
+    return dataclasses.replace(best, per_stage=tuple(totals))
 
 
 def _activation_settings(
@@ -105,21 +97,21 @@ def _activation_settings(
         tp=cfg.tp,
         etp=cfg.etp_,
         pp=cfg.pp,
+        modules=tuple(sorted(cfg.recompute_modules or ())) if recompute == "selective" else (),
         vp=vp,
         sp=sp,
         microbatches=cfg.num_microbatches,
+        block=recompute == "full" and cfg.recompute_method == "block",
         tokens=tokens,
         hidden=h,
         recompute=recompute,
-        modules=tuple(sorted(cfg.recompute_modules or ())) if recompute == "selective" else (),
-        block=recompute == "full" and cfg.recompute_method == "block",
         group_layers=max(1, cfg.recompute_num_layers or 1),
         offload=tuple(sorted(cfg.offload_modules)) if cfg.fine_grained_activation_offloading else (),
         layer_offload=cfg.cpu_offloading and cfg.cpu_offloading_activations,
         offload_layers=cfg.cpu_offloading_num_layers,
         imbalance=cfg.moe_imbalance,
-        dropout=cfg.hidden_dropout,
         q=PRECISION_SAVED_INPUT[cfg.precision],
+        dropout=cfg.hidden_dropout,
         op_sac=cfg.framework == "torchtitan" and recompute == "selective",
     )
 

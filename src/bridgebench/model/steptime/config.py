@@ -8,12 +8,13 @@ the setting it mirrors and that setting's upstream default (megatron-core 0.19.2
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from bridgebench.errors import BridgebenchError
 from bridgebench.model import placement as pl
-from bridgebench.model.memory.config import FRAMEWORKS
+from bridgebench.model.memory.config import FRAMEWORKS, RecomputeSettings
 from bridgebench.model.newton_schulz import NSPolicy, Parallelism
 from bridgebench.model.parallel import DimsView, ParallelDims
 from bridgebench.model.spec import ModelSpec
@@ -26,9 +27,20 @@ PRECISION_CLASS = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "nvfp4
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep", "ncclep")
 #: Megatron-Core ``cp_comm_type`` values (``transformer_config.py``; ``None`` = ``p2p``).
 CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")
+#: Megatron-Core ``attention_backend`` values (``transformer/enums.py`` ``AttnBackend``), and ``sdpa``: not Megatron's,
+#: torch's ``scaled_dot_product_attention`` as torchtitan runs it (:mod:`bridgebench.model.steptime.gemm`).
+ATTENTION_BACKENDS = ("flash", "fused", "unfused", "local", "auto", "sdpa")
 #: Layer-wise Muon deals of whole params to data-parallel ranks: Megatron-Core 0.19.2's (``ping_pong``) and the
 #: cost-balanced packing of Megatron-LM PR #6379 (``cost_balanced``, not in 0.19.2: a what-if).
 MUON_ASSIGNMENTS = ("ping_pong", "cost_balanced")
+
+
+#: Tensor-core rate against the board power limit, for a GPU whose datasheets print the same die at two power
+#: limits: ``(watts, rate relative to the configs/gpu peaks)``, ascending. H100 (GH100, 132 SMs): the SXM5 at 700 W
+#: is the configs/gpu peak (989.4 TFLOP/s BF16 dense); the H100 NVL at 400 W prints 835 (1,671 sparse / 2), 0.8439
+#: of it (NVIDIA H100 Tensor Core GPU datasheet, SXM and NVL columns): the sustained clock the power limit allows.
+#: Between them the rate is taken linear in watts (first-principles reading, not measured here).
+POWER_RATE = {"h100": ((400.0, 835.0 / 989.4), (700.0, 1.0))}
 
 
 class TimeModelError(BridgebenchError):
@@ -84,6 +96,24 @@ class GpuFacts:
             raise TimeModelError(f"{self.name} has no {peak_key} tensor-core peak (configs/gpu/{self.name}.yaml)")
         return float(value) * 1e12
 
+    def at_power_limit(self, watts: float) -> GpuFacts:
+        """This GPU with its tensor-core peaks at a board power limit of ``watts`` (:data:`POWER_RATE`: linear
+        between the datasheet anchors, 1 at or above the highest; HBM and links unchanged -- memory and link clocks
+        do not follow the SM clock). Same ``name`` (its calibrated efficiency still applies).
+
+        Raises:
+            TimeModelError: no datasheet anchors for this GPU, or a limit below the lowest anchor.
+        """
+        anchors = POWER_RATE.get(self.name)
+        if not anchors or watts < anchors[0][0]:
+            raise TimeModelError(f"no datasheet tensor rate for {self.name} at a {watts:g} W power limit (POWER_RATE)")
+        rate = 1.0
+        for (w0, r0), (w1, r1) in zip(anchors, anchors[1:]):
+            if w0 <= watts <= w1:
+                rate = r0 + (r1 - r0) * (watts - w0) / (w1 - w0)
+        peaks = {k: (None if v is None else float(v) * rate) for k, v in self.peak_tflops.items()}
+        return dataclasses.replace(self, peak_tflops=peaks)
+
     def link(self, span: int) -> float:
         """Bandwidth (bytes/s per GPU per direction) of a group whose ranks lie in a block of ``span`` consecutive
         ranks: NVLink when the block fits one NVLink domain, else the scale-out network (the per-GPU NIC is the
@@ -92,7 +122,7 @@ class GpuFacts:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TimeConfig(DimsView):
+class TimeConfig(RecomputeSettings, DimsView):
     """One training point.
 
     ``dims`` the parallel sizes and batch (:class:`bridgebench.model.parallel.ParallelDims`, read as ``cfg.tp`` ...;
@@ -112,9 +142,13 @@ class TimeConfig(DimsView):
     - ``overlap_grad_reduce``, ``overlap_param_gather``, ``bucket_size`` (params per DDP bucket; None = Megatron-Core's
       ``max(40M, 1M x DP)``), ``use_distributed_optimizer``, ``grad_reduce_in_fp32``, ``fp8_param_gather``,
       ``use_megatron_fsdp``;
-    - ``fp8_dot_product_attention`` (attention core in FP8 instead of BF16);
+    - ``fp8_dot_product_attention`` (attention core in FP8 instead of BF16); ``attention_backend`` (Megatron-Core's
+      ``AttnBackend``: ``flash``, ``fused``, ``auto`` run a flash-style kernel; ``local`` and ``unfused``
+      materialize the score matrix; ``sdpa``, not a Megatron-Core value, is torch's SDPA as torchtitan calls it,
+      :mod:`bridgebench.model.steptime.gemm`);
     - ``overlap_p2p_comm`` (None = Megatron-Bridge's: on with VP > 1);
-    - the ``recompute_*`` settings (:mod:`bridgebench.model.steptime.recompute`);
+    - the ``recompute_*`` settings (:class:`bridgebench.model.memory.config.RecomputeSettings`, priced by
+      :mod:`bridgebench.model.steptime.recompute`);
     - ``muon_assignment`` (``ping_pong`` = Megatron-Core 0.19.2, ``cost_balanced`` = Megatron-LM PR #6379 what-if);
     - ``framework`` (``bridgebench.model.memory.config.FRAMEWORKS``; ``framework.name``): whose data-parallel
       semantics a fully sharded point takes -- ``megatron`` (Megatron-FSDP), ``torchtitan``, or ``deepspeed``
@@ -132,10 +166,6 @@ class TimeConfig(DimsView):
     release: str | None = None
     release_index: float | None = None
     sequence_parallel: bool = False
-    recompute_granularity: str | None = None
-    recompute_method: str | None = None
-    recompute_num_layers: int | None = None
-    recompute_modules: tuple[str, ...] = ()
     tp_comm_overlap: bool = False
     cp_comm_type: str | None = None
     moe_token_dispatcher_type: str = "alltoall"
@@ -152,6 +182,7 @@ class TimeConfig(DimsView):
     fp8_param_gather: bool = False
     use_megatron_fsdp: bool = False
     fp8_dot_product_attention: bool = False
+    attention_backend: str = "auto"
     overlap_p2p_comm: bool | None = None
     muon_assignment: str = "ping_pong"
     framework: str = "megatron"
@@ -164,6 +195,10 @@ class TimeConfig(DimsView):
             )
         if (self.cp_comm_type or "p2p") not in CP_COMM_TYPES:
             raise TimeModelError(f"cp_comm_type must be one of {CP_COMM_TYPES}, got {self.cp_comm_type!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise TimeModelError(
+                f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}"
+            )
         if self.muon_assignment not in MUON_ASSIGNMENTS:
             raise TimeModelError(f"muon_assignment must be one of {MUON_ASSIGNMENTS}, got {self.muon_assignment!r}")
         if self.framework not in FRAMEWORKS:

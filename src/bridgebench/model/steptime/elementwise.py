@@ -33,13 +33,23 @@ from __future__ import annotations
 from functools import lru_cache
 
 from bridgebench.model.steptime import registry
-from bridgebench.model.steptime.gemm import LayerShape, tokens
+from bridgebench.model.steptime.gemm import MATERIALIZED_ATTENTION, LayerShape, tokens
 
 #: Fraction of the datasheet HBM bandwidth a streaming kernel reaches (STREAM-like copies on H100 / B200 reach
 #: ~80-90 %: NVIDIA's "CUDA C++ Best Practices Guide", effective bandwidth); first-principles value.
 HBM_EFFICIENCY = 0.8
 #: Forward + backward bytes over forward bytes of an element-wise op (see the module docstring).
 FWD_BWD = 3.0
+#: HBM bytes per score element of a materialized attention core (16-bit scores, Megatron-LM's ``CoreAttention`` /
+#: Megatron-Core ``DotProductAttention``: ``baddbmm`` -> ``FusedScaleMaskSoftmax`` -> dropout -> ``bmm``), forward:
+#: scores written 2, softmax read 2 + written 2, dropout read 2 + written 2 + its mask 1, ``P V`` read 2;
+#: backward: ``dP`` written 2, the dropped probabilities read for ``dV`` 2, dropout backward read 2 + mask 1 +
+#: written 2, softmax backward read ``dP`` 2 + the saved probabilities 2 + written 2, ``dS`` read twice (``dQ``,
+#: ``dK``) 4. First-principles counts; Korthikanti et al. 2022 (arXiv 2205.05198) Table 4's selective-recompute
+#: overhead (the attention core's forward, 22B, 8 A100: 1.2-1.3 ms per layer) checks them
+#: (``tests/model/test_steptime.py``).
+SCORE_BYTES_FWD = 13.0
+SCORE_BYTES_BWD = 19.0
 
 
 @lru_cache(maxsize=4096)
@@ -84,3 +94,15 @@ def layer_bytes(sid: int, kind: str, sh: LayerShape) -> tuple[tuple[str, float],
     if kind.startswith("mtp"):
         other += 12.0 * h * t  # eh_proj's concatenation and the extra norms
     return (("layernorm", FWD_BWD * norms), ("moe_act", FWD_BWD * moe_act), ("other", FWD_BWD * other))
+
+
+def score_bytes(sid: int, sh: LayerShape) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per microbatch on one GPU of a materialized attention core's score matrices
+    (``mbs x heads / TP x (s / CP) x s`` elements at :data:`SCORE_BYTES_FWD` / :data:`SCORE_BYTES_BWD`); (0, 0) for
+    a flash-style ``attention_backend`` (the scores stay on chip)."""
+    if sh.attention_backend not in MATERIALIZED_ATTENTION:
+        return 0.0, 0.0
+    spec = registry.get(sid)
+    t, _ = tokens(spec, sh)
+    elements = t * spec.seq_length * spec.num_attention_heads / sh.tp
+    return SCORE_BYTES_FWD * elements, SCORE_BYTES_BWD * elements

@@ -16,8 +16,16 @@ its ``E / EP`` local experts: ``M_e = T_sp topk ETP EP / E`` tokens each, ``N`` 
 peak with ``f(x) = x / (x + x_half)`` -- a dimension much larger than the MMA tile fills the machine, one near the
 tile leaves it half idle (tile quantization and the pipeline fill of a short K loop). ``x_half`` is the tile edge
 of the architecture (:data:`GEMM_TILE`); ``e`` is the fraction of the datasheet rates the on-GPU work reaches, fitted
-per (GPU, precision class) on NVIDIA's published tables (:mod:`bridgebench.model.steptime.fit`). **Not measured:**
-no GPU was lent to this work, so ``x_half`` is a first-principles value, not a GEMM-by-shape measurement.
+per (GPU, precision class) on NVIDIA's published tables (:mod:`bridgebench.model.steptime.fit`).
+
+**Checked against measured GEMMs** (issue 22 item 6; H100 SXM, torch 2.11, ``results/reference/gpu/h100_2026-11-27``;
+:mod:`bridgebench.validation.gemm_fit`, ``benchmarks/validate_time.py`` part (g)): with a per-call floor ``t0`` of
+the measurement separated (~18-25 us: an eagerly launched, individually timed call; back-to-back training kernels do
+not pay it), this law fits 320 transformer-layer GEMM shapes (hidden 1,024-16,384, TP 1-8, 2k / 8k tokens) at mean
+|log error| 0.077 (BF16) / 0.079 (FP8) by two-fold cross-validation over hidden sizes; fitting the half-saturation
+sizes instead (M 51, N ~1, K 113 BF16 / 357 FP8) gains under 0.01 there and is worse on the grouped expert GEMMs
+it was not fitted on (0.22-0.29 against 0.145), so the tile-edge law is kept. A large GEMM runs at 0.76 (BF16) /
+0.69 (FP8) of the datasheet peak on that GPU. Blackwell's tile (256) is not measured.
 
 **Attention core** (flash attention, causal, load-balanced CP): forward ``2 x T x (s / 2) x (d_qk + d_v) x heads /
 TP`` FLOPs, backward 2.5x the forward (FlashAttention-2/3 recompute ``Q K^T`` in the backward: Dao 2023,
@@ -44,6 +52,13 @@ GEMM_TILE = {8: 128, 9: 128, 10: 256, 11: 256, 12: 256}
 #: Flash-attention forward / backward rate relative to a large GEMM at the same peak (see the module docstring).
 ATTENTION_FWD_EFFICIENCY = 0.85
 ATTENTION_BWD_EFFICIENCY = 0.6
+#: ``attention_backend="sdpa"`` (not a Megatron-Core value: torch's ``scaled_dot_product_attention`` as torchtitan
+#: calls it, torch 2.5-2.6 on Hopper): its default kernel is FlashAttention-2 -- cuDNN attention was made opt-in
+#: (pytorch/pytorch#138522) and torch 2.6's SDPA measured 329 TFLOP/s forward against cuDNN's 631 on H100
+#: (pytorch/pytorch#142132, head dim 128): 0.52 of the flash rate above; backward FlashAttention-2 / -3 = 322 / 561
+#: TFLOP/s (Shah et al. 2024, arXiv 2407.08608, Fig. 6, head dim 128, 16k): 0.57.
+SDPA_FWD_EFFICIENCY = ATTENTION_FWD_EFFICIENCY * 329 / 631
+SDPA_BWD_EFFICIENCY = ATTENTION_BWD_EFFICIENCY * 322 / 561
 
 
 def tile_of(gpu: GpuFacts) -> int:
@@ -71,6 +86,14 @@ class LayerShape:
     sp: bool
     peak_key: str
     fp8_attention: bool = False
+    attention_backend: str = "auto"
+
+
+#: Megatron-Core ``attention_backend`` values (``transformer/enums.py`` ``AttnBackend``, megatron-core 0.19.2) whose
+#: core attention materializes the score matrix: ``local`` (Megatron-Core's own ``DotProductAttention``: baddbmm,
+#: ``FusedScaleMaskSoftmax``, dropout, bmm -- what Megatron-LM ran before FlashAttention, Narayanan et al. 2021,
+#: Korthikanti et al. 2022) and ``unfused`` (Transformer Engine's ``UnfusedDotProductAttention``, the same steps).
+MATERIALIZED_ATTENTION = ("local", "unfused")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,40 +128,25 @@ def attention_gemms(spec: ModelSpec, sh: LayerShape) -> list[Gemm]:
     h, n, tp, key = spec.hidden_size, spec.num_attention_heads, sh.tp, sh.peak_key
     if spec.multi_latent_attention:
         qk, rope, v = spec.qk_head_dim, spec.qk_pos_emb_head_dim, spec.v_head_dim
-        out = []
-        if spec.q_lora_rank is None:
-            out.append(Gemm(name="q_proj", module="attention", m=t, n=n * (qk + rope) / tp, k=h, count=1, peak_key=key))
-        else:
-            out.append(
-                Gemm(name="q_down_proj", module="attention", m=tsp, n=spec.q_lora_rank, k=h, count=1, peak_key=key)
-            )
-            out.append(
-                Gemm(
-                    name="q_up_proj",
-                    module="mla_up_proj",
-                    m=t,
-                    n=n * (qk + rope) / tp,
-                    k=spec.q_lora_rank,
-                    count=1,
-                    peak_key=key,
-                )
-            )
-        out.append(
-            Gemm(name="kv_down_proj", module="attention", m=tsp, n=spec.kv_lora_rank + rope, k=h, count=1, peak_key=key)
+        q_rank, kv_rank = spec.q_lora_rank, spec.kv_lora_rank
+        # (name, recompute module, m, n, k), one GEMM each
+        q: list[tuple[str, str, float, float, float]] = (
+            [("q_proj", "attention", t, n * (qk + rope) / tp, h)]
+            if q_rank is None
+            else [
+                ("q_down_proj", "attention", tsp, q_rank, h),
+                ("q_up_proj", "mla_up_proj", t, n * (qk + rope) / tp, q_rank),
+            ]
         )
-        out.append(
-            Gemm(
-                name="kv_up_proj",
-                module="mla_up_proj",
-                m=t,
-                n=n * (qk + v) / tp,
-                k=spec.kv_lora_rank,
-                count=1,
-                peak_key=key,
+        return [
+            Gemm(name=name, module=module, m=m, n=n_, k=k, count=1, peak_key=key)
+            for name, module, m, n_, k in (
+                *q,
+                ("kv_down_proj", "attention", tsp, kv_rank + rope, h),
+                ("kv_up_proj", "mla_up_proj", t, n * (qk + v) / tp, kv_rank),
+                ("proj", "attention", t, h, n * v / tp),
             )
-        )
-        out.append(Gemm(name="proj", module="attention", m=t, n=h, k=n * v / tp, count=1, peak_key=key))
-        return out
+        ]
     d, g = spec.head_dim, spec.query_groups
     gate = n * d if spec.attention_output_gate else 0
     local_kv = max(g / tp, 1.0)  # KV groups are replicated when TP exceeds them
@@ -223,22 +231,47 @@ def attention_core_flops(spec: ModelSpec, sh: LayerShape) -> float:
     docstring; load-balanced CP gives every rank half of the full-sequence keys on average)."""
     t, _ = tokens(spec, sh)
     n = spec.num_attention_heads / sh.tp
-    if spec.multi_latent_attention:
-        dims = spec.qk_head_dim + spec.qk_pos_emb_head_dim + spec.v_head_dim
-    else:
-        dims = 2 * spec.head_dim
+    dims = sum(_head_dims(spec))
     return 2.0 * t * (spec.seq_length / 2.0) * dims * n
 
 
 def attention_core_seconds(spec: ModelSpec, sh: LayerShape, gpu: GpuFacts) -> tuple[float, float]:
-    """(forward, backward) seconds of the attention core at efficiency 1: the flash-attention rates relative to a
-    GEMM, at the BF16 peak (FP8 with ``fp8_attention``) and the shape factor of (query chunk, keys)."""
-    fwd = attention_core_flops(spec, sh)
+    """(forward, backward) seconds of the attention core's matrix work at efficiency 1.
+
+    Flash-style backends: the flash-attention rates relative to a GEMM (torch SDPA's FlashAttention-2 for
+    ``sdpa``), at the BF16 peak (FP8 with ``fp8_attention``) and the shape factor of (query chunk, keys), causal
+    half of the keys (module docstring).
+    Materialized scores (:data:`MATERIALIZED_ATTENTION`): two batched GEMMs per head over the FULL key range (the
+    causal mask is applied to the computed scores, nothing is skipped), ``Q K^T`` (``M`` queries, ``N`` keys,
+    ``K`` = head dim) and ``P V`` (``M`` queries, ``N`` = head dim, ``K`` keys), at the GEMM shape law; the backward
+    runs two GEMMs per forward GEMM (``dQ, dK`` and ``dP, dV``: 2x the forward, no recomputation of ``Q K^T``). Their
+    softmax / mask / dropout traffic is :func:`bridgebench.model.steptime.elementwise.score_bytes`."""
     tile = tile_of(gpu)
     q = spec.seq_length / sh.cp
-    f = (q / (q + tile)) * (spec.seq_length / (spec.seq_length + tile))
     peak = gpu.peak(sh.peak_key if sh.fp8_attention else "bf16")
-    return fwd / (peak * f * ATTENTION_FWD_EFFICIENCY), 2.5 * fwd / (peak * f * ATTENTION_BWD_EFFICIENCY)
+    if sh.attention_backend in MATERIALIZED_ATTENTION:
+        t, _ = tokens(spec, sh)
+        n = spec.num_attention_heads / sh.tp
+        dqk, dv = _head_dims(spec)
+        s = spec.seq_length
+        qk = 2.0 * t * s * dqk * n / shape_factor(q, s, dqk, tile)
+        pv = 2.0 * t * s * dv * n / shape_factor(q, dv, s, tile)
+        return (qk + pv) / peak, 2.0 * (qk + pv) / peak
+    fwd = attention_core_flops(spec, sh)
+    f = (q / (q + tile)) * (spec.seq_length / (spec.seq_length + tile))
+    sdpa = sh.attention_backend == "sdpa"
+    e_fwd, e_bwd = (
+        (SDPA_FWD_EFFICIENCY, SDPA_BWD_EFFICIENCY) if sdpa else (ATTENTION_FWD_EFFICIENCY, ATTENTION_BWD_EFFICIENCY)
+    )
+    return fwd / (peak * f * e_fwd), 2.5 * fwd / (peak * f * e_bwd)
+
+
+def _head_dims(spec: ModelSpec) -> tuple[float, float]:
+    """(query/key head dim, value head dim): MLA's ``qk_head_dim + qk_pos_emb_head_dim`` and ``v_head_dim``, else
+    ``head_dim`` both."""
+    if spec.multi_latent_attention:
+        return spec.qk_head_dim + spec.qk_pos_emb_head_dim, spec.v_head_dim
+    return spec.head_dim, spec.head_dim
 
 
 @lru_cache(maxsize=4096)

@@ -126,8 +126,8 @@ def muon_cost(spec: ModelSpec, cfg: TimeConfig, calib: Calibration, what_ifs: bo
                     tp_mode=mode,
                     kernel=kernel,
                     step_s=b.total,
-                    optimizer_s=b.optimizer,
-                    ns_s=b.ns,
+                    optimizer_s=b.terms["optimizer"],
+                    ns_s=b.opt.ns,
                     tp_mode_s=b.opt.tp_mode,
                     status=status,
                 )

@@ -48,7 +48,7 @@ from bridgebench.model.steptime import cp_comm, dp_comm, ep_comm, pp, recompute,
 from bridgebench.model.steptime.bands import LEVELS
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import TimeConfig, family, group_key
-from bridgebench.model.steptime.elementwise import HBM_EFFICIENCY, layer_bytes
+from bridgebench.model.steptime.elementwise import HBM_EFFICIENCY, layer_bytes, score_bytes
 from bridgebench.model.steptime.gemm import LayerShape, layer_gemm_seconds
 from bridgebench.model.steptime.optimizer import OptimizerStep, optimizer_step
 from bridgebench.model.steptime.release import release_index
@@ -109,55 +109,6 @@ class TimeBreakdown:
         """``band_pct`` as a fraction (0.063 = +-6.3 %)."""
         return self.band_pct / 100.0
 
-    # ---- names the sweep table and older callers read
-    @property
-    def compute(self) -> float:
-        return self.terms["compute"]
-
-    @property
-    def elementwise(self) -> float:
-        return self.terms["elementwise"]
-
-    @property
-    def recompute(self) -> float:
-        return self.terms["recompute"]
-
-    @property
-    def a2a(self) -> float:
-        return self.terms["ep_a2a"]
-
-    @property
-    def bubble(self) -> float:
-        return self.terms["bubble"]
-
-    @property
-    def overhead(self) -> float:
-        return self.terms["overhead"]
-
-    @property
-    def optimizer(self) -> float:
-        return self.terms["optimizer"]
-
-    @property
-    def ns(self) -> float:
-        return self.opt.ns
-
-    @property
-    def per_matrix(self) -> float:
-        return self.opt.per_matrix
-
-    @property
-    def allgather(self) -> float:
-        return self.opt.allgather
-
-    @property
-    def busiest_matrices(self) -> int:
-        return self.opt.busiest_matrices
-
-    @property
-    def busiest_ns_flops(self) -> float:
-        return self.opt.busiest_ns_flops
-
 
 # ---------------------------------------------------------------------------------------------------- structure
 @lru_cache(maxsize=8192)
@@ -211,6 +162,7 @@ def layer_shape(cfg: TimeConfig) -> LayerShape:
         sp=cfg.sp,
         peak_key=cfg.peak_key,
         fp8_attention=cfg.fp8_dot_product_attention,
+        attention_backend=cfg.attention_backend,
     )
 
 
@@ -218,7 +170,9 @@ def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate:
     """Seconds per microbatch of one layer of ``kind`` by term, at GEMM rate multiplier ``rate`` and effective
     element-wise bandwidth ``hbm`` (bytes/s)."""
     gem = dict(layer_gemm_seconds(sid, gid, kind, sh))
-    attn_f, attn_b = gem.pop("core_attn_fwd") / rate, gem.pop("core_attn_bwd") / rate
+    score_f, score_b = score_bytes(sid, sh)
+    attn_f = gem.pop("core_attn_fwd") / rate + score_f / hbm
+    attn_b = gem.pop("core_attn_bwd") / rate + score_b / hbm
     gem = {k: v / rate for k, v in gem.items()}
     elem = {k: b / hbm for k, b in layer_bytes(sid, kind, sh)}
     placed = cfg.placement

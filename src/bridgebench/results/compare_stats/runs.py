@@ -36,14 +36,15 @@ class RunComparison:
 
     verdict: str
     ratio: float
-    ci_low: float | None
-    ci_high: float | None
-    p_value: float | None  # two-sided; Welch t on the bootstrap SE of log(ratio); used for FDR
+    # the test's figures: None when no test was made (too few runs, or nothing varies)
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None  # two-sided; Welch t on the bootstrap SE of log(ratio); used for FDR
     n_runs: tuple[int, int]
     side_values: tuple[float, float]  # S(A), S(B), in the metric's unit
     between_run_cv: float | None  # pooled CV of the run-level statistics
-    mannwhitney_runs_p: float | None
-    mannwhitney_iterations_p: float | None  # dependent samples: informational only
+    mannwhitney_runs_p: float | None = None
+    mannwhitney_iterations_p: float | None = None  # dependent samples: informational only
     repeats_needed: int | None
     reason: str
     q_value: float | None = None
@@ -182,11 +183,19 @@ def _check_options(
         raise CompareError("need 0 < confidence < 1, threshold >= 0, n_resamples >= 100, n_inner >= 1, min_runs >= 2")
 
 
-def _aggregate(run_stats: Sequence[np.ndarray]) -> tuple[tuple[float, float], float, float | None]:
-    """``(S(A), S(B))`` (the mean of each side's run statistics), the ratio ``S(B) / S(A)`` and the pooled
-    between-run CV."""
+def _aggregate(
+    sides: Sequence[Sequence[np.ndarray]], run_stats: Sequence[np.ndarray], params: dict[str, Any]
+) -> dict[str, Any]:
+    """The :class:`RunComparison` fields every outcome has: ``side_values`` ``(S(A), S(B))`` (the mean of each
+    side's run statistics), ``ratio`` ``S(B) / S(A)``, the pooled ``between_run_cv``, ``n_runs`` and ``params``."""
     side_values = (float(run_stats[0].mean()), float(run_stats[1].mean()))
-    return side_values, side_values[1] / side_values[0], _pooled_cv(run_stats)
+    return {
+        "side_values": side_values,
+        "ratio": side_values[1] / side_values[0],
+        "between_run_cv": _pooled_cv(run_stats),
+        "n_runs": (len(sides[0]), len(sides[1])),
+        "params": params,
+    }
 
 
 def _untested(
@@ -195,27 +204,14 @@ def _untested(
     """The comparison when no test can be made (no CI, no p-values): ``insufficient`` with fewer than ``min_runs``
     runs on a side (and the runs needed), :data:`NO_SPREAD` when every value is identical within its side; else
     None."""
-    side_values, ratio, cv = _aggregate(run_stats)
-    n_a, n_b = len(sides[0]), len(sides[1])
+    common = _aggregate(sides, run_stats, params)
+    ratio, cv, (n_a, n_b) = common["ratio"], common["between_run_cv"], common["n_runs"]
     min_runs, effect, power = params["min_runs"], params["power_effect"], params["power"]
     alpha = 1 - params["confidence"]
 
     def result(verdict: str, need: int | None, reason: str) -> RunComparison:
-        return RunComparison(
-            verdict=verdict,
-            ratio=ratio,
-            ci_low=None,
-            ci_high=None,
-            p_value=None,
-            n_runs=(n_a, n_b),
-            side_values=side_values,
-            between_run_cv=cv,
-            mannwhitney_runs_p=None,
-            mannwhitney_iterations_p=None,
-            repeats_needed=need,
-            reason=reason,
-            params=params,
-        )
+        """An outcome without a test: no CI, no p-values."""
+        return RunComparison(**common, verdict=verdict, repeats_needed=need, reason=reason)
 
     if min(n_a, n_b) < min_runs:
         assumed_cv = params["assumed_cv"]
@@ -248,8 +244,8 @@ def _tested(
 ) -> RunComparison:
     """The two-level bootstrap comparison (module docstring): CI of the ratio, Welch-t p-value on the bootstrap SE
     of the log ratio, Mann-Whitney U on run statistics and on iterations, verdict and runs needed."""
-    side_values, ratio, cv = _aggregate(run_stats)
-    n_a, n_b = len(sides[0]), len(sides[1])
+    common = _aggregate(sides, run_stats, params)
+    side_values, ratio, cv, (n_a, n_b) = (common[k] for k in ("side_values", "ratio", "between_run_cv", "n_runs"))
     confidence, threshold = params["confidence"], params["threshold"]
     alpha = 1 - confidence
     rng = np.random.default_rng(params["seed"])
@@ -287,19 +283,15 @@ def _tested(
     effect, power, min_runs = params["power_effect"], params["power"], params["min_runs"]
     need = repeats_needed(cv, effect, alpha, power, min_runs) if cv is not None else None
     return RunComparison(
+        **common,
         verdict=_verdict(ratio, lo > 1, hi < 1, threshold, params["kind"]),
-        ratio=ratio,
         ci_low=lo,
         ci_high=hi,
         p_value=p,
-        n_runs=(n_a, n_b),
-        side_values=side_values,
-        between_run_cv=cv,
         mannwhitney_runs_p=mw_runs,
         mannwhitney_iterations_p=mw_iter,
         repeats_needed=need,
         reason=reason,
-        params=params,
     )
 
 
