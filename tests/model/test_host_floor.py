@@ -31,26 +31,32 @@ def test_a_short_moe_layer_waits_on_the_host_a_long_one_hides_it(models):
     at_one = predict_time(spec, one, CAL)
     t_gpu = sum(layer_time(spec, one, CAL, "moe").values())
     assert at_one.level == 1.0 and 0 < t_gpu < HOST  # MBS 1: the layer's kernels run shorter than their launches
-    assert at_one.overhead == pytest.approx(one.num_microbatches * moe_layers * (HOST - t_gpu))
+    assert at_one.terms["overhead"] == pytest.approx(one.num_microbatches * moe_layers * (HOST - t_gpu))
     four = TimeConfig.from_flat(**QWEN, mbs=4)
     t_gpu4 = sum(layer_time(spec, four, CAL, "moe").values())
     expected4 = four.num_microbatches * moe_layers * max(0.0, HOST - t_gpu4)
-    assert predict_time(spec, four, CAL).overhead == pytest.approx(expected4) and expected4 < at_one.overhead / 2
+    assert (
+        predict_time(spec, four, CAL).terms["overhead"] == pytest.approx(expected4)
+        and expected4 < at_one.terms["overhead"] / 2
+    )
     # no host time, or a capacity-padded (token-drop) dispatch with static shapes: nothing waits, the rest unchanged
     for cal, cfg in (
         (dataclasses.replace(CAL, host_moe=0.0), one),
         (CAL, one.with_dims(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)),
     ):
         b = predict_time(spec, cfg, cal)
-        assert b.overhead == 0.0 and b.total == pytest.approx(at_one.total - at_one.overhead)
+        assert b.terms["overhead"] == 0.0 and b.total == pytest.approx(at_one.total - at_one.terms["overhead"])
     # dropping without padding still needs the counts on the host
     dropping = one.with_dims(moe_expert_capacity_factor=1.0)
-    assert dropping.host_synced_dispatch and predict_time(spec, dropping, CAL).overhead == at_one.overhead
+    assert (
+        dropping.host_synced_dispatch
+        and predict_time(spec, dropping, CAL).terms["overhead"] == at_one.terms["overhead"]
+    )
 
 
 def test_a_dense_model_never_waits_on_the_host(models):
     cfg = TimeConfig.from_flat(gpu=B200, peak_key="fp8", num_gpus=8, mbs=1, gbs=128, tp=8, sequence_parallel=True)
-    assert predict_time(models["llama3_70b"], cfg, CAL).overhead == 0.0
+    assert predict_time(models["llama3_70b"], cfg, CAL).terms["overhead"] == 0.0
 
 
 def test_the_fit_recovers_a_known_host_time(models):
