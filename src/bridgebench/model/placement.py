@@ -36,6 +36,7 @@ a group split ``m_j`` per domain imports ``(n - m_j) / n`` of the data into doma
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -216,12 +217,32 @@ def place(
     return Placement(num_gpus=num_gpus, domain_gpus=domain, segment=segment, groups=tuple(groups))
 
 
-def cross_domain_copies(group: GroupPlacement, topk: int, dispatcher: str) -> float:
+def domain_hit(m: int, n: int, topk: int, groups: int | None = None, group_topk: int | None = None) -> float:
+    """Probability that a token's ``topk`` experts include one on the ``m`` of the ``n`` EP ranks in one domain
+    (balanced routing: experts drawn uniformly): ``1 - (1 - m / n)^topk``. With node-limited routing (``groups``
+    expert groups, ``group_topk`` of them picked per token, the experts then drawn among the picked groups'; Megatron-
+    Core ``moe_router_num_groups`` / ``moe_router_group_topk``, DeepSeek-V3 report Sec. 2.1.2) and the domain holding
+    ``g_j = m groups / n`` whole groups (experts lie on the EP ranks in order): ``1 - sum_c Hyp(c; groups, g_j,
+    group_topk) (1 - c / group_topk)^topk``; a domain that splits a group is read as uniform routing."""
+    if groups is None or group_topk is None or (m * groups) % n:
+        return 1.0 - (1.0 - m / n) ** topk
+    g_j = m * groups // n
+    total = math.comb(groups, group_topk)
+    miss = sum(
+        math.comb(g_j, c) * math.comb(groups - g_j, group_topk - c) / total * (1.0 - c / group_topk) ** topk
+        for c in range(0, min(g_j, group_topk) + 1)
+    )
+    return 1.0 - miss
+
+
+def cross_domain_copies(
+    group: GroupPlacement, topk: int, dispatcher: str, groups: int | None = None, group_topk: int | None = None
+) -> float:
     """Copies of one token that leave the sender's NVLink domain, on the worst rank of the worst group split.
 
     ``alltoall`` / ``allgather``: one copy per routed expert, ``topk (n - m_own) / n``; ``deepep`` / ``hybridep`` /
-    ``ncclep``: one copy per distinct remote domain, ``sum_j (1 - (1 - m_j / n)^topk)`` (module docstring).
-    0 when every group fits one domain.
+    ``ncclep``: one copy per distinct remote domain, the sum over remote domains of :func:`domain_hit` (node-limited
+    routing with ``groups`` / ``group_topk``). 0 when every group fits one domain.
     """
     worst = 0.0
     n = group.size
@@ -232,7 +253,7 @@ def cross_domain_copies(group: GroupPlacement, topk: int, dispatcher: str) -> fl
             if dispatcher in ("alltoall", "allgather"):
                 c = topk * (n - split[own]) / n
             else:
-                c = sum(1.0 - (1.0 - m / n) ** topk for j, m in enumerate(split) if j != own)
+                c = sum(domain_hit(m, n, topk, groups, group_topk) for j, m in enumerate(split) if j != own)
             worst = max(worst, c)
     return worst
 

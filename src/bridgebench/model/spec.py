@@ -58,6 +58,8 @@ class ModelSpec:
     moe_ffn_hidden_size: int | None = None
     moe_shared_expert_intermediate_size: int | None = None
     moe_router_topk: int = 2
+    moe_router_num_groups: int | None = None
+    moe_router_group_topk: int | None = None
     moe_layer_freq: int | list[int] = 1
     mtp_num_layers: int | None = None
     make_vocab_size_divisible_by: int = 128
@@ -115,6 +117,8 @@ class ModelSpec:
             "num_moe_experts",
             "moe_ffn_hidden_size",
             "moe_shared_expert_intermediate_size",
+            "moe_router_num_groups",
+            "moe_router_group_topk",
         ]
         if self.multi_latent_attention:
             positive += ["kv_lora_rank", "qk_head_dim", "v_head_dim"]
@@ -141,6 +145,7 @@ class ModelSpec:
                     f"{self.name}: moe_router_topk ({self.moe_router_topk}) exceeds num_moe_experts "
                     f"({self.num_moe_experts})"
                 )
+            self._validate_group_routing()
             pattern = self.moe_layer_pattern  # raises on a bad moe_layer_freq
             if not any(pattern):
                 raise ModelSpecError(f"{self.name}: moe_layer_freq gives no MoE layer")
@@ -149,6 +154,24 @@ class ModelSpec:
                 f"{self.name}: moe_ffn_hidden_size / moe_shared_expert_intermediate_size need num_moe_experts "
                 f"(a dense model has no experts)"
             )
+
+    def _validate_group_routing(self) -> None:
+        """Megatron-Core's node-limited routing (``moe_router_num_groups`` / ``moe_router_group_topk``, megatron-core
+        0.19.2 ``transformer/moe/moe_utils.py::group_limited_topk``): both set or neither, the groups divide the
+        experts, ``group_topk <= num_groups``.
+
+        Raises:
+            ModelSpecError: naming the rule.
+        """
+        groups, pick = self.moe_router_num_groups, self.moe_router_group_topk
+        if (groups is None) != (pick is None):
+            raise ModelSpecError(f"{self.name}: moe_router_num_groups and moe_router_group_topk are set together")
+        if groups is not None and pick is not None:
+            if (self.num_moe_experts or 0) % groups or pick > groups:
+                raise ModelSpecError(
+                    f"{self.name}: moe_router_num_groups ({groups}) must divide num_moe_experts "
+                    f"({self.num_moe_experts}) and be >= moe_router_group_topk ({pick})"
+                )
 
     # ------------------------------------------------------------------ derived facts
     @property

@@ -135,7 +135,11 @@ def placement_columns(cfg: TimeConfig, spec: ModelSpec, dispatcher: str) -> dict
         "segment_nodes": placed.segment,
         "ep_domains": ep.domains,
         "ep_split": "/".join(str(m) for m in worst),
-        "ep_cross_copies": pl.cross_domain_copies(ep, topk, dispatcher) if spec.is_moe else 0.0,
+        "ep_cross_copies": pl.cross_domain_copies(
+            ep, topk, dispatcher, spec.moe_router_num_groups, spec.moe_router_group_topk
+        )
+        if spec.is_moe
+        else 0.0,
         "groups_crossing": ",".join(g.kind for g in placed.groups if g.crosses and g.size > 1) or None,
     }
 

@@ -18,8 +18,10 @@ Bytes leaving a GPU per exchange, by dispatcher (megatron-core ``transformer/moe
 - ``deepep`` / ``hybridep`` / ``ncclep`` (flex dispatcher over the TP x EP group; DeepEP, Zhao et al. 2025,
   github.com/deepseek-ai/DeepEP; HybridEP and NCCL EP in Megatron-Core 0.16+ / 0.19): a token goes once to each
   distinct destination GPU, not once per expert: ``E[GPUs hit] = EP (1 - (1 - 1/EP)^topk)`` under uniform routing;
-  across domains once per distinct remote domain, ``sum_j (1 - (1 - m_j / EP)^topk)`` over the remote domains
-  (:func:`bridgebench.model.placement.cross_domain_copies`), and is forwarded over NVLink inside the remote domain.
+  across domains once per distinct remote domain, ``sum_j (1 - (1 - m_j / EP)^topk)`` over the remote domains, fewer
+  under node-limited routing (``moe_router_num_groups`` / ``moe_router_group_topk``: DeepSeek V3 picks 4 of 8 expert
+  groups per token; :func:`bridgebench.model.placement.domain_hit`), and is forwarded over NVLink inside the remote
+  domain.
 
 Time per exchange: ``max(NVLink bytes / NVLink bw, network bytes / network bw)`` at the bus efficiency of
 :mod:`bridgebench.model.steptime.collectives`, plus a message latency. Exposure: all of it by default; with
@@ -102,7 +104,12 @@ def layer_exchange(
                 net = tsp * k * (ep - split[own]) / ep * token
             else:  # deepep / hybridep / ncclep: once per distinct GPU, once per distinct remote domain
                 nvl = tsp * _hit(ep, k) * (ep - 1) / ep * token
-                net = tsp * sum(1.0 - (1.0 - m / ep) ** k for j, m in enumerate(split) if j != own) * token
+                hits = (
+                    placement.domain_hit(m, ep, k, spec.moe_router_num_groups, spec.moe_router_group_topk)
+                    for j, m in enumerate(split)
+                    if j != own
+                )
+                net = tsp * sum(hits) * token
             cases.append((nvl, net))
     lat = collectives.NETWORK_ALPHA if scale_out else collectives.NVLINK_ALPHA
     eff = collectives.BUS_EFFICIENCY
