@@ -137,3 +137,31 @@ def test_placed_ring_equals_group_ring_when_aligned():
         g = pl.place(64, tp=tp, domain=8).group("dp_cp")
         a = collectives.placed_ring(1e9, g, 450e9, 50e9, 2)
         assert a == pytest.approx(collectives.group_ring(1e9, 64 // tp, tp, 8, 450e9, 50e9, 2))
+
+
+def test_node_limited_routing_cuts_the_copies_that_leave_a_domain(models):
+    """DeepSeek V3 (8 expert groups, 4 picked per token: HF n_group / topk_group) on 1,024 H100 at EP 64: a remote
+    8-GPU node holds one group and is reached with probability 1 - [C(7,4) + C(7,3) (3/4)^8] / C(8,4), not
+    1 - (7/8)^8: ~3.1 remote copies per token with DeepEP instead of ~4.6; alltoall sends one per expert either way."""
+    spec = models["deepseek_v3"]
+    assert (spec.moe_router_num_groups, spec.moe_router_group_topk) == (8, 4)
+    miss = (35 + 35 * 0.75**8) / 70
+    assert pl.domain_hit(8, 64, 8, 8, 4) == pytest.approx(1 - miss)
+    assert pl.domain_hit(8, 64, 8) == pytest.approx(1 - (7 / 8) ** 8)
+    assert pl.domain_hit(12, 64, 8, 8, 4) == pl.domain_hit(12, 64, 8)  # a domain that splits a group: uniform
+    ep = pl.place(1024, tp=2, pp=8, ep=64, etp=1, domain=8).group("ep")
+    limited = pl.cross_domain_copies(ep, 8, "deepep", 8, 4)
+    assert limited == pytest.approx(7 * (1 - miss)) and pl.cross_domain_copies(ep, 8, "deepep") == pytest.approx(
+        7 * (1 - (7 / 8) ** 8)
+    )
+    assert pl.cross_domain_copies(ep, 8, "alltoall", 8, 4) == pl.cross_domain_copies(ep, 8, "alltoall") == 7
+
+
+def test_node_limited_routing_is_checked_in_the_spec(models):
+    from bridgebench.model.spec import ModelSpecError
+
+    spec = models["deepseek_v3"]
+    with pytest.raises(ModelSpecError, match="set together"):
+        spec.replace(moe_router_group_topk=None)
+    with pytest.raises(ModelSpecError, match="must divide num_moe_experts"):
+        spec.replace(moe_router_num_groups=7, moe_router_group_topk=4)
