@@ -74,3 +74,22 @@ def test_verbose_shows_it(runs):
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "FP8GlobalStateManager" in res.stderr and "No CUDA runtime is found" in res.stderr
+
+
+def test_a_value_left_missing_is_bad_input_not_a_bug(runs):
+    """A config value left ``???`` (OmegaConf's "must be set") that a command reads is refused under rule
+    ``config_value_missing``, naming the key and the override that sets it: exit 2, nothing written, no "this is a
+    bug" line (it was reported as an unexpected MissingMandatoryValue before)."""
+    tmp, env, _ = runs
+    out = tmp / "plans" / "missing"
+    res = subprocess.run(
+        [*BB, "plan", "recipe=qwen3_30b_a3b_gb300_mxfp8", "cluster=example_nvl72", "cluster.tunnel.job_dir=???",
+         "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert "config_value_missing" in res.stderr and "cluster.tunnel.job_dir=<value>" in res.stderr
+    assert "this is a bug" not in res.stderr and not NOISE.findall(res.stderr)
+    assert not out.exists()

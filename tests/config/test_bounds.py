@@ -30,7 +30,7 @@ def user_dir(tmp_path):
 
 def test_the_rules_are_in_the_table_and_explained():
     text = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "rules.md")).read()
-    for rule in ("yaml_bounds", "config_name_confined", "config_range", "collect_partial"):
+    for rule in ("yaml_bounds", "config_name_confined", "config_range", "collect_partial", "config_value_missing"):
         assert rule in RULES and rule in NON_POINT_RULES and RULES[rule].source and f"``{rule}``" in text
 
 

@@ -308,6 +308,9 @@ def test_plan_folder_in_the_payload(base, tmp_path_factory, value):
 @given(value=strings("abspath"))
 @example(value="/lustre/a b;touch P")
 def test_ssh_job_folder(base, tmp_path_factory, value):
+    # '???' is OmegaConf's "must be set" marker, not a folder name: reading it is rule config_value_missing
+    # (tests/test_quiet.py), so it cannot be set as a literal here (a hypothesis draw found it)
+    assume(value != "???")
     cfg = copy.deepcopy(base["ssh"])
     cfg.cluster.tunnel.job_dir = literal(value)
     assume(cfg.cluster.tunnel.job_dir == value)

@@ -77,7 +77,8 @@ def test_framework_comes_from_the_row_and_the_sweep_and_is_validated():
     row = {"num_gpus": "384", "tp": "1", "pp": "1", "cp": "", "ep": "", "etp": "", "vp": "", "mbs": "4",
            "gbs": "1536", "notes": "", "recompute": "", "set_id": "narayanan2021_t2_ptdp_vs_zero3",
            "sequence_parallel": "", "framework": "Megatron-LM codebase + DeepSpeed ZeRO-3 (no model parallelism)",
-           "distributed_optimizer": "zero3", "num_experts": "", "precision": "mixed precision"}  # fmt: skip
+           "distributed_optimizer": "zero3", "num_experts": "", "precision": "mixed precision",
+           "gpu": "A100-SXM-80GB (Selene; NVLink/NVSwitch; 8x200Gb/s HDR IB per node)"}  # fmt: skip
     cfg, _ = point_of(row, A100)
     assert cfg.framework == "deepspeed" and cfg.use_megatron_fsdp
     cfg, _ = point_of({**row, "framework": "Megatron-LM PTD-P", "distributed_optimizer": "", "tp": "8"}, A100)

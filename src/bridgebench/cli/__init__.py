@@ -66,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exit_:
             return int(exit_.code or 0) if not isinstance(exit_.code, str) else 1
         except Exception as err:  # noqa: BLE001  (not bad input: its cause in one line, the traceback in the debug log)
+            missing = quiet.missing_value(err)
+            if missing:  # a value left '???' is bad input, not a bug
+                typer.secho(f"error: {missing}", fg=typer.colors.RED, err=True)
+                return 2
             return quiet.unexpected(err)
     return 0
 

@@ -50,6 +50,20 @@ def unexpected(err: BaseException) -> int:
     return 1
 
 
+def missing_value(err: BaseException) -> str | None:
+    """The message of rule ``config_value_missing`` when ``err`` is OmegaConf's ``MissingMandatoryValue`` (a config
+    value left ``???``, OmegaConf's "must be set" marker, was read), else None. omegaconf is looked up in
+    ``sys.modules`` only: an error of it cannot arise unless it was imported."""
+    errors = sys.modules.get("omegaconf.errors")
+    if errors is None or not isinstance(err, errors.MissingMandatoryValue):
+        return None
+    key = getattr(err, "full_key", None) or "a config value"
+    return (
+        f"rule config_value_missing: {key} is '???' (OmegaConf's marker for a value you must set) and this command "
+        f"needs it; set it with an override, e.g. {key}=<value>, or in your config file"
+    )
+
+
 #: Libraries whose teardown at interpreter exit costs noticeable CPU (see :func:`finish`).
 HEAVY_MODULES = ("torch", "pandas", "matplotlib")
 

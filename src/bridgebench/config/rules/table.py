@@ -306,6 +306,11 @@ RULES: dict[str, Rule] = {
             "--out names a folder; an existing file there is refused, never written over",
         ),
         Rule(
+            "config_value_missing",
+            "bridgebench cli/quiet.py missing_value (omegaconf MissingMandatoryValue: a value left '???')",
+            "a config value the command reads is set: '???' is OmegaConf's marker for a value the user must set",
+        ),
+        Rule(
             "sweep_state_corrupt",
             "bridgebench launch/sweep.py (state.json: which stages are done, what was planned and submitted)",
             "sweep --resume refuses a state.json that is not the JSON object a sweep writes (a corrupt stage file "
@@ -335,5 +340,6 @@ NON_POINT_RULES = frozenset(
         "sweep_space_cap",
         "out_is_folder",
         "sweep_state_corrupt",
+        "config_value_missing",
     }
 )
