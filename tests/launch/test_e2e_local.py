@@ -153,10 +153,24 @@ def test_flaky_failure_is_retried_and_both_attempts_are_in_the_ledger(bb):
     assert attempts[0]["run_id"] == attempts[1]["run_id"]
 
 
-def test_time_limit_is_recorded_as_timeout(bb, slurm_cluster):  # noqa: F811
+def _wait_payload_started(jobs: Path, timeout: float = 120) -> None:
+    """Until a job log under ``jobs`` shows the payload's ``BRIDGEBENCH_START`` line (launch/outcome.py): a job
+    that is RUNNING may not have created its ``srun`` step yet, and a time limit then makes the step fail to start
+    ("Unable to create step ... already completing") -- the job ends FAILED, not TIMEOUT (seen once at load 2)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for log in jobs.rglob("*.out"):
+            if "BRIDGEBENCH_START" in log.read_text(errors="replace"):
+                return
+        time.sleep(0.5)
+    pytest.fail(f"no job log under {jobs} shows BRIDGEBENCH_START after {timeout}s")
+
+
+def test_time_limit_is_recorded_as_timeout(bb, slurm_cluster, tmp_path):  # noqa: F811
     attempts = json.loads(bb("submit", *SMALL, "job.repeats=100000", "--json").stdout)
     job = attempts[0]["slurm_job_id"]
     slurm_cluster.wait_running(job, timeout=60)
+    _wait_payload_started(tmp_path / "jobs")
     slurm_cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=0")
     deadline = time.monotonic() + 120
     state = None
