@@ -84,6 +84,11 @@ BASE = Point.from_flat(
     num_moe_experts=128,
     sequence_parallel=True,
 )
+
+#: 256 GB300 (4-GPU nodes, 72-GPU NVLink domains) with the HybridEP dispatcher, TP 1, no SP: the upstream HybridEP
+#: assertions' cases add PP and EP (config/rules/upstream.py)
+HYBRIDEP_256 = dict(num_gpus=256, gpus_per_node=4, tp=1, sequence_parallel=False, etp=1, gbs=1024, nvlink_domain=72,
+                    moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep")  # fmt: skip
 DENSE = BASE.replace(ep=1, etp=None, num_moe_experts=None)
 MUON = BASE.replace(
     optimizer="dist_muon",
@@ -243,37 +248,12 @@ BAD = [
     ("moe_tp_needs_sp", BASE.replace(sequence_parallel=False), ["TP = 2", "sequence parallelism"]),
     (
         "hybridep_ep_domain",
-        BASE.replace(
-            num_gpus=256,
-            gpus_per_node=4,
-            tp=1,
-            sequence_parallel=False,
-            pp=2,
-            ep=128,
-            etp=1,
-            gbs=1024,
-            nvlink_domain=72,
-            moe_token_dispatcher_type="flex",
-            moe_flex_dispatcher_backend="hybridep",
-        ),
+        BASE.replace(**HYBRIDEP_256, pp=2, ep=128),
         ["EP = 128", "72-rank NVLink domain"],
     ),  # fmt: skip
     (
         "hybridep_ranks_per_domain",
-        BASE.replace(
-            num_gpus=256,
-            gpus_per_node=4,
-            tp=1,
-            sequence_parallel=False,
-            pp=4,
-            ep=64,
-            etp=1,
-            gbs=1024,
-            nvlink_domain=72,
-            segment_policy="packed",
-            moe_token_dispatcher_type="flex",
-            moe_flex_dispatcher_backend="hybridep",
-        ),
+        BASE.replace(**HYBRIDEP_256, pp=4, ep=64, segment_policy="packed"),
         ["72-GPU domains", "40/24"],
     ),  # fmt: skip
 ]

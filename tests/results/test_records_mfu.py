@@ -27,48 +27,18 @@ def test_blog_table1():
     assert blog.loc[("qwen3_30b_a3b", "muon"), "published_newton_schulz_tflops_per_gpu"] == 35
 
 
+#: one Kimi K2 record's fields; each bad case changes one of them
+KIMI_RECORD = dict(release="26.02", model="kimi_k2", model_label="Kimi_K2", system="gb300", num_gpus=8,
+                   precision="mxfp8", optimizer="muon", gbs=4096, mbs=2, seq_length=4096)  # fmt: skip
+
+
 def test_bad_records():
     with pytest.raises(RecordError, match="num_gpus must be a positive integer"):
-        RunRecord(
-            release="26.02",
-            model="kimi_k2",
-            model_label="Kimi_K2",
-            system="gb300",
-            num_gpus=0,
-            precision="mxfp8",
-            optimizer="muon",
-            gbs=4096,
-            mbs=2,
-            seq_length=4096,
-            step_time_s=10.0,
-        )
+        RunRecord(**{**KIMI_RECORD, "num_gpus": 0}, step_time_s=10.0)
     with pytest.raises(RecordError, match="needs step_time_s or tokens_per_sec_per_gpu"):
-        RunRecord(
-            release="26.02",
-            model="kimi_k2",
-            model_label="Kimi_K2",
-            system="gb300",
-            num_gpus=8,
-            precision="mxfp8",
-            optimizer="muon",
-            gbs=4096,
-            mbs=2,
-            seq_length=4096,
-        )
+        RunRecord(**KIMI_RECORD)
     with pytest.raises(RecordError, match="step_time_s must be positive"):
-        RunRecord(
-            release="26.02",
-            model="kimi_k2",
-            model_label="Kimi_K2",
-            system="gb300",
-            num_gpus=8,
-            precision="mxfp8",
-            optimizer="muon",
-            gbs=4096,
-            mbs=2,
-            seq_length=4096,
-            step_time_s=-1.0,
-        )
+        RunRecord(**KIMI_RECORD, step_time_s=-1.0)
 
 
 def test_mfu_and_peaks():
