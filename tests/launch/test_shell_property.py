@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from bridgebench.config.compose import compose
 from bridgebench.launch import shellsafe
 from bridgebench.launch.plan import render_job
+from tests.launch.ssh_printer import rsync_ssh_words
 
 PRINTER = r"""#!/bin/sh
 # argv printer: one file per call, the command name and its arguments NUL-separated; the environment beside it
@@ -336,26 +337,6 @@ def test_the_issue_reproduction_is_refused_naming_the_rule(base, tmp_path):
 # -------------------------------------------------------------------------------------------------------------------
 # The ssh tunnel's fields: they reach the submitting machine's ssh / rsync command lines (issue 24)
 # -------------------------------------------------------------------------------------------------------------------
-
-SSH_PRINTER = """#!/bin/sh
-printf '%s\\0' "$@" > "$ARGV_FILE"
-exit 255
-"""
-
-
-def rsync_ssh_words(tmp: Path, argv: list[str]) -> list[str]:
-    """Run the rsync ``argv`` for real with an argv printer in place of ``ssh``; the words rsync gave ``ssh``."""
-    bin_dir = tmp / "sshbin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "ssh").write_text(SSH_PRINTER)
-    (bin_dir / "ssh").chmod(0o755)
-    out = tmp / "ssh.argv"
-    out.unlink(missing_ok=True)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_FILE": str(out)}
-    subprocess.run(argv, env=env, cwd=tmp, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert out.exists(), "rsync did not run ssh"
-    return [w.decode("utf-8", "surrogateescape") for w in out.read_bytes().split(b"\0")[:-1]]
-
 
 TUNNEL_GRAMMAR = {"host": "host", "user": "name", "identity": "keyfile", "known_hosts": "keyfile"}
 

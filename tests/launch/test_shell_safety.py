@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bridgebench.paths import REPO_ROOT
+from tests.launch.ssh_printer import rsync_ssh_words
 
 BB = [sys.executable, "-m", "bridgebench.cli"]
 NASTY = ["a b", "it's", 'say "hi"', "x;touch {m};#", "$(touch {m})", "`touch {m}`", "new\nline", "tab\tand&amp|pipe"]
@@ -262,25 +263,6 @@ def test_env_names_the_shell_owns_are_refused_by_name(tmp_path, paths_env, name)
     assert "the shell owns" in str(err.value)
 
 
-PRINTER = """#!/bin/sh
-printf '%s\\0' "$0" "$@" > "$ARGV_FILE"
-exit 255
-"""
-
-
-def rsync_ssh_argv(tmp_path: Path, argv: list[str]) -> list[str]:
-    """Run ``argv`` (an rsync command) with a printer in place of ``ssh`` on PATH; the words rsync gave ssh."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "ssh").write_text(PRINTER)
-    (bin_dir / "ssh").chmod(0o755)
-    out = tmp_path / "ssh.argv"
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_FILE": str(out)}
-    subprocess.run(argv, env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert out.exists(), "rsync never ran ssh"
-    return [w.decode("utf-8", "surrogateescape") for w in out.read_bytes().split(b"\0")[1:-1]]
-
-
 def test_the_job_folder_copy_is_an_argv_rsync_with_batch_ssh_and_strict_host_keys(tmp_path):
     """What replaced nemo-run's ``rsync --rsh='ssh -i <identity> -p <port>'`` shell string: real rsync, its ssh
     replaced by an argv printer, gets exactly the intended words (batch mode, the cluster's known_hosts, that key)."""
@@ -303,7 +285,7 @@ def test_the_job_folder_copy_is_an_argv_rsync_with_batch_ssh_and_strict_host_key
     src.mkdir()
     argv = rsync_argv(tunnel, str(src), "/lustre/jobs/run")
     assert argv[0] == "rsync" and "--rsh" in argv
-    words = rsync_ssh_argv(tmp_path, argv)
+    words = rsync_ssh_words(tmp_path, argv)
     assert words[: words.index("-l")] == [
         "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={tmp_path / 'kh'}",
         "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10", "-o", "IdentitiesOnly=yes",
