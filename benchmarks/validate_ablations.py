@@ -195,6 +195,8 @@ def main() -> None:
     if args.json:
         dump = [{k: v for k, v in s.items() if k != "out"} | {"rows_detail": [
             {"model": o["row"]["model"], "measured": o["measured"], "predicted": o["predicted"],
+             "absolute": o["absolute"], "distance": o["distance"], "unit": o["row"]["measured_unit"],
+             "config": o["key"],
              "scaled": o.get("scaled"), "fits": o["fits"], "memory_gb": o["memory_gb"]} for o in s["out"]]}
             for s in sets]  # fmt: skip
         Path(args.json).write_text(json.dumps({"sets": dump, "median_spearman": med}, indent=2))

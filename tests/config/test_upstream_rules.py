@@ -154,6 +154,7 @@ def test_predict_refuses_moe_tp_without_sp_with_the_fix_and_shows_knobs_and_plac
     assert ok.returncode == 0, ok.stderr[-2000:]
     out = json.loads(ok.stdout)
     assert out["knobs"]["dispatcher"] == "hybridep" and out["knobs"]["recompute"] == "selective (mla_up_proj)"
+    assert out["knobs"]["expert_capacity"] == "dropless"
     assert out["knobs"]["knobs_source"].startswith("recipe kimi_k2_gb300_mxfp8 @ 26.02.01")
     place = out["placement"]
     assert place["domain_gpus"] == 64 and place["segment_nodes"] == 16 and place["domains"] == 4

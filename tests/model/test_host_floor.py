@@ -93,7 +93,18 @@ def test_a_relative_is_carried_by_its_gpus_release_effect():
     assert table.log_level(("b", "b200", "fp8"), "moe", x1) == (pytest.approx(0.1), "group")
 
 
-def test_the_sweep_reads_the_token_drop_knobs():
+def test_the_sweep_reads_the_expert_capacity_knobs():
     knobs = time_knobs({"gpu": "b200", "moe_expert_capacity_factor": 1, "moe_pad_expert_input_to_capacity": True})
     assert knobs["moe_expert_capacity_factor"] == 1.0 and knobs["moe_pad_expert_input_to_capacity"] is True
     assert time_knobs({"gpu": "b200"})["moe_expert_capacity_factor"] is None
+
+
+def test_the_expert_capacity_a_point_runs_with_is_shown_with_the_other_knobs():
+    from bridgebench.config.time_knobs import SHOWN_KNOBS, shown_knobs
+
+    assert "expert_capacity" in SHOWN_KNOBS
+    assert shown_knobs({}, spec_is_moe=True)["expert_capacity"] == "dropless"
+    assert shown_knobs({"moe_expert_capacity_factor": 1.0}, spec_is_moe=True)["expert_capacity"] == "capacity 1"
+    padded = {"moe_expert_capacity_factor": 1.25, "moe_pad_expert_input_to_capacity": True}
+    assert shown_knobs(padded, spec_is_moe=True)["expert_capacity"] == "capacity 1.25, padded"
+    assert shown_knobs(padded, spec_is_moe=False)["expert_capacity"] is None  # a dense model routes nothing

@@ -16,7 +16,8 @@ JSON_COLUMNS = (
     "recompute_modules", "mem_total_gb", "step_time_s", "tflops_per_gpu", "band_pct", "band_source", "tie", "twins",
     "published", "ep_span", "ep_leaves_nvlink", "ep_domains", "ep_split", "ep_cross_copies", "domain_gpus",
     "segment_nodes", "dispatcher", "dispatcher_note", "ep_overlap", "shared_expert_overlap", "tp_comm_overlap",
-    "recompute", "cuda_graph_impl", "cuda_graph_scope", "knobs_source", "tight", "config_hash", "plan_dir", "run_ids",
+    "recompute", "expert_capacity", "cuda_graph_impl", "cuda_graph_scope", "knobs_source", "tight", "config_hash",
+    "plan_dir", "run_ids",
 )  # fmt: skip
 
 

@@ -98,6 +98,8 @@ SHOWN_KNOBS = {
     "shared_expert_overlap": "model.moe_shared_expert_overlap",
     "tp_comm_overlap": "comm_overlap.tp_comm_overlap (TE userbuffers)",
     "recompute": "model.recompute_granularity (modules)",
+    "expert_capacity": "model.moe_expert_capacity_factor / moe_pad_expert_input_to_capacity (dropless, or the "
+    "capacity and whether it pads: a padded dispatch has static shapes and never waits on the host)",
     "cuda_graph_impl": "model.cuda_graph_impl",
     "cuda_graph_scope": "model.cuda_graph_scope",
 }
@@ -114,6 +116,14 @@ def shown_knobs(v: dict[str, Any], spec_is_moe: bool = True) -> dict[str, Any]:
     if gran == "selective" and not mods:
         mods = ["core_attn"]  # megatron-core 0.19.2 TransformerConfig.__post_init__ default
     recompute = "none" if not gran else gran + (f" ({','.join(mods)})" if gran == "selective" and mods else "")
+    cap = v.get("moe_expert_capacity_factor")
+    expert_capacity = None
+    if spec_is_moe:
+        expert_capacity = (
+            "dropless"
+            if cap is None
+            else f"capacity {float(cap):g}" + (", padded" if v.get("moe_pad_expert_input_to_capacity") else "")
+        )
     scope = v.get("cuda_graph_scope")
     recipe = v.get("recipe")
     return {
@@ -123,6 +133,7 @@ def shown_knobs(v: dict[str, Any], spec_is_moe: bool = True) -> dict[str, Any]:
         "shared_expert_overlap": bool(v.get("moe_shared_expert_overlap") or False),
         "tp_comm_overlap": bool(v.get("tp_comm_overlap") or False),
         "recompute": recompute,
+        "expert_capacity": expert_capacity,
         "cuda_graph_impl": str(v.get("cuda_graph_impl") or "none"),
         "cuda_graph_scope": (",".join(map(str, scope)) or None)
         if isinstance(scope, (list, tuple))

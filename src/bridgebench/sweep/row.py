@@ -116,6 +116,7 @@ class SweepRow:
     shared_expert_overlap: bool | None = None
     tp_comm_overlap: bool | None = None
     recompute: str | None = None
+    expert_capacity: str | None = None
     cuda_graph_impl: str | None = None
     cuda_graph_scope: str | None = None
     knobs_source: str | None = None

@@ -80,6 +80,25 @@ def spec_of(r: dict[str, str]) -> ModelSpec:
     )
 
 
+#: Megatron-LM commits the ablation sets quote, and the NeMo release of their month (the commit's date in the
+#: Megatron-LM history, ``git log -1 --format=%ci``): what the row's software level is read at.
+COMMIT_RELEASE = {"d48bd6be": "26.08"}  # d48bd6be0a85 (dev branch), 2026-08-21 07:03 UTC
+
+
+def software_release(r: dict[str, str]) -> tuple[str | None, str | None]:
+    """(NeMo release, note) of the software a row ran: the NeMo container its framework cell names
+    (``nvcr.io/nvidia/nemo:24.12`` -> ``24.12``; before every published table, so the first published release's
+    level applies, :mod:`bridgebench.model.steptime.release`), the month of the Megatron-LM commit its source quotes
+    (:data:`COMMIT_RELEASE`), or (None, None): another framework or a paper, whose level is the group's mean."""
+    m = re.search(r"nemo:(\d\d\.\d\d)", r["framework"].lower())
+    if m:
+        return m.group(1), f"release: the NeMo {m.group(1)} container the row ran"
+    for commit, release in COMMIT_RELEASE.items():
+        if f"@ {commit}" in r["source"]:
+            return release, f"release: {release}, the month of Megatron-LM commit {commit} the source quotes"
+    return None, None
+
+
 def _batch(r: dict[str, str], dp: int, pp: int, notes: list[str]) -> tuple[int, int]:
     """(MBS, GBS) of a row, with what is assumed where the source is silent appended to ``notes``."""
     mbs = _int(r["mbs"])
@@ -146,8 +165,12 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
     dispatcher = ("flex", "hybridep") if "hybridep" in r["notes"].lower() else (
         ("flex", "deepep") if "deepep" in r["notes"].lower() else ("alltoall", None)
     )  # fmt: skip
+    release, why = software_release(r)
+    if why:
+        notes.append(why)
     cfg = TimeConfig.from_flat(
         gpu=gpu,
+        release=release,
         peak_key=precision_of(r["precision"]),
         num_gpus=n,
         mbs=mbs,

@@ -14,7 +14,9 @@ unfused chains move more, which ``e`` absorbs):
 - MoE: router softmax / top-k in FP32 ``16 E`` (on ``T_sp``); the fused permute writes each routed copy and the
   unpermute reads it back (``2h`` each per copy, ``T_sp x topk x ETP`` copies per GPU; the token read and the
   weighted sum's write ``2h`` each per token); the experts' activation ``6 f_e / ETP`` per
-  copy (module ``moe_act``); the shared expert's ``6 f_s / TP``;
+  copy (module ``moe_act``); the shared expert's ``6 f_s / TP``; with the ``alltoall`` dispatcher and more than
+  one expert per GPU, the received copies' sort by local expert and back (``sort_chunks_by_idxs``:
+  :data:`SORT_CHUNKS_PASSES` x ``(2h + 2h)`` per copy, and the same again in the backward, :data:`PERMUTE_FWD_BWD`);
 - FP8 / MXFP8 / NVFP4: the inputs of the GEMMs whose input is not a norm output (TE fuses those casts into the norm)
   are cast, reading 2 B and writing ~1 B: ``3 x`` (attention output projection input, fc2 inputs, the routed
   copies' fc1 and fc2 inputs);
@@ -31,6 +33,7 @@ values, not measured here.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from bridgebench.model.steptime import registry
 from bridgebench.model.steptime.gemm import MATERIALIZED_ATTENTION, LayerShape, tokens
@@ -50,6 +53,17 @@ FWD_BWD = 3.0
 #: (``tests/model/test_steptime.py``).
 SCORE_BYTES_FWD = 13.0
 SCORE_BYTES_BWD = 19.0
+#: Passes over the routed copies that the ``alltoall`` dispatcher's second permutation makes on the receiving GPU
+#: when it holds more than one expert: ``sort_chunks_by_idxs`` orders the received copies by local expert before
+#: the experts (``dispatch_postprocess``) and restores the source order after them (``combine_preprocess``), each
+#: reading and writing every copy once (``2h + 2h`` bytes); a capacity-padded dispatch does the same with a
+#: ``transpose().contiguous()``. megatron-core 0.19.2 ``transformer/moe/token_dispatcher.py``
+#: (``MoEAlltoAllTokenDispatcher``); the ``flex`` dispatchers (DeepEP, HybridEP) permute inside their fused
+#: dispatch / combine and make no such pass.
+SORT_CHUNKS_PASSES = 2.0
+#: Forward + backward bytes over forward bytes of a permutation: its backward is the inverse permutation of the
+#: gradient, one read and one write (not the 2x of an element-wise op that reads its saved input).
+PERMUTE_FWD_BWD = 2.0
 
 
 @lru_cache(maxsize=4096)
@@ -75,13 +89,14 @@ def layer_bytes(sid: int, kind: str, sh: LayerShape) -> tuple[tuple[str, float],
         other += 4.0 * (spec.num_attention_heads / tp + max(spec.query_groups / tp, 1.0)) * d * t
         proj_in = spec.num_attention_heads * d / tp
     act_per = 6.0 if spec.gated_linear_unit else 4.0
-    moe_act = 0.0
+    moe_act = sorted_copies = 0.0
     if kind.endswith("moe"):
         e_num = spec.num_moe_experts or 1
         fe = spec.moe_ffn_hidden_size or spec.ffn_hidden_size
         copies = tsp * spec.moe_router_topk * sh.etp
         other += 16.0 * e_num * tsp + 4.0 * h * copies + 4.0 * h * tsp
         moe_act = act_per * fe / sh.etp * copies
+        sorted_copies = copies * SORT_CHUNKS_PASSES if sort_chunks(spec, sh) else 0.0
         fs = spec.moe_shared_expert_intermediate_size or 0
         other += act_per * fs / tp * t
         if fp8:
@@ -93,7 +108,14 @@ def layer_bytes(sid: int, kind: str, sh: LayerShape) -> tuple[tuple[str, float],
             other += 3.0 * (proj_in + f / tp) * t
     if kind.startswith("mtp"):
         other += 12.0 * h * t  # eh_proj's concatenation and the extra norms
+    other += PERMUTE_FWD_BWD / FWD_BWD * 4.0 * h * sorted_copies
     return (("layernorm", FWD_BWD * norms), ("moe_act", FWD_BWD * moe_act), ("other", FWD_BWD * other))
+
+
+def sort_chunks(spec: Any, sh: LayerShape) -> bool:
+    """Whether an MoE layer's received copies go through ``sort_chunks_by_idxs`` (:data:`SORT_CHUNKS_PASSES`):
+    the ``alltoall`` dispatcher with more than one local expert (``num_moe_experts / EP > 1``)."""
+    return sh.dispatcher == "alltoall" and (spec.num_moe_experts or 1) // max(sh.ep, 1) > 1
 
 
 def score_bytes(sid: int, sh: LayerShape) -> tuple[float, float]:

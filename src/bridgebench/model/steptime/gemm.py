@@ -76,7 +76,8 @@ def shape_factor(m: float, n: float, k: float, tile: float) -> float:
 @dataclass(frozen=True, kw_only=True)
 class LayerShape:
     """What fixes a layer's per-GPU shapes: TP, CP, EP, ETP, MBS, sequence parallelism, the GEMM peak key, FP8
-    attention. Hashable (cache key)."""
+    attention, the attention backend and the MoE dispatcher (:attr:`TimeConfig.dispatcher`: which permutations run
+    on the GPU). Hashable (cache key)."""
 
     tp: int
     cp: int
@@ -87,6 +88,7 @@ class LayerShape:
     peak_key: str
     fp8_attention: bool = False
     attention_backend: str = "auto"
+    dispatcher: str = "alltoall"
 
 
 #: Megatron-Core ``attention_backend`` values (``transformer/enums.py`` ``AttnBackend``, megatron-core 0.19.2) whose

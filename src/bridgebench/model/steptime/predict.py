@@ -163,6 +163,7 @@ def layer_shape(cfg: TimeConfig) -> LayerShape:
         peak_key=cfg.peak_key,
         fp8_attention=cfg.fp8_dot_product_attention,
         attention_backend=cfg.attention_backend,
+        dispatcher=cfg.dispatcher,
     )
 
 
