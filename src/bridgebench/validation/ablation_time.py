@@ -90,11 +90,11 @@ def software_release(r: dict[str, str]) -> tuple[str | None, str | None]:
     (``nvcr.io/nvidia/nemo:24.12`` -> ``24.12``; before every published table, so the first published release's
     level applies, :mod:`bridgebench.model.steptime.release`), the month of the Megatron-LM commit its source quotes
     (:data:`COMMIT_RELEASE`), or (None, None): another framework or a paper, whose level is the group's mean."""
-    m = re.search(r"nemo:(\d\d\.\d\d)", r["framework"].lower())
+    m = re.search(r"nemo:(\d\d\.\d\d)", r.get("framework", "").lower())
     if m:
         return m.group(1), f"release: the NeMo {m.group(1)} container the row ran"
     for commit, release in COMMIT_RELEASE.items():
-        if f"@ {commit}" in r["source"]:
+        if f"@ {commit}" in r.get("source", ""):
             return release, f"release: {release}, the month of Megatron-LM commit {commit} the source quotes"
     return None, None
 
