@@ -278,7 +278,13 @@ def part_b(rows, cal) -> dict:
         "leave one release out": lambda r: r.release,
         "leave one configuration out": lambda r: config_key(r.spec, r.cfg),
     }
-    fixed = dict(c_grid=(cal.c_layer,), host_grid=(cal.host_moe,), kappa=cal.kappa, ns_efficiency=cal.ns_efficiency)
+    fixed = dict(
+        c_grid=(cal.c_layer,),
+        host_grid=(cal.host_moe,),
+        expert_grid=(cal.host_moe_expert,),
+        kappa=cal.kappa,
+        ns_efficiency=cal.ns_efficiency,
+    )
     for name, key in keys.items():
         pred, tiers, _ = leave_out(rows, key, lambda rs: calibrate(rs, **fixed))
         errs = [(p / r.tflops - 1, t) for r, p, t in zip(rows, pred, tiers) if p]

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.slurm
 
 
 def test_status_shows_live_figures_and_follow_ends_with_the_job(bb, slurm_cluster):  # noqa: F811
-    attempts = json.loads(bb("submit", *SMALL, "job.repeats=25", "--json").stdout)
+    # long enough (3 families x 1,000 timed steps, tens of seconds) that a status poll sees it running, loaded or not
+    attempts = json.loads(bb("submit", *SMALL, "job.repeats=1000", "--json").stdout)
     run_id, job = attempts[0]["run_id"], attempts[0]["slurm_job_id"]
     slurm_cluster.wait_running(job, timeout=120)
     live = None

@@ -14,7 +14,7 @@ from bridgebench.config.time_knobs import time_knobs
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig
 from bridgebench.model.steptime.fit import Row, calibrate
-from bridgebench.model.steptime.predict import layer_time, predict_time
+from bridgebench.model.steptime.predict import host_seconds, layer_time, predict_time
 from bridgebench.model.steptime.release import GroupLevel, LevelTable, release_index
 
 B200 = GpuFacts.from_mapping(load_gpu("b200"))
@@ -69,10 +69,32 @@ def test_the_fit_recovers_a_known_host_time(models):
             cfg = TimeConfig.from_flat(**QWEN, mbs=mbs, release=release)
             tflops = predict_time(spec, cfg, CAL).tflops_per_gpu
             rows.append(Row(spec=spec, cfg=cfg, tflops=tflops, release=release))
-    cal = calibrate(rows, c_grid=(0.0,), host_grid=(0.0, HOST / 2, HOST, 2 * HOST))
+    cal = calibrate(rows, c_grid=(0.0,), host_grid=(0.0, HOST / 2, HOST, 2 * HOST), expert_grid=(0.0,))
     assert cal.host_moe == HOST
     assert cal.efficiency[("b200", "fp8")] == pytest.approx(0.4, rel=1e-3)  # the fixed point's tolerance
     assert all(abs(y) < 1e-3 for g in cal.groups.values() for y in g.y)
+
+
+def test_the_host_time_grows_with_the_experts_a_gpu_holds_and_the_fit_recovers_both_parts(models):
+    """host = host_moe + host_moe_expert x (experts / EP) (predict.host_seconds: a GEMM launch per local expert);
+    rows at EP 2, 4 and 8 (64, 32 and 16 local experts) and two MBS per release give both parts back from the grid."""
+    spec = models["qwen3_30b_a3b"]
+    truth = dataclasses.replace(CAL, host_moe=2e-3, host_moe_expert=1e-4)
+    one = TimeConfig.from_flat(**QWEN, mbs=1)
+    assert host_seconds(spec, one, 2e-3, 1e-4) == pytest.approx(2e-3 + 1e-4 * spec.num_moe_experts / 8)
+    assert host_seconds(spec, one.with_dims(ep=2), 2e-3, 1e-4) == pytest.approx(2e-3 + 1e-4 * spec.num_moe_experts / 2)
+    assert host_seconds(models["llama3_70b"], one, 2e-3, 1e-4) == pytest.approx(2e-3 + 1e-4)  # no experts: one
+    rows = []
+    for release, mbs_values in (("26.02", (1, 2)), ("26.04", (4, 2))):
+        for mbs in mbs_values:
+            for ep in (2, 4, 8):
+                cfg = TimeConfig.from_flat(**(QWEN | {"ep": ep}), mbs=mbs, release=release)
+                rows.append(
+                    Row(spec=spec, cfg=cfg, tflops=predict_time(spec, cfg, truth).tflops_per_gpu, release=release)
+                )
+    cal = calibrate(rows, c_grid=(0.0,), host_grid=(0.0, 2e-3, 4e-3), expert_grid=(0.0, 5e-5, 1e-4, 2e-4))
+    assert (cal.host_moe, cal.host_moe_expert) == (2e-3, 1e-4)
+    assert Calibration.from_mapping(cal.to_mapping()).host_moe_expert == 1e-4  # written and read back
 
 
 def test_a_relative_is_carried_by_its_gpus_release_effect():

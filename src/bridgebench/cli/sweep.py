@@ -298,7 +298,8 @@ def calibrate(
     typer.echo(source)
     typer.echo(
         f"c_layer {cal.c_layer * 1e3:.3f} ms per layer per microbatch; host_moe {cal.host_moe * 1e3:.1f} ms of host "
-        "work per MoE layer per microbatch (exposed where the dispatch waits on the host)"
+        f"work per MoE layer per microbatch + {cal.host_moe_expert * 1e3:.2f} ms per expert the GPU holds (exposed "
+        "where the dispatch waits on the host)"
     )
     typer.echo(
         f"Muon: ns_efficiency {cal.ns_efficiency:.3f} of the BF16 peak, kappa {cal.kappa * 1e6:.0f} us per matrix "

@@ -104,10 +104,10 @@ def check_models(
     def step(what: str) -> Callable[[str], None] | None:
         return (lambda msg: progress(f"leave one {what} out: {msg}")) if progress else None
 
-    # the folds keep the shipped c_layer and host_moe (the grid search per fold would take 15x as long; see
+    # the folds keep the shipped c_layer and host pair (the grid search per fold would take 45x as long; see
     # bridgebench.model.steptime.fit.calibrate)
-    c, h = calib.time.c_layer, calib.time.host_moe
-    fixed = lambda rs: calibrate(rs, c_grid=(c,), host_grid=(h,))  # noqa: E731
+    c, h, x = calib.time.c_layer, calib.time.host_moe, calib.time.host_moe_expert
+    fixed = lambda rs: calibrate(rs, c_grid=(c,), host_grid=(h,), expert_grid=(x,))  # noqa: E731
     held, loro_tiers, _ = leave_out(rows, lambda r: r.release, fixed, step("release"))
     loco, loco_tiers, _ = leave_out(rows, lambda r: config_key(r.spec, r.cfg), fixed, step("configuration"))
     memory = _memory_verdicts(rows, calib)

@@ -4,7 +4,8 @@ written by ``bridgebench calibrate --write``; :mod:`bridgebench.model.steptime.f
 Fitted on NVIDIA's published tables: ``efficiency[(gpu, precision class)]`` (the fraction of the datasheet rates --
 tensor-core peak -- the GEMMs reach, on top of the GEMM shape law), ``c_layer`` (seconds per layer per microbatch:
 launches and host work), ``host_moe`` (seconds of host work per MoE layer per microbatch that a host-synchronised token
-dispatch exposes, :func:`bridgebench.model.steptime.predict.host_exposed`), the release levels (``groups`` and
+dispatch exposes, :func:`bridgebench.model.steptime.predict.host_exposed`) and ``host_moe_expert`` (its part per
+expert the GPU holds), the release levels (``groups`` and
 ``family_level``, :mod:`bridgebench.model.steptime.release`) and the uncertainty bands (``bands``: the root mean square
 of the held-out log errors of a group's rows, each predicted by a calibration fitted without that row's release,
 partially pooled towards its GPU and precision class's, as a relative +-; ``band_by_gpu`` a GPU and precision class,
@@ -35,6 +36,7 @@ class Calibration:
     rows: dict[tuple[str, str], int] = field(default_factory=dict)
     c_layer: float = 0.0
     host_moe: float = 0.0
+    host_moe_expert: float = 0.0
     kappa: float = 1.4e-4
     ns_efficiency: float = 0.5
     default_efficiency: float = 0.35
@@ -163,6 +165,7 @@ class Calibration:
             rows=rows,
             c_layer=float(data.get("c_layer_s", 0.0)),
             host_moe=float(data.get("host_moe_s", 0.0)),
+            host_moe_expert=float(data.get("host_moe_expert_s", 0.0)),
             kappa=float(data.get("kappa_s", 1.4e-4)),
             ns_efficiency=float(data.get("ns_efficiency", 0.5)),
             default_efficiency=float(data.get("default_efficiency", 0.35)),
@@ -177,10 +180,10 @@ class Calibration:
         bad = {k: v for k, v in eff.items() if not v > 0} | {
             k: getattr(cal, k) for k in ("kappa", "ns_efficiency", "default_efficiency") if not getattr(cal, k) > 0
         }
-        if bad or cal.c_layer < 0 or cal.host_moe < 0 or cal.band_default < 0:
+        if bad or min(cal.c_layer, cal.host_moe, cal.host_moe_expert, cal.band_default) < 0:
             raise TimeModelError(
-                "calibration constants must be positive (c_layer_s, host_moe_s, band_default >= 0), got "
-                f"{bad or (cal.c_layer, cal.host_moe, cal.band_default)}"
+                "calibration constants must be positive (c_layer_s, host_moe_s, host_moe_expert_s, band_default >= 0), "
+                f"got {bad or (cal.c_layer, cal.host_moe, cal.host_moe_expert, cal.band_default)}"
             )
         return cal
 
@@ -201,6 +204,7 @@ class Calibration:
         out = {
             "c_layer_s": self.c_layer,
             "host_moe_s": self.host_moe,
+            "host_moe_expert_s": self.host_moe_expert,
             "kappa_s": self.kappa,
             "ns_efficiency": self.ns_efficiency,
             "default_efficiency": self.default_efficiency,

@@ -6,10 +6,12 @@
    ``L`` grows; communication runs at datasheet bandwidths and does not scale).
 2. **Efficiencies** (:func:`calibrate`): each (GPU, precision class) efficiency is set so that its rows' implied
    levels have a geometric mean of 1 (a fixed point, reached in :data:`E_ITERATIONS` steps).
-3. **c_layer** (seconds per layer per microbatch) from :data:`C_LAYER_GRID` and **host_moe** (seconds of host
-   work per MoE layer per microbatch, exposed where the token dispatch waits on the host:
-   :func:`~bridgebench.model.steptime.predict.host_exposed`) from :data:`HOST_MOE_GRID`, by internal
-   cross-validation on the training rows only: the pair whose rows' log levels are best predicted by the level
+3. **c_layer** (seconds per layer per microbatch) from :data:`C_LAYER_GRID`, **host_moe** (seconds of host work per
+   MoE layer per microbatch, exposed where the token dispatch waits on the host:
+   :func:`~bridgebench.model.steptime.predict.host_exposed`) from :data:`HOST_MOE_GRID` and **host_moe_expert** (its
+   part per local expert, :func:`~bridgebench.model.steptime.predict.host_seconds`) from :data:`HOST_EXPERT_GRID`,
+   by internal
+   cross-validation on the training rows only: the triple whose rows' log levels are best predicted by the level
    table of the OTHER releases (:func:`_loro_level_error`, the same reading the predictions use) -- the
    configuration physics is judged on what it leaves to the release levels. (The mean of that and the
    leave-one-configuration-out level error chose 8 ms instead of 6: held out, LORO 7.3 % and LOCO 14.1 % against
@@ -22,8 +24,8 @@
    callers that read them -- the root mean square of the leave-one-release-out log errors per GPU and precision
    class and over all rows, per group partially pooled towards its GPU and precision class (:func:`bands_from`).
 
-Nothing is fitted per row: the free parameters are one efficiency per (GPU, precision class), ``c_layer`` and
-``host_moe``; the release levels are the published rows' own levels, read off the table.
+Nothing is fitted per row: the free parameters are one efficiency per (GPU, precision class), ``c_layer``,
+``host_moe`` and ``host_moe_expert``; the release levels are the published rows' own levels, read off the table.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ C_LAYER_GRID = (0.0, 5e-5, 1e-4, 2e-4, 4e-4, 8e-4, 1.6e-3)
 #: :func:`calibrate`: 0 (no host floor) to 16 ms, a MoE layer's few hundred kernel launches and its token-count
 #: synchronisations at some 10-40 us each (PyTorch eager dispatch, Megatron-Core's Python).
 HOST_MOE_GRID = (0.0, 2e-3, 4e-3, 6e-3, 8e-3, 1e-2, 1.2e-2, 1.6e-2)
+#: grid of ``host_moe_expert`` values (s of host work per local expert per MoE layer per microbatch) tried by
+#: :func:`calibrate` jointly with :data:`HOST_MOE_GRID`: 0 to 0.4 ms, the experts' six GEMMs and their casts at some
+#: 10-40 us of launch each (Transformer Engine's multi-stream cuBLAS grouped GEMM, one GEMM per expert).
+HOST_EXPERT_GRID = (0.0, 1e-4, 2e-4, 3e-4, 4e-4)
 #: bracket of implied levels searched.
 LEVEL_BRACKET = (1e-3, 20.0)
 #: most fixed-point steps of the efficiency of each (GPU, precision class) (see the module docstring; secant steps,
@@ -73,10 +79,17 @@ class Row:
 
 
 def implied_level(
-    r: Row, eff: float, c_layer: float, kappa: float, ns_efficiency: float, host_moe: float = 0.0
+    r: Row,
+    eff: float,
+    c_layer: float,
+    kappa: float,
+    ns_efficiency: float,
+    host_moe: float = 0.0,
+    host_moe_expert: float = 0.0,
 ) -> float | None:
     """The software level at which ``r`` is predicted at its published TFLOP/s given efficiency ``eff`` and host
-    work ``host_moe`` per MoE layer per microbatch (None when the level-independent terms alone exceed its step)."""
+    work ``host_moe`` per MoE layer per microbatch, ``host_moe_expert`` more per local expert (None when the
+    level-independent terms alone exceed its step)."""
     from scipy.optimize import brentq
 
     flops = step_flops_of(registry.handle(r.spec), r.cfg.gbs, r.cfg.tp, r.cfg.flops_formula)
@@ -84,7 +97,17 @@ def implied_level(
 
     def gap(log_level: float) -> float:
         lv = math.exp(log_level)
-        terms = evaluate(r.spec, r.cfg, eff * lv, c_layer, kappa, ns_efficiency, lv, host_moe=host_moe)[0]
+        terms = evaluate(
+            r.spec,
+            r.cfg,
+            eff * lv,
+            c_layer,
+            kappa,
+            ns_efficiency,
+            lv,
+            host_moe=host_moe,
+            host_moe_expert=host_moe_expert,
+        )[0]
         return sum(terms.values()) - target
 
     lo, hi = (math.log(v) for v in LEVEL_BRACKET)
@@ -144,17 +167,23 @@ def _loro_level_error(rows: Sequence[Row], ys: Sequence[float]) -> float:
 
 
 def _fit_at(
-    rows: Sequence[Row], c: float, host: float, kappa: float, ns_efficiency: float, default_efficiency: float
+    rows: Sequence[Row],
+    c: float,
+    host: tuple[float, float],
+    kappa: float,
+    ns_efficiency: float,
+    default_efficiency: float,
 ) -> tuple[Calibration, list[tuple[Row, float]]] | None:
-    """The efficiencies per (GPU, precision class) at ``c_layer = c`` and ``host_moe = host`` (the fixed point of the
-    module docstring) and the rows' log levels re-centred on them; None when no row leaves room for compute."""
+    """The efficiencies per (GPU, precision class) at ``c_layer = c`` and ``(host_moe, host_moe_expert) = host``
+    (the fixed point of the module docstring) and the rows' log levels re-centred on them; None when no row leaves
+    room for compute."""
     keys = [(r.cfg.gpu.name, r.cfg.precision_class) for r in rows]
     log_eff = dict.fromkeys(keys, math.log(E_START))
     last: dict[tuple[str, str], tuple[float, float]] = {}
     used: list[tuple[Row, float]] = []
     means: dict[tuple[str, str], float] = {}
     for _ in range(E_ITERATIONS):
-        found = [implied_level(r, math.exp(log_eff[k]), c, kappa, ns_efficiency, host) for r, k in zip(rows, keys)]
+        found = [implied_level(r, math.exp(log_eff[k]), c, kappa, ns_efficiency, *host) for r, k in zip(rows, keys)]
         logs: dict[tuple[str, str], list[float]] = {}
         for k, v in zip(keys, found):
             if v is not None:
@@ -170,7 +199,12 @@ def _fit_at(
     if not used:
         return None
     cal = Calibration(
-        c_layer=c, host_moe=host, kappa=kappa, ns_efficiency=ns_efficiency, default_efficiency=default_efficiency
+        c_layer=c,
+        host_moe=host[0],
+        host_moe_expert=host[1],
+        kappa=kappa,
+        ns_efficiency=ns_efficiency,
+        default_efficiency=default_efficiency,
     )
     for r, _ in used:
         k = (r.cfg.gpu.name, r.cfg.precision_class)
@@ -197,13 +231,15 @@ def calibrate(
     *,
     c_grid: Iterable[float] = C_LAYER_GRID,
     host_grid: Iterable[float] = HOST_MOE_GRID,
+    expert_grid: Iterable[float] = HOST_EXPERT_GRID,
     levels: bool = True,
     kappa: float = 1.4e-4,
     ns_efficiency: float = 0.5,
     default_efficiency: float = 0.35,
 ) -> Calibration:
-    """Fit the efficiencies per (GPU, precision class), ``c_layer`` and ``host_moe`` (``host_moe`` over ``host_grid``
-    at the first ``c_layer`` of ``c_grid``, then ``c_layer`` over ``c_grid`` at that ``host_moe``; each by
+    """Fit the efficiencies per (GPU, precision class), ``c_layer``, ``host_moe`` and ``host_moe_expert`` (the host
+    pair over ``host_grid`` x ``expert_grid`` at the first ``c_layer`` of ``c_grid``, then ``c_layer`` over ``c_grid``
+    at that pair; each by
     :func:`_loro_level_error`) and (with ``levels``) the release levels on ``rows`` (see the module
     docstring). ``kappa`` and ``ns_efficiency`` are given (the published tables carry no Muon-only measurement;
     :mod:`bridgebench.validation.muon_fit` fits them on the blog's Table 1).
@@ -211,23 +247,24 @@ def calibrate(
     Raises:
         TimeModelError: no row whose rate-independent terms leave room for compute.
     """
-    c_grid, host_grid = list(c_grid), list(host_grid)
-    scored: dict[tuple[float, float], tuple[float, Calibration, list[Any]]] = {}
+    c_grid, host_grid, expert_grid = list(c_grid), list(host_grid), list(expert_grid)
+    scored: dict[tuple[float, float, float], tuple[float, Calibration, list[Any]]] = {}
+    single = len(c_grid) * len(host_grid) * len(expert_grid) == 1
 
-    def best_of(pairs: list[tuple[float, float]]) -> tuple[float, Calibration, list[Any]] | None:
-        for c, h in pairs:
-            if (c, h) not in scored and (fitted := _fit_at(rows, c, h, kappa, ns_efficiency, default_efficiency)):
+    def best_of(points: list[tuple[float, float, float]]) -> tuple[float, Calibration, list[Any]] | None:
+        for c, h, x in points:
+            fitted = None if (c, h, x) in scored else _fit_at(rows, c, (h, x), kappa, ns_efficiency, default_efficiency)
+            if fitted:
                 cal, resid = fitted
-                single = len(c_grid) * len(host_grid) == 1
                 err = 0.0 if single else _loro_level_error([r for r, _ in resid], [y for _, y in resid])
-                scored[(c, h)] = (err, cal, resid)
-        found = [scored[p] for p in pairs if p in scored]
+                scored[(c, h, x)] = (err, cal, resid)
+        found = [scored[p] for p in points if p in scored]
         return min(found, key=lambda t: t[0]) if found else None
 
-    # one pass of coordinate search: host_moe at the first c_layer, then c_layer at that host_moe
-    first = best_of([(c_grid[0], h) for h in host_grid])
-    host = first[1].host_moe if first else host_grid[0]
-    best = best_of([(c, host) for c in c_grid])
+    # one pass of coordinate search: the host pair at the first c_layer, then c_layer at that pair
+    first = best_of([(c_grid[0], h, x) for h in host_grid for x in expert_grid])
+    host = (first[1].host_moe, first[1].host_moe_expert) if first else (host_grid[0], expert_grid[0])
+    best = best_of([(c, *host) for c in c_grid])
     if best is None:
         raise TimeModelError("no usable calibration rows (rate-independent terms exceed every row's step time)")
     _, cal, resid = best
@@ -367,7 +404,7 @@ def calibrate_with_bands(
     of :func:`bands_from` (leave one release out); returns the calibration and the held-out (leave one release out)
     predictions."""
     cal = calibrate(rows, **kw)
-    fold_kw = dict(kw, c_grid=(cal.c_layer,), host_grid=(cal.host_moe,))
+    fold_kw = dict(kw, c_grid=(cal.c_layer,), host_grid=(cal.host_moe,), expert_grid=(cal.host_moe_expert,))
     held, preds = held_out_experiments(rows, lambda rs: calibrate(rs, **fold_kw), progress)
     out = bands_from(rows, preds["release"], cal)
     out.conformal = conformal_bands(held, Seen.of(rows))

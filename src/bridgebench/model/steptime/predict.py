@@ -11,11 +11,14 @@ Per microbatch, each pipeline rank runs its layers (:func:`rank_layers`); per la
 - ``recompute``: the forward work recomputation repeats (:mod:`~bridgebench.model.steptime.recompute`);
 - ``overhead``: ``c_layer`` per layer (fitted), plus, per MoE layer whose token dispatch waits on the host
   (:attr:`~bridgebench.model.steptime.config.TimeConfig.host_synced_dispatch`: every dropless dispatcher in its
-  default blocking mode), the host work the GPU cannot hide: ``max(0, host_moe / level - t_gpu)`` with ``t_gpu``
-  the layer's own seconds on the GPU (:func:`host_exposed`; ``host_moe`` fitted, seconds of host work per MoE
-  layer per microbatch, forward and backward). The host launches the layer's kernels while the GPU runs the
-  previous ones, until the dispatch needs the per-expert token counts: a short layer (a small MoE at MBS 1) is
-  launch-bound, a long one hides the host.
+  default blocking mode), the host work the GPU cannot hide: ``max(0, host / level - t_gpu)`` with ``t_gpu``
+  the layer's own seconds on the GPU (:func:`host_exposed`) and ``host = host_moe + host_moe_expert x E_local``
+  (:func:`host_seconds`; both fitted: seconds of host work per MoE layer per microbatch, forward and backward, and
+  its part per expert the GPU holds, ``E_local = num_moe_experts / EP`` -- Transformer Engine's ``GroupedLinear``
+  runs the experts' six forward / backward GEMMs through ``nvte_multi_stream_cublas_gemm``, which launches one cuBLAS
+  GEMM per local expert, ``common/gemm/cublaslt_gemm.cu``; later releases deprecate it for a single grouped call).
+  The host launches the layer's kernels while the GPU runs the previous ones, until the dispatch needs the
+  per-expert token counts: a short layer (a small MoE at MBS 1) is launch-bound, a long one hides the host.
 
 The busiest rank's per-microbatch time ``t_mb`` sets the pace: ``m x t_mb`` plus the ``bubble`` ``(PP - 1)/VP x
 t_mb`` and the exposed stage sends ``pp_p2p`` (:mod:`~bridgebench.model.steptime.pp`), the exposed data-parallel
@@ -212,6 +215,14 @@ def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate:
 GPU_TERMS = ("compute", "elementwise", "tp_comm", "cp_comm", "ep_a2a", "recompute")
 
 
+def host_seconds(spec: ModelSpec, cfg: TimeConfig, host_moe: float, host_moe_expert: float) -> float:
+    """Seconds of host work per MoE layer per microbatch at level 1: ``host_moe + host_moe_expert x E_local``,
+    ``E_local = num_moe_experts / EP`` the experts one GPU holds (module docstring: Transformer Engine's multi-stream
+    cuBLAS grouped GEMM launches a GEMM per local expert)."""
+    local = max(1, (spec.num_moe_experts or 1) // max(cfg.ep, 1))
+    return host_moe + host_moe_expert * local
+
+
 def host_exposed(
     kinds: tuple[tuple[str, int], ...], per_kind: dict[str, dict[str, Any]], cfg: TimeConfig, host: float, level: float
 ) -> float:
@@ -245,11 +256,13 @@ def evaluate(
     ns_efficiency: float,
     elem_rate: float | None = None,
     host_moe: float = 0.0,
+    host_moe_expert: float = 0.0,
 ) -> tuple[dict[str, float], OptimizerStep, int, bool]:
     """The terms of one point at GEMM rate multiplier ``rate`` (fraction of the tensor-core peaks, after the shape
     law) and element-wise rate multiplier ``elem_rate`` (fraction of HBM bandwidth x :data:`HBM_EFFICIENCY`;
     default ``rate``; the software level), with ``host_moe`` seconds of host work per MoE layer per microbatch at
-    level 1 (:func:`host_exposed`), see the module docstring: (terms, optimizer detail, busiest rank, EP leaves the
+    level 1 and ``host_moe_expert`` more per local expert (:func:`host_seconds`, :func:`host_exposed`), see the
+    module docstring: (terms, optimizer detail, busiest rank, EP leaves the
     NVLink domain).
 
     Raises:
@@ -261,6 +274,7 @@ def evaluate(
     sh = layer_shape(cfg)
     hbm = cfg.gpu.hbm_bandwidth * HBM_EFFICIENCY * (rate if elem_rate is None else elem_rate)
     share = recompute.share_of_layers(spec, cfg) if cfg.recompute_granularity == "full" else 1.0
+    host = host_seconds(spec, cfg, host_moe, host_moe_expert)
     per_kind: dict[str, dict[str, Any]] = {}
     best: tuple[float, int, dict[str, Any]] | None = None
     scale_out = False
@@ -276,7 +290,7 @@ def evaluate(
         if loss:
             acc["compute"] += sum(v for _, v in layer_gemm_seconds(sid, gid, "logits", sh)) / rate
             acc["elementwise"] += sum(b for _, b in layer_bytes(sid, "logits", sh)) / hbm
-        acc["overhead"] = c_layer * n_layers + host_exposed(kinds, per_kind, cfg, host_moe, elem_rate or rate)
+        acc["overhead"] = c_layer * n_layers + host_exposed(kinds, per_kind, cfg, host, elem_rate or rate)
         t_mb = sum(acc.values())
         if best is None or t_mb > best[0]:
             best = (t_mb, r, acc)
@@ -333,7 +347,15 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
     key = group_key(spec, cfg)
     rate, level, eff_src, level_src = rates(spec, cfg, calib)
     terms, opt, rank, scale_out = evaluate(
-        spec, cfg, rate, calib.c_layer, calib.kappa, calib.ns_efficiency, level, host_moe=calib.host_moe
+        spec,
+        cfg,
+        rate,
+        calib.c_layer,
+        calib.kappa,
+        calib.ns_efficiency,
+        level,
+        host_moe=calib.host_moe,
+        host_moe_expert=calib.host_moe_expert,
     )
     levels: dict[int, float] = {}
     novelty: tuple[str, ...] = ()
