@@ -330,14 +330,17 @@ def test_calibration_file_round_trip():
     cal = calibration.load().time
     again = Calibration.from_mapping(cal.to_mapping())
     assert again.efficiency == pytest.approx(cal.efficiency, rel=1e-5)
-    assert (again.c_layer, again.host_moe, again.kappa, again.ns_efficiency) == (
+    assert (again.c_layer, again.host_moe, again.host_moe_expert, again.kappa, again.ns_efficiency) == (
         cal.c_layer,
         cal.host_moe,
+        cal.host_moe_expert,
         cal.kappa,
         cal.ns_efficiency,
     )
     with pytest.raises(TimeModelError, match="host_moe_s"):
         Calibration.from_mapping({**cal.to_mapping(), "host_moe_s": -1e-3})
+    with pytest.raises(TimeModelError, match="positive"):
+        Calibration.from_mapping({**cal.to_mapping(), "host_moe_expert_s": -1e-4})
     assert again.groups == cal.groups and cal.groups and again.family_level == cal.family_level
     assert again.bands == cal.bands and cal.bands and 0 < cal.band_default < 1
     with pytest.raises(TimeModelError, match="positive"):
@@ -351,7 +354,11 @@ def test_shipped_calibration_is_the_fit_of_the_shipped_published_table():
 
     shipped = calibration.load().time
     refit = fit()
-    assert (refit.c_layer, refit.host_moe) == (shipped.c_layer, shipped.host_moe)
+    assert (refit.c_layer, refit.host_moe, refit.host_moe_expert) == (
+        shipped.c_layer,
+        shipped.host_moe,
+        shipped.host_moe_expert,
+    )
     assert set(refit.efficiency) == set(shipped.efficiency)
     for key, value in refit.efficiency.items():
         assert shipped.efficiency[key] == pytest.approx(value, rel=1e-4), key
