@@ -254,3 +254,23 @@ def test_messages_redact_the_values_of_the_new_names(name):
     for text in (f"{name}=hunter2-issue24", f'"{name}": "hunter2-issue24"', f"{name}: hunter2-issue24"):
         assert "hunter2" not in redact(text) and name in redact(text), text
     assert redact("NCCL_P2P_ACCESS=1 PWD=/work") == "NCCL_P2P_ACCESS=1 PWD=/work"
+
+
+def test_text_with_an_interpolation_start_is_written_so_omegaconf_reads_it_back_as_itself(tmp_path):
+    """A resolved config holds values only: a ``${`` left in one is text (a wrapper word, a name), escaped by
+    config/secrets.py::omegaconf_safe for every writer (config.yaml, node config, config hash); env_vars keep their
+    by-name references. Unescaped, ``${)`` broke plan with a GrammarParseError (found by hypothesis)."""
+    from omegaconf import OmegaConf
+
+    from bridgebench.config.secrets import omegaconf_safe
+
+    words = ["${)", "${x}", "a\\${x}", "\\\\${y", "$${a}", "plain", "a\\", "}${"]
+    plain = {"job": {"wrapper": words, "n": 1}, "env_vars": {"HOME_DIR": "${oc.env:HOME}"}}
+    safe = omegaconf_safe(plain)
+    assert plain["job"]["wrapper"] == words  # the input is not changed
+    assert safe["env_vars"] == plain["env_vars"] and safe["job"]["n"] == 1
+    path = tmp_path / "config.yaml"
+    path.write_text(OmegaConf.to_yaml(OmegaConf.create(safe)))
+    back = OmegaConf.load(path)
+    assert OmegaConf.to_container(back.job, resolve=True)["wrapper"] == words
+    assert back.env_vars._get_node("HOME_DIR")._is_interpolation()  # still read on the node, by name

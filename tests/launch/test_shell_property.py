@@ -265,6 +265,7 @@ def test_env_names_and_values(base, tmp_path_factory, name, value):
 @given(words=st.lists(st.one_of(strings(), st.integers(), st.booleans(), st.floats()), max_size=4))
 @example(words=[True])
 @example(words=["--cpunodebind=0", "a b", "$(x)", "it's"])
+@example(words=["${)", "${x}"])  # text OmegaConf would read as interpolations (hypothesis found "${)")
 def test_wrapper_words(base, tmp_path_factory, words):
     cfg = copy.deepcopy(base["local"])
     cfg.job.wrapper = ["argvprint", *[literal(w) if isinstance(w, str) else w for w in words]]

@@ -430,6 +430,29 @@ def disk_container(cfg: Any) -> dict[str, Any]:
 
 #: an unescaped ``${NAME}`` (upper-case) in a resolved env value: a reference for the job's shell
 _SHELL_REF_OUT = re.compile(r"(?<!\\)\$\{([A-Z_][A-Z0-9_]*)\}")
+#: ``${`` and the backslashes right before it, in a resolved string
+_INTERPOLATION_START = re.compile(r"(\\*)\$\{")
+
+
+def omegaconf_safe(plain: dict[str, Any]) -> dict[str, Any]:
+    """``plain`` (:func:`disk_container`'s dict) with every string outside ``env_vars`` written so that OmegaConf
+    reads it back as itself: each ``${`` escaped as ``\\${`` and the backslashes before it doubled (OmegaConf 2.3's
+    escaping of interpolation strings). A resolved config holds values only, so a ``${`` left there is text a user
+    wrote (``job.wrapper: ['\\${x}']``); unescaped, OmegaConf would read it as an interpolation when the YAML is
+    created or loaded (a ``GrammarParseError`` for ``${)``, another value for ``${x}``). ``env_vars`` keep
+    :func:`disk_container`'s own form (``${oc.env:VAR}`` passed by name, escaped shell references). Returns a new
+    dict; ``plain`` is not changed."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if isinstance(node, str) and "${" in node:
+            return _INTERPOLATION_START.sub(lambda m: m.group(1) * 2 + "\\${", node)
+        return node
+
+    return {k: (v if k == "env_vars" else walk(v)) for k, v in plain.items()}
 
 
 def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:

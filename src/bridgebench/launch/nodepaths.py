@@ -161,8 +161,9 @@ def node_config(cfg: DictConfig) -> str:
     """The job's ``configs/config.yaml``: the resolved config without the submit side's sections (module docstring),
     as YAML. The payloads read model, optimizer, job, precision, training and recipe sections only. Written as
     :func:`bridgebench.config.secrets.disk_container` writes every config: variables passed by name stay
-    ``${oc.env:VAR}``, so no value read from the submitting environment reaches the job folder."""
-    from bridgebench.config.secrets import disk_container
+    ``${oc.env:VAR}``, so no value read from the submitting environment reaches the job folder; a ``${`` a value holds
+    as text is escaped (:func:`bridgebench.config.secrets.omegaconf_safe`), so the job reads it back as written."""
+    from bridgebench.config.secrets import disk_container, omegaconf_safe
 
     plain: dict[str, Any] = disk_container(cfg)
     for key in SUBMIT_SIDE_ONLY:
@@ -173,7 +174,7 @@ def node_config(cfg: DictConfig) -> str:
             node = node.get(k) if isinstance(node, dict) else None
         if isinstance(node, dict) and path[-1] in node:
             node[path[-1]] = value
-    return OmegaConf.to_yaml(OmegaConf.create(plain))
+    return OmegaConf.to_yaml(OmegaConf.create(omegaconf_safe(plain)))
 
 
 def attempt_folder(job_dir: str | None, job_name: str | None) -> Path | None:

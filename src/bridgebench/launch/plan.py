@@ -37,7 +37,14 @@ from bridgebench.config.cluster_fit import cluster_violations
 from bridgebench.config.compose import compose, expand_sweep, run_facts, variant_provenance
 from bridgebench.config.hashing import config_hash
 from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
-from bridgebench.config.secrets import check_secrets, disk_container, redact, redact_override, redact_overrides
+from bridgebench.config.secrets import (
+    check_secrets,
+    disk_container,
+    omegaconf_safe,
+    redact,
+    redact_override,
+    redact_overrides,
+)
 from bridgebench.errors import BridgebenchError
 from bridgebench.launch import executor as ex
 from bridgebench.launch import nemorun, shellsafe
@@ -364,7 +371,7 @@ def _write_run(st: _StagedRun, run_dir: Path, final_dir: Path, prediction: dict 
     cfg, job, result = st.cfg, st.job, st.result
     run_dir.mkdir()
     # as written: variables passed by name stay ${oc.env:VAR} (config/secrets.py)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(disk_container(cfg)))
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(omegaconf_safe(disk_container(cfg))))
     (run_dir / "node_config.yaml").write_text(job.config_text)  # the job's configs/config.yaml
     if result is not None:
         result.container.to_yaml(str(run_dir / "megatron_bridge.yaml"))
