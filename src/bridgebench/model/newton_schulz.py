@@ -443,7 +443,7 @@ def _group_work(
 ) -> _GroupWork:
     """Each matrix's NS FLOPs per TP (expert-TP) rank, added to its param on its pipeline stage (``stage_of[layer]``)
     and, for experts, its EP rank."""
-    experts_per_rank = (model.num_moe_experts // par.ep) if model.is_moe else 0
+    experts_per_rank = model.local_experts(par.ep)
     edp = par.expert_dp
     work = _GroupWork()
     # the same shape costs the same: (rows, cols, TP dim, TP size) -> (full NS FLOPs, per-TP-rank FLOPs, shard numel)

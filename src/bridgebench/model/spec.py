@@ -188,6 +188,11 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.num_moe_experts is not None
 
+    def local_experts(self, ep: int) -> int:
+        """Routed experts one GPU holds at expert-parallel size ``ep`` (``num_moe_experts / EP``; 0 for a dense
+        model). Megatron-Core requires EP to divide the experts (rule ``expert_grid``)."""
+        return self.num_moe_experts // ep if self.num_moe_experts is not None else 0
+
     @property
     def mtp_layers(self) -> int:
         return self.mtp_num_layers or 0

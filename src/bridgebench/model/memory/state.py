@@ -37,7 +37,7 @@ def stage_params(
     spec = tables.spec
     dense: list[Run] = []
     experts: list[Run] = []
-    local_experts = spec.num_moe_experts // ep if spec.is_moe else 0
+    local_experts = spec.local_experts(ep)
     for li in layers:
         kind = tables.layer_kinds[li]
         for p in tables.params[kind]:

@@ -33,8 +33,8 @@ values, not measured here.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
 
+from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import registry
 from bridgebench.model.steptime.gemm import MATERIALIZED_ATTENTION, LayerShape, tokens
 
@@ -108,14 +108,14 @@ def layer_bytes(sid: int, kind: str, sh: LayerShape) -> tuple[tuple[str, float],
             other += 3.0 * (proj_in + f / tp) * t
     if kind.startswith("mtp"):
         other += 12.0 * h * t  # eh_proj's concatenation and the extra norms
-    other += PERMUTE_FWD_BWD / FWD_BWD * 4.0 * h * sorted_copies
+    other += PERMUTE_FWD_BWD / FWD_BWD * 4.0 * h * sorted_copies  # returned x FWD_BWD: PERMUTE_FWD_BWD in all
     return (("layernorm", FWD_BWD * norms), ("moe_act", FWD_BWD * moe_act), ("other", FWD_BWD * other))
 
 
-def sort_chunks(spec: Any, sh: LayerShape) -> bool:
+def sort_chunks(spec: ModelSpec, sh: LayerShape) -> bool:
     """Whether an MoE layer's received copies go through ``sort_chunks_by_idxs`` (:data:`SORT_CHUNKS_PASSES`):
     the ``alltoall`` dispatcher with more than one local expert (``num_moe_experts / EP > 1``)."""
-    return sh.dispatcher == "alltoall" and (spec.num_moe_experts or 1) // max(sh.ep, 1) > 1
+    return sh.dispatcher == "alltoall" and spec.local_experts(sh.ep) > 1
 
 
 def score_bytes(sid: int, sh: LayerShape) -> tuple[float, float]:

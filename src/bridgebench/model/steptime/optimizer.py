@@ -177,7 +177,7 @@ def _muon_rank_loads(sid: int, par: Parallelism, policy: NSPolicy, assignment: s
     dp, edp = par.dp, par.expert_dp  # validates the grids
     stage_of = pp_stage_of_layer(spec, par)
     layers = _layer_params(sid, policy.split_qkv, par.tp, par.etp_, policy.num_ns_steps, policy.kernel, policy.tp_mode)
-    local_experts = spec.num_moe_experts // par.ep if spec.is_moe else 0
+    local_experts = spec.local_experts(par.ep)
     mode = assignment if policy.layer_wise else "replicated"
     dense_items: list[list[Any]] = [[] for _ in range(par.pp)]
     expert_items: list[list[Any]] = [[] for _ in range(par.pp)]

@@ -219,8 +219,7 @@ def host_seconds(spec: ModelSpec, cfg: TimeConfig, host_moe: float, host_moe_exp
     """Seconds of host work per MoE layer per microbatch at level 1: ``host_moe + host_moe_expert x E_local``,
     ``E_local = num_moe_experts / EP`` the experts one GPU holds (module docstring: Transformer Engine's multi-stream
     cuBLAS grouped GEMM launches a GEMM per local expert)."""
-    local = max(1, int(spec.num_moe_experts or 1) // max(int(cfg.ep), 1))
-    return float(host_moe + host_moe_expert * local)
+    return float(host_moe + host_moe_expert * max(1, spec.local_experts(cfg.ep)))
 
 
 def host_exposed(
