@@ -4,6 +4,7 @@ before anything is built or written, and no message repeats them."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -257,20 +258,28 @@ def test_messages_redact_the_values_of_the_new_names(name):
 
 
 def test_text_with_an_interpolation_start_is_written_so_omegaconf_reads_it_back_as_itself(tmp_path):
-    """A resolved config holds values only: a ``${`` left in one is text (a wrapper word, a name), escaped by
-    config/secrets.py::omegaconf_safe for every writer (config.yaml, node config, config hash); env_vars keep their
-    by-name references. Unescaped, ``${)`` broke plan with a GrammarParseError (found by hypothesis)."""
+    """A resolved config holds values only: a ``${`` left in one is text (a wrapper word, an env value, a shell
+    reference), escaped by config/secrets.py::omegaconf_container for every YAML writer (config.yaml, node config,
+    config hash); an env var passed by name stays ``${oc.env:VAR}``. Unescaped, ``${)`` in a wrapper word and ``${0``
+    in an env value broke plan with a GrammarParseError (found by hypothesis)."""
     from omegaconf import OmegaConf
 
-    from bridgebench.config.secrets import omegaconf_safe
+    from bridgebench.config.secrets import omegaconf_container
 
     words = ["${)", "${x}", "a\\${x}", "\\\\${y", "$${a}", "plain", "a\\", "}${"]
-    plain = {"job": {"wrapper": words, "n": 1}, "env_vars": {"HOME_DIR": "${oc.env:HOME}"}}
-    safe = omegaconf_safe(plain)
-    assert plain["job"]["wrapper"] == words  # the input is not changed
-    assert safe["env_vars"] == plain["env_vars"] and safe["job"]["n"] == 1
+    env = {"A": "${0", "B": "${x} ${NAME}", "C": "${"}
+
+    def literal(text: str) -> str:  # as a user types it in a config: each ${ and the backslashes before it escaped
+        return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
+
+    cfg = OmegaConf.create({
+        "job": {"wrapper": [literal(w) for w in words], "n": 1},
+        "env_vars": {"HOME_DIR": "${oc.env:HOME}", **{k: literal(v) for k, v in env.items()}},
+    })  # fmt: skip
+    assert OmegaConf.to_container(cfg.job, resolve=True)["wrapper"] == words
     path = tmp_path / "config.yaml"
-    path.write_text(OmegaConf.to_yaml(OmegaConf.create(safe)))
+    path.write_text(OmegaConf.to_yaml(OmegaConf.create(omegaconf_container(cfg))))
     back = OmegaConf.load(path)
-    assert OmegaConf.to_container(back.job, resolve=True)["wrapper"] == words
+    assert OmegaConf.to_container(back.job, resolve=True) == {"wrapper": words, "n": 1}
+    assert {k: back.env_vars[k] for k in env} == env
     assert back.env_vars._get_node("HOME_DIR")._is_interpolation()  # still read on the node, by name

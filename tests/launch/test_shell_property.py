@@ -246,6 +246,7 @@ def test_sbatch_values(base, tmp_path_factory, fld, data):
 @example(name="lower", value="x")
 @example(name="_", value="x")  # bash sets $_ to the last command's argument: refused by name (the shell owns it)
 @example(name="BASH_ENV", value="/tmp/x")
+@example(name="A", value="${0")  # text OmegaConf would read as an interpolation (found by hypothesis)
 def test_env_names_and_values(base, tmp_path_factory, name, value):
     cfg = copy.deepcopy(base["local"])
     assume("." not in name and "[" not in name and "${" not in name and name)  # Hydra/OmegaConf key syntax

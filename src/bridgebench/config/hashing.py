@@ -14,9 +14,9 @@ def config_hash(cfg: DictConfig) -> str:
     same run must hash the same for every user whatever their ``BRIDGEBENCH_*`` path overrides). Hashed is the config
     as written (:func:`bridgebench.config.secrets.disk_container`): a variable passed by name hashes as its name.
     """
-    from bridgebench.config.secrets import disk_container, omegaconf_safe
+    from bridgebench.config.secrets import omegaconf_container
 
-    plain = disk_container(cfg)
+    plain = omegaconf_container(cfg)
     plain.pop("paths", None)
-    text = OmegaConf.to_yaml(OmegaConf.create(omegaconf_safe(plain)), sort_keys=True)
+    text = OmegaConf.to_yaml(OmegaConf.create(plain), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]

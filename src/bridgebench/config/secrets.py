@@ -413,13 +413,7 @@ def disk_container(cfg: Any) -> dict[str, Any]:
     """The config as bridgebench writes it (``config.yaml``, records, the config hash): resolved, except the
     ``env_vars`` passed by name, which stay the text ``${oc.env:VAR}``; without the ``hydra`` node."""
 
-    names = by_name_all(cfg)
-    if names:
-        cfg = cfg.copy()
-        for key, var in names.items():
-            cfg.env_vars[key] = "\\${oc.env:" + var + "}"
-    plain = plain_dict(cfg, resolve=True)
-    plain.pop("hydra", None)
+    plain, _ = _resolved(cfg)
     env = plain.get("env_vars")
     if isinstance(env, dict):  # ${NAME} for the job's shell (config/env_refs.py shell_references) stays escaped
         for key, value in env.items():
@@ -428,31 +422,49 @@ def disk_container(cfg: Any) -> dict[str, Any]:
     return plain
 
 
+def _resolved(cfg: Any) -> tuple[dict[str, Any], set[str]]:
+    """(the resolved config without ``hydra``, with each env var passed by name as the text ``${oc.env:VAR}``; the
+    names of those env vars)."""
+    names = by_name_all(cfg)
+    if names:
+        cfg = cfg.copy()
+        for key, var in names.items():
+            cfg.env_vars[key] = "\\${oc.env:" + var + "}"
+    plain = plain_dict(cfg, resolve=True)
+    plain.pop("hydra", None)
+    return plain, set(names)
+
+
 #: an unescaped ``${NAME}`` (upper-case) in a resolved env value: a reference for the job's shell
 _SHELL_REF_OUT = re.compile(r"(?<!\\)\$\{([A-Z_][A-Z0-9_]*)\}")
 #: ``${`` and the backslashes right before it, in a resolved string
 _INTERPOLATION_START = re.compile(r"(\\*)\$\{")
 
 
-def omegaconf_safe(plain: dict[str, Any]) -> dict[str, Any]:
-    """``plain`` (:func:`disk_container`'s dict) with every string outside ``env_vars`` written so that OmegaConf
-    reads it back as itself: each ``${`` escaped as ``\\${`` and the backslashes before it doubled (OmegaConf 2.3's
-    escaping of interpolation strings). A resolved config holds values only, so a ``${`` left there is text a user
-    wrote (``job.wrapper: ['\\${x}']``); unescaped, OmegaConf would read it as an interpolation when the YAML is
-    created or loaded (a ``GrammarParseError`` for ``${)``, another value for ``${x}``). ``env_vars`` keep
-    :func:`disk_container`'s own form (``${oc.env:VAR}`` passed by name, escaped shell references). Returns a new
-    dict; ``plain`` is not changed."""
+def omegaconf_container(cfg: Any) -> dict[str, Any]:
+    """:func:`disk_container` as YAML that OmegaConf reads back as itself (``config.yaml``, the job's node config,
+    the config hash): every string written so, each ``${`` escaped as ``\\${`` and the backslashes before it
+    doubled (OmegaConf 2.3's escaping of interpolation strings), except the env vars passed by name, which stay the
+    interpolation ``${oc.env:VAR}`` the job resolves. A resolved config holds values only, so any other ``${`` is
+    text a user wrote (a wrapper word ``${)``, an env value ``${x}``, a shell reference ``${NAME}`` for the job's
+    shell); unescaped, OmegaConf would read it as an interpolation when the YAML is created or loaded (a
+    ``GrammarParseError`` for ``${)``, another value for ``${x}``)."""
+    plain, names = _resolved(cfg)
 
-    def walk(node: Any) -> Any:
+    def walk(node: Any, path: tuple[str, ...]) -> Any:
         if isinstance(node, dict):
-            return {k: walk(v) for k, v in node.items()}
+            return {k: walk(v, (*path, str(k))) for k, v in node.items()}
         if isinstance(node, list):
-            return [walk(v) for v in node]
-        if isinstance(node, str) and "${" in node:
+            return [walk(v, path) for v in node]
+        if (
+            isinstance(node, str)
+            and "${" in node
+            and not (len(path) == 2 and path[0] == "env_vars" and path[1] in names)
+        ):
             return _INTERPOLATION_START.sub(lambda m: m.group(1) * 2 + "\\${", node)
         return node
 
-    return {k: (v if k == "env_vars" else walk(v)) for k, v in plain.items()}
+    return walk(plain, ())
 
 
 def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:

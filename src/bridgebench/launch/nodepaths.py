@@ -162,10 +162,10 @@ def node_config(cfg: DictConfig) -> str:
     as YAML. The payloads read model, optimizer, job, precision, training and recipe sections only. Written as
     :func:`bridgebench.config.secrets.disk_container` writes every config: variables passed by name stay
     ``${oc.env:VAR}``, so no value read from the submitting environment reaches the job folder; a ``${`` a value holds
-    as text is escaped (:func:`bridgebench.config.secrets.omegaconf_safe`), so the job reads it back as written."""
-    from bridgebench.config.secrets import disk_container, omegaconf_safe
+    as text is escaped (:func:`bridgebench.config.secrets.omegaconf_container`), so the job reads it back as written."""
+    from bridgebench.config.secrets import omegaconf_container
 
-    plain: dict[str, Any] = disk_container(cfg)
+    plain: dict[str, Any] = omegaconf_container(cfg)
     for key in SUBMIT_SIDE_ONLY:
         plain.pop(key, None)
     for path, value in SUBMIT_SIDE_EMPTY.items():
@@ -174,7 +174,7 @@ def node_config(cfg: DictConfig) -> str:
             node = node.get(k) if isinstance(node, dict) else None
         if isinstance(node, dict) and path[-1] in node:
             node[path[-1]] = value
-    return OmegaConf.to_yaml(OmegaConf.create(omegaconf_safe(plain)))
+    return OmegaConf.to_yaml(OmegaConf.create(plain))
 
 
 def attempt_folder(job_dir: str | None, job_name: str | None) -> Path | None:

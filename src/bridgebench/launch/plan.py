@@ -39,8 +39,7 @@ from bridgebench.config.hashing import config_hash
 from bridgebench.config.run_flops import ns_policy, parallelism, step_flops
 from bridgebench.config.secrets import (
     check_secrets,
-    disk_container,
-    omegaconf_safe,
+    omegaconf_container,
     redact,
     redact_override,
     redact_overrides,
@@ -371,7 +370,7 @@ def _write_run(st: _StagedRun, run_dir: Path, final_dir: Path, prediction: dict 
     cfg, job, result = st.cfg, st.job, st.result
     run_dir.mkdir()
     # as written: variables passed by name stay ${oc.env:VAR} (config/secrets.py)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(omegaconf_safe(disk_container(cfg))))
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(omegaconf_container(cfg)))
     (run_dir / "node_config.yaml").write_text(job.config_text)  # the job's configs/config.yaml
     if result is not None:
         result.container.to_yaml(str(run_dir / "megatron_bridge.yaml"))
