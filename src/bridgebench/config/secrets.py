@@ -464,7 +464,8 @@ def omegaconf_container(cfg: Any) -> dict[str, Any]:
             return _INTERPOLATION_START.sub(lambda m: m.group(1) * 2 + "\\${", node)
         return node
 
-    return walk(plain, ())
+    out: dict[str, Any] = walk(plain, ())
+    return out
 
 
 def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
