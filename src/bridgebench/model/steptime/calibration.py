@@ -5,8 +5,9 @@ Fitted on NVIDIA's published tables: ``efficiency[(gpu, precision class)]`` (the
 tensor-core peak -- the GEMMs reach, on top of the GEMM shape law), ``c_layer`` (seconds per layer per microbatch:
 launches and host work), ``host_moe`` (seconds of host work per MoE layer per microbatch that a host-synchronised token
 dispatch exposes, :func:`bridgebench.model.steptime.predict.host_exposed`) and ``host_moe_expert`` (its part per
-expert the GPU holds), the release levels (``groups`` and
-``family_level``, :mod:`bridgebench.model.steptime.release`) and the uncertainty bands (``bands``: the root mean square
+expert the GPU holds), the release levels (``groups``,
+``family_level`` and, for a model with no published group, ``level_share``: the line of the log level in the
+non-GEMM share of the step, YAML ``level_by_share``; :mod:`bridgebench.model.steptime.release`) and the uncertainty bands (``bands``: the root mean square
 of the held-out log errors of a group's rows, each predicted by a calibration fitted without that row's release,
 partially pooled towards its GPU and precision class's, as a relative +-; ``band_by_gpu`` a GPU and precision class,
 ``band_default`` all rows; :func:`bridgebench.model.steptime.fit.bands_from`) and the conformal bands by distance from
@@ -24,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 from bridgebench.model.steptime.bands import ConformalBands
 from bridgebench.model.steptime.config import TimeModelError
-from bridgebench.model.steptime.release import GroupLevel, LevelTable
+from bridgebench.model.steptime.release import GroupLevel, LevelTable, ShareLevel
 
 
 @dataclass(kw_only=True)
@@ -42,6 +43,7 @@ class Calibration:
     default_efficiency: float = 0.35
     groups: dict[tuple[str, str, str], GroupLevel] = field(default_factory=dict)
     family_level: dict[str, float] = field(default_factory=dict)
+    level_share: ShareLevel | None = None
     bands: dict[tuple[str, str, str], float] = field(default_factory=dict)
     band_by_gpu: dict[tuple[str, str], float] = field(default_factory=dict)
     band_default: float = 0.15
@@ -115,6 +117,17 @@ class Calibration:
         ``none``), see :class:`bridgebench.model.steptime.release.LevelTable`."""
         return LevelTable(groups=self.groups, family_mean=self.family_level).log_level(group, family, release_index)
 
+    def share_level(self, share: float) -> float:
+        """The log level of a model with no published group at non-GEMM share ``share`` (:attr:`level_share`,
+        :class:`bridgebench.model.steptime.release.ShareLevel`).
+
+        Raises:
+            TimeModelError: the calibration has no share fit.
+        """
+        if self.level_share is None:
+            raise TimeModelError("this calibration has no level_by_share fit (refit with bridgebench calibrate)")
+        return self.level_share.log_level(share)
+
     def band(self, group: tuple[str, str, str], gpu: str, pclass: str) -> tuple[float, str]:
         """(+- relative uncertainty, its source: ``group``, ``gpu`` or ``all rows``)."""
         if group in self.bands:
@@ -158,6 +171,7 @@ class Calibration:
                 for pclass, v in by.items()
             }
             family_level = {str(k): float(v) for k, v in (data.get("family_level") or {}).items()}
+            level_share = ShareLevel.from_mapping(data["level_by_share"]) if data.get("level_by_share") else None
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise TimeModelError(f"malformed time calibration: {err!r}") from err
         cal = cls(
@@ -171,6 +185,7 @@ class Calibration:
             default_efficiency=float(data.get("default_efficiency", 0.35)),
             groups=groups,
             family_level=family_level,
+            level_share=level_share,
             bands=bands,
             band_by_gpu=band_by_gpu,
             band_default=float(data.get("band_default", 0.15)),
@@ -210,6 +225,7 @@ class Calibration:
             "default_efficiency": self.default_efficiency,
             "efficiency": eff,
             "family_level": {k: round(v, 6) for k, v in sorted(self.family_level.items())},
+            **({"level_by_share": self.level_share.to_mapping()} if self.level_share else {}),
             "groups": groups,
             "band_default": round(self.band_default, 4),
             "band_by_gpu": by_gpu,

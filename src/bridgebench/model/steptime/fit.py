@@ -17,7 +17,8 @@
    leave-one-configuration-out level error chose 8 ms instead of 6: held out, LORO 7.3 % and LOCO 14.1 % against
    6.8 % and 14.3 %; docs/sweeps.md.)
 4. **Release levels** (:func:`fit_levels`): each group's mean log level per published release, and each family's
-   mean (:mod:`bridgebench.model.steptime.release`).
+   mean (:mod:`bridgebench.model.steptime.release`); for a model with no published group, the line of the rows' log
+   levels in their non-GEMM share (:func:`fit_share_level`, :class:`~bridgebench.model.steptime.release.ShareLevel`).
 5. **Bands** (:func:`calibrate_with_bands`): every row predicted by calibrations fitted without its release, its
    configuration at every release, its group, its model on its GPU, its model, its GPU (:func:`held_out_experiments`,
    :func:`leave_out`); the conformal half-widths by distance from the calibration (:mod:`~.bands`), and -- kept for
@@ -41,8 +42,14 @@ from bridgebench.model.steptime import registry
 from bridgebench.model.steptime.bands import HeldOut, Seen, conformal_bands, novelty
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import TimeConfig, TimeModelError, config_key, family, group_key
-from bridgebench.model.steptime.predict import evaluate, point_release_index, predict_time, step_flops_of
-from bridgebench.model.steptime.release import GroupLevel, LevelTable
+from bridgebench.model.steptime.predict import (
+    evaluate,
+    non_gemm_share,
+    point_release_index,
+    predict_time,
+    step_flops_of,
+)
+from bridgebench.model.steptime.release import GroupLevel, LevelTable, ShareLevel
 
 #: grid of ``c_layer`` values (s per layer per microbatch) tried by :func:`calibrate`.
 C_LAYER_GRID = (0.0, 5e-5, 1e-4, 2e-4, 4e-4, 8e-4, 1.6e-3)
@@ -270,7 +277,37 @@ def calibrate(
     _, cal, resid = best
     if levels:
         cal.groups, cal.family_level = fit_levels([r for r, _ in resid], [y for _, y in resid])
+        cal.level_share = fit_share_level(cal, [r for r, _ in resid], [y for _, y in resid])
     return cal
+
+
+def fit_share_level(cal: Calibration, rows: Sequence[Row], ys: Sequence[float]) -> ShareLevel | None:
+    """The line ``log level = intercept + slope x non-GEMM share`` over ``rows`` (log levels ``ys``), each row's
+    share at ``cal``'s efficiency of its GPU and precision class and level 1
+    (:func:`~bridgebench.model.steptime.predict.non_gemm_share`), by least squares (``scipy.stats.linregress``);
+    None with fewer than 3 rows or shares that do not vary. See
+    :class:`bridgebench.model.steptime.release.ShareLevel`."""
+    from scipy.stats import linregress
+
+    shares = [
+        non_gemm_share(
+            r.spec,
+            r.cfg,
+            cal.efficiency[(r.cfg.gpu.name, r.cfg.precision_class)],
+            cal.c_layer,
+            cal.kappa,
+            cal.ns_efficiency,
+            cal.host_moe,
+            cal.host_moe_expert,
+        )
+        for r in rows
+    ]
+    if len(shares) < 3 or max(shares) - min(shares) < 1e-9:
+        return None
+    fit = linregress(shares, list(ys))
+    return ShareLevel(
+        intercept=float(fit.intercept), slope=float(fit.slope), slope_stderr=float(fit.stderr), rows=len(shares)
+    )
 
 
 def cross_validate(

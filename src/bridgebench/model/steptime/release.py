@@ -97,6 +97,49 @@ class GroupLevel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShareLevel:
+    """The log software level of a model with no published group, as a line in its non-GEMM share ``s``
+    (:func:`bridgebench.model.steptime.predict.non_gemm_share`): ``log L = intercept + slope x s``, fitted by least
+    squares (``scipy.stats.linregress``) on the log levels of every published row, dense and MoE together, at the
+    calibration's efficiencies (``slope_stderr`` its standard error, ``rows`` behind it).
+
+    It replaces the family mean (dense / MoE) for such a model. The family mean says a new MoE model runs like the
+    published fine-grained ones: 128-384 experts, each GPU holding 4-32 of them, their dispatch, permutations and
+    host waits a large share of the step. A MoE model whose experts are few and wide (Grok-1: 8 experts of 32,768,
+    one per GPU at EP 8) spends most of its step in large GEMMs, and runs at the level of a dense model of that
+    share. Chosen on the published rows alone, by leaving each model out (its rows' log levels predicted from the
+    other models' rows, calibration of 2026-11-27): mean |log error| 0.193 with the family mean, 0.172 with this
+    line; a line in the share of all non-GEMM terms 0.180, in the share of ``ep_a2a`` and ``overhead`` alone 0.203;
+    family intercepts with a common slope 0.178. The slope is negative in every fold (-0.68 to -1.18)."""
+
+    intercept: float
+    slope: float
+    slope_stderr: float = 0.0
+    rows: int = 0
+
+    def log_level(self, share: float) -> float:
+        """The log level at non-GEMM share ``share`` (clipped to [0, 1])."""
+        return self.intercept + self.slope * min(1.0, max(0.0, share))
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {
+            "intercept": round(self.intercept, 6),
+            "slope": round(self.slope, 6),
+            "slope_stderr": round(self.slope_stderr, 6),
+            "rows": self.rows,
+        }
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> ShareLevel:
+        return cls(
+            intercept=float(data["intercept"]),
+            slope=float(data["slope"]),
+            slope_stderr=float(data.get("slope_stderr", 0.0)),
+            rows=int(data.get("rows", 0)),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class LevelTable:
     """Every published group's levels and each family's mean log level (the fallback of an unpublished model)."""
 
