@@ -5,11 +5,11 @@ Fitted on NVIDIA's published tables: ``efficiency[(gpu, precision class)]`` (the
 tensor-core peak -- the GEMMs reach, on top of the GEMM shape law), ``c_layer`` (seconds per layer per microbatch:
 launches and host work), ``host_moe`` (seconds of host work per MoE layer per microbatch that a host-synchronised token
 dispatch exposes, :func:`bridgebench.model.steptime.predict.host_exposed`) and ``host_moe_expert`` (its part per
-expert the GPU holds), the release levels (``groups``,
-``family_level`` and, for a model with no published group, ``level_share``: the line of the log level in the
-non-GEMM share of the step, YAML ``level_by_share``; :mod:`bridgebench.model.steptime.release`) and the uncertainty bands (``bands``: the root mean square
-of the held-out log errors of a group's rows, each predicted by a calibration fitted without that row's release,
-partially pooled towards its GPU and precision class's, as a relative +-; ``band_by_gpu`` a GPU and precision class,
+expert the GPU holds), the release levels (``groups``, ``family_level`` and, for a model with no published group,
+``level_share``: the line of the log level in the non-GEMM share of the step, YAML ``level_by_share``;
+:mod:`bridgebench.model.steptime.release`) and the uncertainty bands (``bands``: the root mean square of the held-out
+log errors of a group's rows, each predicted by a calibration fitted without that row's release, partially pooled
+towards its GPU and precision class's, as a relative +-; ``band_by_gpu`` a GPU and precision class,
 ``band_default`` all rows; :func:`bridgebench.model.steptime.fit.bands_from`) and the conformal bands by distance from
 the calibration that predictions use (``conformal``, :mod:`bridgebench.model.steptime.bands`). Fitted on the blog's
 Table 1 (:mod:`bridgebench.validation.muon_fit`): ``kappa`` (seconds per Muon matrix) and ``ns_efficiency``
