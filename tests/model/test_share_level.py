@@ -15,7 +15,7 @@ from bridgebench.config.catalog import load_gpu
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig
 from bridgebench.model.steptime.fit import Row, fit_share_level
-from bridgebench.model.steptime.predict import non_gemm_share, predict_time
+from bridgebench.model.steptime.predict import LAYER_TERMS, non_gemm_share, predict_time
 from bridgebench.model.steptime.release import ShareLevel
 
 H100 = GpuFacts.from_mapping(load_gpu("h100"))
@@ -64,7 +64,9 @@ def test_the_share_is_the_step_outside_gemms(models):
     assert predict_time(spec, cfg, CAL).level_source == "family mean"  # no share fit: the family mean, as before
     b = predict_time(spec, cfg, dataclasses.replace(CAL, family_level={}))  # no level at all: level 1
     parts = b.terms["ep_a2a"] + b.terms["overhead"] + b.terms["elementwise"]
-    assert b.level == 1.0 and parts / b.total == pytest.approx(fine1, rel=1e-6)  # read off the same terms
+    layers = sum(b.terms[k] for k in LAYER_TERMS)
+    assert b.level == 1.0 and parts / layers == pytest.approx(fine1, rel=1e-6)  # read off the same terms
+    assert layers < b.total  # the bubble, DP exposure and optimizer step are not in it
 
 
 def test_the_line_is_fitted_on_the_rows_and_read_for_an_unpublished_model(models):

@@ -48,6 +48,56 @@ def test_a_class_no_gpu_was_fitted_at_scales_by_the_peak_ratio_or_takes_the_defa
     assert lone.efficiency_of("gb300", "bf16") == (lone.default_efficiency, "default")
 
 
+def test_a_class_measured_on_the_gpu_takes_the_measured_ratio_before_other_gpus_ratio():
+    measured = dataclasses.replace(CAL, measured_rates={("h100", "bf16"): 0.76, ("h100", "fp8"): 0.69})
+    e, src = measured.efficiency_of("h100", "bf16")
+    assert src == "gpu x measured class ratio" and e == pytest.approx(0.3 * 0.76 / 0.69)
+    assert e < CAL.efficiency_of("h100", "bf16")[0]  # Blackwell's fitted ratio (1.5, 1.2) is not Hopper's 1.10
+    assert measured.efficiency_of("h100", "fp8") == (0.3, "fitted")
+    # a GPU measured at one class only, or not at all, keeps the other GPUs' ratio
+    assert dataclasses.replace(CAL, measured_rates={("h100", "fp8"): 0.69}).efficiency_of("h100", "bf16")[1] == (
+        "gpu x class"
+    )
+    assert Calibration.from_mapping(measured.to_mapping()).measured_rates == measured.measured_rates
+    shipped = calibration.load().time
+    assert shipped.efficiency_of("h100", "bf16")[1] == "gpu x measured class ratio"
+    assert 1.0 < shipped.measured_rates[("h100", "bf16")] / shipped.measured_rates[("h100", "fp8")] < 1.2
+
+
+def test_the_measured_rates_are_the_shipped_law_on_the_h100_shapes():
+    from bridgebench.validation.gemm_fit import SHIPPED_LAW, gemm_law_fits, measured_gemm_rates
+
+    rates = measured_gemm_rates()
+    fits = {f.precision: f.rate for f in gemm_law_fits() if f.law == SHIPPED_LAW}
+    assert rates == {("h100", p): pytest.approx(fits[p]) for p in ("bf16", "fp8")}
+    assert 0.6 < rates[("h100", "fp8")] < rates[("h100", "bf16")] < 0.85
+
+
+def test_the_fit_ties_the_systems_of_one_chip(models):
+    """Two systems of one chip share one fitted efficiency (a fraction of each one's own peak), and their rows'
+    levels are centred together (bridgebench.model.steptime.fit.chip_of)."""
+    from bridgebench.model.steptime.fit import Row, calibrate, chip_of
+
+    gb300, b300 = (GpuFacts.from_mapping(load_gpu(n)) for n in ("gb300", "b300"))
+    assert chip_of(gb300) == chip_of(b300) == "cc 10.3" and chip_of(A100) == "cc 8"
+    spec = models["qwen3_30b_a3b"]
+    point = dict(peak_key="mxfp8", num_gpus=8, gbs=512, mbs=8, ep=8, etp=1)
+    rows = [
+        Row(spec=spec, cfg=TimeConfig.from_flat(gpu=g, **point), tflops=t, release="26.02")
+        for g, t in ((gb300, 699.0), (b300, 679.0))
+    ]
+    cal = calibrate(rows, c_grid=(0.0,), host_grid=(0.0,), expert_grid=(0.0,))
+    assert cal.efficiency[("gb300", "fp8")] == cal.efficiency[("b300", "fp8")]
+    # fitted on GB300 alone, HGX B300 is not given GB300's efficiency but the sibling mean (efficiency_of)
+    alone = calibrate(rows[:1], c_grid=(0.0,), host_grid=(0.0,), expert_grid=(0.0,))
+    assert alone.efficiency_of("b300", "fp8")[1] == "sibling mean"
+    # one level each, centred on 0 together: the faster system above, the slower below
+    (g_lvl,) = cal.groups[("qwen3_30b_a3b", "gb300", "mxfp8")].y
+    (b_lvl,) = cal.groups[("qwen3_30b_a3b", "b300", "mxfp8")].y
+    assert g_lvl + b_lvl == pytest.approx(0.0, abs=2e-4)
+    assert (g_lvl > 0) != (b_lvl > 0)
+
+
 #: Korthikanti et al. 2022 (arXiv 2205.05198) Table 4: GPT 22B (h 6144, 64 heads, s 2048, MBS 4), one layer on 8
 #: A100 80 GB at TP 8
 GPT22B = ModelSpec(

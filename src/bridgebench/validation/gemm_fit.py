@@ -93,6 +93,34 @@ def _parity(f: int, same: bool) -> Callable[[int], bool]:
     return lambda i: (i % 2 == f) == same
 
 
+#: the law the step-time model ships (:mod:`bridgebench.model.steptime.gemm`)
+SHIPPED_LAW = "shipped: f(M) f(N) f(K), 128"
+
+
+def measured_gemm_rates() -> dict[tuple[str, str], float]:
+    """``{(gpu, precision class): rate}``: the rate of a large GEMM as a fraction of the GPU's datasheet dense peak,
+    measured on that GPU -- the shipped shape law (:data:`SHIPPED_LAW`) fitted on all 320 layer shapes of the H100
+    measurement (``results/reference/gpu/h100_2026-11-27/gpu_gemm_shapes.json``, torch 2.11.0+cu130, BF16 and FP8
+    e4m3 with tensor-wise scales; peaks from ``configs/gpu/h100.yaml``): BF16 0.763, FP8 0.694. The step-time
+    calibration takes their ratio as this GPU's class ratio
+    (:meth:`bridgebench.model.steptime.calibration.Calibration.efficiency_of`).
+
+    Raises:
+        bridgebench.validation.data.ReferenceDataMissing: the measurement file is absent.
+    """
+    from bridgebench.config.catalog import load_gpu
+
+    layer = _load(H100_GEMMS, "gpu_gemm_shapes.json")["layer_gemms"]
+    out: dict[tuple[str, str], float] = {}
+    for prec in ("bf16", "fp8"):
+        peak = float(load_gpu("h100")["peak_tflops"][prec]) * 1e12
+        shapes: list[Shape] = [
+            (r["m"], r["n"], r["k"], 1, r[f"{prec}_median_s"]) for r in layer if r.get(f"{prec}_median_s")
+        ]
+        out[("h100", prec)] = math.exp(_fit(shapes, SHIPPED_LAW, peak)[0]) / peak
+    return out
+
+
 def gemm_law_fits() -> list[LawFit]:
     """Every law of :data:`LAWS` fitted on the H100 layer shapes, per precision (``bf16``, ``fp8``), scored as the
     module docstring says; peaks from ``configs/gpu/h100.yaml``.

@@ -65,6 +65,7 @@ from bridgebench.model.steptime.release import release_index
 from bridgebench.paths import RECIPES_DIR
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 from bridgebench.validation import metrics
+from bridgebench.validation.gemm_fit import measured_gemm_rates
 from bridgebench.validation.published_points import fsdp_cells, perf_match, precision_of, record_point
 
 if TYPE_CHECKING:
@@ -348,7 +349,9 @@ def fit(rows: list[Row] | None = None, *, releases: Iterable[str] | None = None)
     if releases is not None:
         keep = set(releases)
         rows = [r for r in rows if r.release in keep]
-    return calibrate(rows, kappa=kappa, ns_efficiency=ns_eff)
+    cal = calibrate(rows, kappa=kappa, ns_efficiency=ns_eff)
+    cal.measured_rates = measured_gemm_rates()
+    return cal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -391,6 +394,7 @@ def fit_report(rows: list[Row] | None = None, progress: Callable[[str], None] | 
         progress("fitting Muon's ns_efficiency and kappa on the blog's Table 1 pairs")
     kappa, ns_eff, muon = muon_constants(rows)
     cal, held = calibrate_with_bands(rows, progress=progress, kappa=kappa, ns_efficiency=ns_eff)
+    cal.measured_rates = measured_gemm_rates()
     errors = [predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops - 1 for r in rows]
     out_errors = [metrics.rel_error(p, r.tflops) for r, p in zip(rows, held) if p]
     return CalibrationReport(

@@ -13,7 +13,10 @@ towards its GPU and precision class's, as a relative +-; ``band_by_gpu`` a GPU a
 ``band_default`` all rows; :func:`bridgebench.model.steptime.fit.bands_from`) and the conformal bands by distance from
 the calibration that predictions use (``conformal``, :mod:`bridgebench.model.steptime.bands`). Fitted on the blog's
 Table 1 (:mod:`bridgebench.validation.muon_fit`): ``kappa`` (seconds per Muon matrix) and ``ns_efficiency``
-(Newton-Schulz GEMMs' fraction of the BF16 peak). Hand-set, first principles (no GPU was lent to measure it):
+(Newton-Schulz GEMMs' fraction of the BF16 peak). Measured on a lent GPU: ``measured_rates`` (YAML
+``measured_gemm_rate``: a large GEMM's fraction of the datasheet peak per GPU and precision class,
+``bridgebench.validation.gemm_fit.measured_gemm_rates``), whose ratio is that GPU's class ratio. Hand-set, first
+principles (no GPU was lent to measure it):
 ``default_efficiency`` (a GPU and precision class with no published row, no class ratio and no calibrated GPU).
 """
 
@@ -35,6 +38,7 @@ class Calibration:
 
     efficiency: dict[tuple[str, str], float] = field(default_factory=dict)
     rows: dict[tuple[str, str], int] = field(default_factory=dict)
+    measured_rates: dict[tuple[str, str], float] = field(default_factory=dict)
     c_layer: float = 0.0
     host_moe: float = 0.0
     host_moe_expert: float = 0.0
@@ -56,8 +60,14 @@ class Calibration:
         for what was not fitted:
 
         - ``fitted``: the (GPU, class) cell was calibrated;
+        - ``gpu x measured class ratio``: this GPU has another class fitted, and large GEMMs were measured on it
+          at both classes (:attr:`measured_rates`, ``bridgebench.validation.gemm_fit.measured_gemm_rates``): its
+          efficiency there times the measured ratio -- H100 BF16 = H100 FP8 x 0.763 / 0.694. Blackwell's fitted
+          BF16 / FP8 ratio (1.31) is not Hopper's: on the shared ablation rows at H100 BF16 (dgxc-benchmarking
+          GPT-3 175B, Llama 3.1 70B / 405B, Grok-1) the one-calibration MAPE is 8.5 % with the measured ratio
+          against 8.9 % with Blackwell's (``benchmarks/validate_ablations.py``);
         - ``gpu x class``: this GPU has another class fitted; its efficiency there times the class ratio measured
-          on the GPUs fitted at both (geometric mean; :meth:`class_shift`) -- e.g. H100 BF16 from H100 FP8 and the
+          on the GPUs fitted at both (geometric mean; :meth:`class_shift`) -- e.g. a BF16 from FP8 and the
           BF16 / FP8 ratio of GB200 and GB300;
         - ``sibling mean``: nothing of this GPU was fitted (a GPU never published, e.g. A100): the geometric mean
           of the other GPUs' efficiencies at this class;
@@ -70,11 +80,22 @@ class Calibration:
         cell predicted from the others, mean ``|log|`` error of the prior -- a class held out on its GPU:
         ``gpu x class`` 0.126 against the same class on the other GPUs 0.198 (6 cells); a GPU held out: the same
         class on the other GPUs 0.194 against a GPU-generation prior (every calibrated GPU's efficiency at this
-        class through its class ratio, pooled) 0.244 (9 cells). Tests:
+        class through its class ratio, pooled) 0.244 (9 cells). A GPU never published does not take the efficiency
+        of its chip's other system although the fit ties them (:func:`bridgebench.model.steptime.fit.chip_of`):
+        each GPU of the published rows left out in turn, that prior gives 23.0 % MAPE against 19.7 % for the
+        sibling mean -- HGX B300 fitted alone reads 0.33 for the chip GB300 reads 0.59 on, the systems' scale-out
+        differences landing in the GEMM rate when nothing else of the chip holds it. Tests:
         ``tests/model/test_steptime_priors.py``."""
         value = self.efficiency.get((gpu, pclass))
         if value is not None:
             return value, "fitted"
+        measured = [
+            v * self.measured_rates[(gpu, pclass)] / self.measured_rates[(gpu, have)]
+            for (g, have), v in self.efficiency.items()
+            if g == gpu and (gpu, have) in self.measured_rates and (gpu, pclass) in self.measured_rates
+        ]
+        if measured:
+            return math.exp(sum(math.log(v) for v in measured) / len(measured)), "gpu x measured class ratio"
         via = self._through_class_ratio(gpu, pclass)
         if via is not None:
             return via, "gpu x class"
@@ -171,12 +192,18 @@ class Calibration:
                 for pclass, v in by.items()
             }
             family_level = {str(k): float(v) for k, v in (data.get("family_level") or {}).items()}
+            measured = {
+                (gpu, pclass): float(v)
+                for gpu, by in (data.get("measured_gemm_rate") or {}).items()
+                for pclass, v in by.items()
+            }
             level_share = ShareLevel.from_mapping(data["level_by_share"]) if data.get("level_by_share") else None
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise TimeModelError(f"malformed time calibration: {err!r}") from err
         cal = cls(
             efficiency=eff,
             rows=rows,
+            measured_rates=measured,
             c_layer=float(data.get("c_layer_s", 0.0)),
             host_moe=float(data.get("host_moe_s", 0.0)),
             host_moe_expert=float(data.get("host_moe_expert_s", 0.0)),
@@ -213,6 +240,9 @@ class Calibration:
         bands: dict[str, dict[str, dict[str, float]]] = {}
         for (model, gpu, key), v in sorted(self.bands.items()):
             bands.setdefault(model, {}).setdefault(gpu, {})[key] = round(v, 4)
+        measured: dict[str, dict[str, float]] = {}
+        for (gpu, pclass), v in sorted(self.measured_rates.items()):
+            measured.setdefault(gpu, {})[pclass] = round(v, 4)
         by_gpu: dict[str, dict[str, float]] = {}
         for (gpu, pclass), v in sorted(self.band_by_gpu.items()):
             by_gpu.setdefault(gpu, {})[pclass] = round(v, 4)
@@ -224,6 +254,7 @@ class Calibration:
             "ns_efficiency": self.ns_efficiency,
             "default_efficiency": self.default_efficiency,
             "efficiency": eff,
+            "measured_gemm_rate": measured,
             "family_level": {k: round(v, 6) for k, v in sorted(self.family_level.items())},
             **({"level_by_share": self.level_share.to_mapping()} if self.level_share else {}),
             "groups": groups,

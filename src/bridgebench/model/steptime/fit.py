@@ -4,7 +4,8 @@
    level ``L`` (GEMM rate ``e L``, element-wise rate ``L``) that makes the predicted step equal the published one
    (``model FLOPs / (published TFLOP/s x GPUs)``), solved by Brent's method (the step time falls monotonically as
    ``L`` grows; communication runs at datasheet bandwidths and does not scale).
-2. **Efficiencies** (:func:`calibrate`): each (GPU, precision class) efficiency is set so that its rows' implied
+2. **Efficiencies** (:func:`calibrate`): each (chip, precision class) efficiency (:func:`chip_of`: the systems of
+   one chip share it, as a fraction of each one's own peak) is set so that its rows' implied
    levels have a geometric mean of 1 (a fixed point, reached in :data:`E_ITERATIONS` steps).
 3. **c_layer** (seconds per layer per microbatch) from :data:`C_LAYER_GRID`, **host_moe** (seconds of host work per
    MoE layer per microbatch, exposed where the token dispatch waits on the host:
@@ -25,7 +26,7 @@
    callers that read them -- the root mean square of the leave-one-release-out log errors per GPU and precision
    class and over all rows, per group partially pooled towards its GPU and precision class (:func:`bands_from`).
 
-Nothing is fitted per row: the free parameters are one efficiency per (GPU, precision class), ``c_layer``,
+Nothing is fitted per row: the free parameters are one efficiency per (chip, precision class), ``c_layer``,
 ``host_moe`` and ``host_moe_expert``; the release levels are the published rows' own levels, read off the table.
 """
 
@@ -41,7 +42,7 @@ from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import registry
 from bridgebench.model.steptime.bands import HeldOut, Seen, conformal_bands, novelty
 from bridgebench.model.steptime.calibration import Calibration
-from bridgebench.model.steptime.config import TimeConfig, TimeModelError, config_key, family, group_key
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError, config_key, family, group_key
 from bridgebench.model.steptime.predict import (
     evaluate,
     non_gemm_share,
@@ -63,7 +64,7 @@ HOST_MOE_GRID = (0.0, 2e-3, 4e-3, 6e-3, 8e-3, 1e-2, 1.2e-2, 1.6e-2)
 HOST_EXPERT_GRID = (0.0, 1e-4, 2e-4, 3e-4, 4e-4)
 #: bracket of implied levels searched.
 LEVEL_BRACKET = (1e-3, 20.0)
-#: most fixed-point steps of the efficiency of each (GPU, precision class) (see the module docstring; secant steps,
+#: most fixed-point steps of the efficiency of each (chip, precision class) (see the module docstring; secant steps,
 #: :func:`_secant_step`); the steps stop once every class's mean log level is within :data:`E_TOLERANCE` of 0.
 E_ITERATIONS = 12
 #: convergence of the fixed point: largest |mean log level| of a class after a step.
@@ -181,10 +182,10 @@ def _fit_at(
     ns_efficiency: float,
     default_efficiency: float,
 ) -> tuple[Calibration, list[tuple[Row, float]]] | None:
-    """The efficiencies per (GPU, precision class) at ``c_layer = c`` and ``(host_moe, host_moe_expert) = host``
-    (the fixed point of the module docstring) and the rows' log levels re-centred on them; None when no row leaves
-    room for compute."""
-    keys = [(r.cfg.gpu.name, r.cfg.precision_class) for r in rows]
+    """The efficiencies per (chip, precision class) (:func:`chip_of`; written per GPU) at ``c_layer = c`` and
+    ``(host_moe, host_moe_expert) = host`` (the fixed point of the module docstring) and the rows' log levels
+    re-centred on them; None when no row leaves room for compute."""
+    keys = [(chip_of(r.cfg.gpu), r.cfg.precision_class) for r in rows]
     log_eff = dict.fromkeys(keys, math.log(E_START))
     last: dict[tuple[str, str], tuple[float, float]] = {}
     used: list[tuple[Row, float]] = []
@@ -215,10 +216,27 @@ def _fit_at(
     )
     for r, _ in used:
         k = (r.cfg.gpu.name, r.cfg.precision_class)
-        cal.efficiency[k] = math.exp(log_eff[k])
+        cal.efficiency[k] = math.exp(log_eff[(chip_of(r.cfg.gpu), r.cfg.precision_class)])
         cal.rows[k] = cal.rows.get(k, 0) + 1
     # within E_TOLERANCE of the fixed point: centre each class's levels on 0 exactly
-    return cal, [(r, y - means[(r.cfg.gpu.name, r.cfg.precision_class)]) for r, y in used]
+    return cal, [(r, y - means[(chip_of(r.cfg.gpu), r.cfg.precision_class)]) for r, y in used]
+
+
+def chip_of(gpu: GpuFacts) -> str:
+    """The key one efficiency is fitted under: the GPU's chip, named by its CUDA compute capability (``cc 10.3``:
+    GB300 and HGX B300; ``cc 10.0``: GB200 and HGX B200; ``cc 9.0``: H100 and H200), else its own name.
+
+    An efficiency is the fraction of a GPU's own datasheet peak its GEMMs reach (``configs/gpu``); two systems of
+    one chip differ in clocks and power (GB300 5,000 against HGX B300 4,500 dense FP8 TFLOP/s), which their peaks
+    carry, not in the tensor cores' fraction of them. Fitted apart, the two absorbed their systems' other
+    differences -- HGX B300's 256-GPU rows cross 8-GPU NVLink domains -- into the GEMM rate: 0.329 (HGX B300 FP8)
+    against 0.590 (GB300) for one chip, while Qwen3 30B-A3B on 8 GPUs, the one configuration NVIDIA published on
+    both, measures 679 and 699 TFLOP/s at 26.02. Tied, each system's remaining difference lands in its own groups'
+    release levels. Published rows (calibration of 2026-11-27, host pair and ``c_layer`` fixed at the full fit):
+    leave one configuration out 13.2 -> 11.5 % MAPE (new GPU 32.6 -> 7.7 %; rows off by more than 25 %: 27 -> 20),
+    leave one release out 6.2 -> 6.1 %; nine efficiencies become six."""
+    cc = gpu.compute_capability
+    return f"cc {cc:g}" if cc else gpu.name
 
 
 def _secant_step(last: tuple[float, float] | None, x: float, f: float) -> float:
@@ -244,7 +262,7 @@ def calibrate(
     ns_efficiency: float = 0.5,
     default_efficiency: float = 0.35,
 ) -> Calibration:
-    """Fit the efficiencies per (GPU, precision class), ``c_layer``, ``host_moe`` and ``host_moe_expert`` (the host
+    """Fit the efficiencies per (chip, precision class), ``c_layer``, ``host_moe`` and ``host_moe_expert`` (the host
     pair over ``host_grid`` x ``expert_grid`` at the first ``c_layer`` of ``c_grid``, then ``c_layer`` over ``c_grid``
     at that pair; each by
     :func:`_loro_level_error`) and (with ``levels``) the release levels on ``rows`` (see the module

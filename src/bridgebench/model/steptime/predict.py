@@ -71,6 +71,9 @@ TERMS = (
     "optimizer",
 )
 
+#: the terms a point's layers spend per microbatch (:func:`non_gemm_share`'s denominator).
+LAYER_TERMS = ("compute", "elementwise", "tp_comm", "cp_comm", "ep_a2a", "recompute", "overhead")
+
 
 @dataclass(frozen=True, kw_only=True)
 class TimeBreakdown:
@@ -325,10 +328,12 @@ def non_gemm_share(
     host_moe: float = 0.0,
     host_moe_expert: float = 0.0,
 ) -> float:
-    """The share of a point's step (dimensionless, in [0, 1)) in work that is not a tensor-core GEMM on the GPU's
-    critical path: the exposed EP all-to-all (``ep_a2a``), the launch and host overhead (``overhead``) and the
-    HBM-bound element-wise work (``elementwise``), over the step, at GEMM rate multiplier ``rate`` and software
-    level 1 (:func:`evaluate`). It is what the level of an unpublished model is read from
+    """The share of a point's layer work (dimensionless, in [0, 1)) that is not a tensor-core GEMM: the exposed EP
+    all-to-all (``ep_a2a``), the launch and host overhead (``overhead``) and the HBM-bound element-wise work
+    (``elementwise``), over the layers' terms (those and ``compute``, ``recompute``, ``tp_comm``, ``cp_comm``; not
+    the pipeline bubble and sends, the data-parallel exposure or the optimizer step, which a data-parallel framework
+    or the number of GPUs changes for the same layers), at GEMM rate multiplier ``rate`` and software level 1
+    (:func:`evaluate`). It is what the level of an unpublished model is read from
     (:meth:`bridgebench.model.steptime.calibration.Calibration.share_level`): on NVIDIA's published rows the log
     level falls with it (the element-wise fusions, small kernels and synchronisations of a release are what the
     configuration physics prices least well).
@@ -339,8 +344,8 @@ def non_gemm_share(
     terms = evaluate(
         spec, cfg, rate, c_layer, kappa, ns_efficiency, 1.0, host_moe=host_moe, host_moe_expert=host_moe_expert
     )[0]
-    total = sum(terms.values())
-    return (terms["ep_a2a"] + terms["overhead"] + terms["elementwise"]) / total if total > 0 else 0.0
+    layers = sum(terms[k] for k in LAYER_TERMS)
+    return (terms["ep_a2a"] + terms["overhead"] + terms["elementwise"]) / layers if layers > 0 else 0.0
 
 
 def rates(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> tuple[float, float, str, str]:
