@@ -54,7 +54,7 @@ def _points(models):
 
 
 def test_the_share_is_the_step_outside_gemms(models):
-    shares = [non_gemm_share(s, c, EFF, 0.0, 1.4e-4, 0.5) for s, c in _points(models)]
+    shares = [non_gemm_share(s, c, EFF, CAL) for s, c in _points(models)]
     assert all(0.0 < v < 1.0 for v in shares)
     dense, fine1, fine4, wide = shares
     # the fine-grained MoE spends more of its step outside the GEMMs than the wide one, and more at MBS 1 (its
@@ -72,7 +72,7 @@ def test_the_share_is_the_step_outside_gemms(models):
 def test_the_line_is_fitted_on_the_rows_and_read_for_an_unpublished_model(models):
     pts = _points(models)
     a, slope = 0.25, -1.1
-    shares = [non_gemm_share(s, c, EFF, 0.0, 1.4e-4, 0.5) for s, c in pts]
+    shares = [non_gemm_share(s, c, EFF, CAL) for s, c in pts]
     rows = [Row(spec=s, cfg=c, tflops=1.0) for s, c in pts]
     fitted = fit_share_level(CAL, rows, [a + slope * v for v in shares])
     assert fitted is not None and fitted.rows == 4

@@ -307,19 +307,7 @@ def fit_share_level(cal: Calibration, rows: Sequence[Row], ys: Sequence[float]) 
     :class:`bridgebench.model.steptime.release.ShareLevel`."""
     from scipy.stats import linregress
 
-    shares = [
-        non_gemm_share(
-            r.spec,
-            r.cfg,
-            cal.efficiency[(r.cfg.gpu.name, r.cfg.precision_class)],
-            cal.c_layer,
-            cal.kappa,
-            cal.ns_efficiency,
-            cal.host_moe,
-            cal.host_moe_expert,
-        )
-        for r in rows
-    ]
+    shares = [non_gemm_share(r.spec, r.cfg, cal.efficiency[(r.cfg.gpu.name, r.cfg.precision_class)], cal) for r in rows]
     if len(shares) < 3 or max(shares) - min(shares) < 1e-9:
         return None
     fit = linregress(shares, list(ys))

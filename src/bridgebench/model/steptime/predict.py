@@ -318,32 +318,22 @@ def point_release_index(cfg: TimeConfig) -> float | None:
     return release_index(cfg.release) if cfg.release else None
 
 
-def non_gemm_share(
-    spec: ModelSpec,
-    cfg: TimeConfig,
-    rate: float,
-    c_layer: float,
-    kappa: float,
-    ns_efficiency: float,
-    host_moe: float = 0.0,
-    host_moe_expert: float = 0.0,
-) -> float:
+def non_gemm_share(spec: ModelSpec, cfg: TimeConfig, rate: float, calib: Calibration) -> float:
     """The share of a point's layer work (dimensionless, in [0, 1)) that is not a tensor-core GEMM: the exposed EP
     all-to-all (``ep_a2a``), the launch and host overhead (``overhead``) and the HBM-bound element-wise work
     (``elementwise``), over the layers' terms (those and ``compute``, ``recompute``, ``tp_comm``, ``cp_comm``; not
     the pipeline bubble and sends, the data-parallel exposure or the optimizer step, which a data-parallel framework
-    or the number of GPUs changes for the same layers), at GEMM rate multiplier ``rate`` and software level 1
-    (:func:`evaluate`). It is what the level of an unpublished model is read from
-    (:meth:`bridgebench.model.steptime.calibration.Calibration.share_level`): on NVIDIA's published rows the log
-    level falls with it (the element-wise fusions, small kernels and synchronisations of a release are what the
-    configuration physics prices least well).
+    or the number of GPUs changes for the same layers), at GEMM rate multiplier ``rate``, software level 1 and
+    ``calib``'s ``c_layer``, host and Muon constants (:func:`evaluate`). It is what the level of an unpublished
+    model is read from (:meth:`bridgebench.model.steptime.calibration.Calibration.share_level`): on NVIDIA's
+    published rows the log level falls with it (the element-wise fusions, small kernels and synchronisations of a
+    release are what the configuration physics prices least well).
 
     Raises:
         The errors of :func:`evaluate`.
     """
-    terms = evaluate(
-        spec, cfg, rate, c_layer, kappa, ns_efficiency, 1.0, host_moe=host_moe, host_moe_expert=host_moe_expert
-    )[0]
+    c = calib
+    terms = evaluate(spec, cfg, rate, c.c_layer, c.kappa, c.ns_efficiency, 1.0, c.host_moe, c.host_moe_expert)[0]
     layers = sum(terms[k] for k in LAYER_TERMS)
     return (terms["ep_a2a"] + terms["overhead"] + terms["elementwise"]) / layers if layers > 0 else 0.0
 
@@ -356,10 +346,7 @@ def rates(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> tuple[float, 
     eff, eff_src = calib.efficiency_of(cfg.gpu.name, cfg.precision_class, lambda c: cfg.gpu.peak_tflops.get(c))
     log_level, level_src = calib.log_level(group_key(spec, cfg), family(spec), point_release_index(cfg))
     if level_src == "family mean" and calib.level_share is not None:
-        share = non_gemm_share(
-            spec, cfg, eff, calib.c_layer, calib.kappa, calib.ns_efficiency, calib.host_moe, calib.host_moe_expert
-        )
-        log_level, level_src = calib.share_level(share), "non-GEMM share"
+        log_level, level_src = calib.share_level(non_gemm_share(spec, cfg, eff, calib)), "non-GEMM share"
     level = math.exp(log_level)
     return eff * level, level, eff_src, level_src
 
