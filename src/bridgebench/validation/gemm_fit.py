@@ -33,9 +33,11 @@ def _f(x: float, half: float) -> float:
     return x / (x + half)
 
 
+#: the law the step-time model ships (:mod:`bridgebench.model.steptime.gemm`)
+SHIPPED_LAW = "shipped: f(M) f(N) f(K), 128"
 #: name -> (shape factor of (half-saturation sizes, M, N, K), starting half-saturation sizes)
 LAWS: dict[str, tuple[Callable[[Sequence[float], float, float, float], float], tuple[float, ...]]] = {
-    "shipped: f(M) f(N) f(K), 128": (lambda p, m, n, k: _f(m, 128) * _f(n, 128) * _f(k, 128), ()),
+    SHIPPED_LAW: (lambda p, m, n, k: _f(m, 128) * _f(n, 128) * _f(k, 128), ()),
     "one fitted size": (lambda p, m, n, k: _f(m, p[0]) * _f(n, p[0]) * _f(k, p[0]), (128.0,)),
     "M, N, K fitted": (lambda p, m, n, k: _f(m, p[0]) * _f(n, p[1]) * _f(k, p[2]), (128.0, 128.0, 128.0)),
     "M = N, K fitted": (lambda p, m, n, k: _f(m, p[0]) * _f(n, p[0]) * _f(k, p[1]), (128.0, 128.0)),
@@ -93,8 +95,12 @@ def _parity(f: int, same: bool) -> Callable[[int], bool]:
     return lambda i: (i % 2 == f) == same
 
 
-#: the law the step-time model ships (:mod:`bridgebench.model.steptime.gemm`)
-SHIPPED_LAW = "shipped: f(M) f(N) f(K), 128"
+def _layer_shapes(layer: list[dict[str, Any]], prec: str, keep: Callable[[int], bool] = lambda i: True) -> list[Shape]:
+    """The layer GEMMs of ``gpu_gemm_shapes.json`` timed at ``prec``, those whose hidden size's index (ascending)
+    ``keep`` accepts."""
+    hidden = sorted({r["hidden"] for r in layer})
+    return [(r["m"], r["n"], r["k"], 1, r[f"{prec}_median_s"]) for r in layer
+            if r.get(f"{prec}_median_s") and keep(hidden.index(r["hidden"]))]  # fmt: skip
 
 
 def measured_gemm_rates() -> dict[tuple[str, str], float]:
@@ -114,10 +120,7 @@ def measured_gemm_rates() -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for prec in ("bf16", "fp8"):
         peak = float(load_gpu("h100")["peak_tflops"][prec]) * 1e12
-        shapes: list[Shape] = [
-            (r["m"], r["n"], r["k"], 1, r[f"{prec}_median_s"]) for r in layer if r.get(f"{prec}_median_s")
-        ]
-        out[("h100", prec)] = math.exp(_fit(shapes, SHIPPED_LAW, peak)[0]) / peak
+        out[("h100", prec)] = math.exp(_fit(_layer_shapes(layer, prec), SHIPPED_LAW, peak)[0]) / peak
     return out
 
 
@@ -140,15 +143,12 @@ def gemm_law_fits() -> list[LawFit]:
         ],  # fmt: skip
         "H200 dense": [(r["m"], r["n"], r["k"], 1, r["median_s"]) for r in h200["dense_bf16"]],
     }
-    hidden = sorted({r["hidden"] for r in layer})
     out = []
     for prec in ("bf16", "fp8"):
         peak = float(load_gpu("h100")["peak_tflops"][prec]) * 1e12
-        rows = [r for r in layer if r.get(f"{prec}_median_s")]
 
-        def shapes(keep: Callable[[int], bool], rows: list[dict[str, Any]] = rows, prec: str = prec) -> list[Shape]:
-            return [(r["m"], r["n"], r["k"], 1, r[f"{prec}_median_s"]) for r in rows
-                    if keep(hidden.index(r["hidden"]))]  # fmt: skip
+        def shapes(keep: Callable[[int], bool], prec: str = prec) -> list[Shape]:
+            return _layer_shapes(layer, prec, keep)
 
         for law in LAWS:
             x = _fit(shapes(lambda i: True), law, peak)
