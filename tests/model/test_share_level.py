@@ -13,7 +13,7 @@ import pytest
 from bridgebench.config import calibration
 from bridgebench.config.catalog import load_gpu
 from bridgebench.model.steptime.calibration import Calibration
-from bridgebench.model.steptime.config import GpuFacts, TimeConfig
+from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError
 from bridgebench.model.steptime.fit import Row, fit_share_level
 from bridgebench.model.steptime.predict import LAYER_TERMS, non_gemm_share, predict_time
 from bridgebench.model.steptime.release import ShareLevel
@@ -97,6 +97,23 @@ def test_the_line_round_trips_the_calibration_yaml():
     with pytest.raises(Exception, match="level_by_share"):
         CAL.share_level(0.1)
     assert ShareLevel(intercept=0.1, slope=-1.0).log_level(2.0) == pytest.approx(-0.9)  # the share is clipped to 1
+
+
+def test_a_malformed_line_or_measured_rate_is_refused_by_name():
+    good = dataclasses.replace(
+        CAL,
+        level_share=ShareLevel(intercept=0.2, slope=-1.0),
+        measured_rates={("h100", "bf16"): 0.76, ("h100", "fp8"): 0.69},
+    ).to_mapping()
+    no_slope = dict(good, level_by_share={"intercept": 0.2})
+    with pytest.raises(TimeModelError, match="malformed time calibration.*slope"):
+        Calibration.from_mapping(no_slope)
+    not_a_number = dict(good, level_by_share={"intercept": 0.2, "slope": "steep"})
+    with pytest.raises(TimeModelError, match="malformed time calibration"):
+        Calibration.from_mapping(not_a_number)
+    zero_rate = dict(good, measured_gemm_rate={"h100": {"bf16": 0.0, "fp8": 0.69}})
+    with pytest.raises(TimeModelError, match="must be positive.*measured_gemm_rate.*'h100', 'bf16'"):
+        Calibration.from_mapping(zero_rate)
 
 
 def test_the_shipped_line_falls_and_is_measured():

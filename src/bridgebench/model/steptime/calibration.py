@@ -219,12 +219,13 @@ class Calibration:
         )
         if data.get("conformal"):
             cal.conformal = ConformalBands.from_mapping(data["conformal"], groups, eff)
-        bad = {k: v for k, v in eff.items() if not v > 0} | {
+        bad = {k: v for k, v in (eff | measured).items() if not v > 0} | {
             k: getattr(cal, k) for k in ("kappa", "ns_efficiency", "default_efficiency") if not getattr(cal, k) > 0
         }
         if bad or min(cal.c_layer, cal.host_moe, cal.host_moe_expert, cal.band_default) < 0:
             raise TimeModelError(
-                "calibration constants must be positive (c_layer_s, host_moe_s, host_moe_expert_s, band_default >= 0), "
+                "calibration constants must be positive (efficiency, measured_gemm_rate, kappa_s, ns_efficiency; "
+                "c_layer_s, host_moe_s, host_moe_expert_s, band_default >= 0), "
                 f"got {bad or (cal.c_layer, cal.host_moe, cal.host_moe_expert, cal.band_default)}"
             )
         return cal
