@@ -232,9 +232,10 @@ def chip_of(gpu: GpuFacts) -> str:
     differences -- HGX B300's 256-GPU rows cross 8-GPU NVLink domains -- into the GEMM rate: 0.329 (HGX B300 FP8)
     against 0.590 (GB300) for one chip, while Qwen3 30B-A3B on 8 GPUs, the one configuration NVIDIA published on
     both, measures 679 and 699 TFLOP/s at 26.02. Tied, each system's remaining difference lands in its own groups'
-    release levels. Published rows (calibration of 2026-11-27, host pair and ``c_layer`` fixed at the full fit):
+    release levels. Published rows, held out with the stop-29 host pair (2 ms + 0.3 ms per local expert) fixed:
     leave one configuration out 13.2 -> 11.5 % MAPE (new GPU 32.6 -> 7.7 %; rows off by more than 25 %: 27 -> 20),
-    leave one release out 6.2 -> 6.1 %; nine efficiencies become six."""
+    leave one release out 6.2 -> 6.1 %; with the pair refitted (0 + 0.4 ms, ``benchmarks/validate_time.py``):
+    11.5 % and 6.0 %, 22 rows off by more than 25 %. Nine efficiencies become six."""
     cc = gpu.compute_capability
     return f"cc {cc:g}" if cc else gpu.name
 

@@ -108,11 +108,14 @@ class ShareLevel:
     host waits a large share of the step. A MoE model whose experts are few and wide (Grok-1: 8 experts of 32,768,
     one per GPU at EP 8) spends most of its step in large GEMMs, and runs at the level of a dense model of that
     share. Chosen on the published rows alone, by leaving each model out (its rows' log levels predicted from the
-    other models' rows, calibration of 2026-11-27): mean |log error| 0.193 with the family mean, 0.172 with this
-    line (0.1716 with the share of the layers' work, 0.1724 of the whole step: the layers' is kept, so that the
-    bubble or a data-parallel framework does not move the level of the same layers); a line in the share of all
-    non-GEMM terms 0.180, in the share of ``ep_a2a`` and ``overhead`` alone 0.203; family intercepts with a common
-    slope 0.178. The slope is negative in every fold (-0.68 to -1.18)."""
+    other models' rows; ``benchmarks/level_share_selection.py`` prints the table). At the stop-29 calibration, where
+    it was chosen: mean |log error| 0.193 with the family mean, 0.172 with this line (0.1716 with the share of the
+    layers' work, 0.1724 of the whole step: the layers' is kept, so that the bubble or a data-parallel framework
+    does not move the level of the same layers); a line in the share of all non-GEMM terms 0.180, in the share of
+    ``ep_a2a`` and ``overhead`` alone 0.203; family intercepts with a common slope 0.178. At the shipped
+    calibration (one efficiency per chip): family mean 0.181, this line 0.174, family intercepts with a common slope
+    0.169 -- now the better of the two, not adopted after the fact (docs/sweeps.md, stop 30). The slope is negative
+    in every fold."""
 
     intercept: float
     slope: float
