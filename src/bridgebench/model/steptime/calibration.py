@@ -82,9 +82,10 @@ class Calibration:
         class on the other GPUs 0.194 against a GPU-generation prior (every calibrated GPU's efficiency at this
         class through its class ratio, pooled) 0.244 (9 cells). A GPU never published does not take the efficiency
         of its chip's other system although the fit ties them (:func:`bridgebench.model.steptime.fit.chip_of`):
-        each GPU of the published rows left out in turn, that prior gives 23.0 % MAPE against 19.7 % for the
-        sibling mean -- HGX B300 fitted alone reads 0.33 for the chip GB300 reads 0.59 on, the systems' scale-out
-        differences landing in the GEMM rate when nothing else of the chip holds it. Tests:
+        each GPU of the published rows left out in turn (a variant of ``benchmarks/level_share_selection.py``'s
+        last line with a ``same chip`` tier, not kept), that prior gives 23.0 % MAPE against 19.7 % for the sibling
+        mean before the tie (20.0 % shipped) -- HGX B300 fitted alone reads 0.33 for the chip GB300 reads 0.59 on,
+        the systems' scale-out differences landing in the GEMM rate when nothing else of the chip holds it. Tests:
         ``tests/model/test_steptime_priors.py``."""
         value = self.efficiency.get((gpu, pclass))
         if value is not None:
