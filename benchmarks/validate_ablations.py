@@ -171,11 +171,17 @@ def main() -> None:
         }
         print("  band coverage (the shipped conformal band of each row's distance from the calibration): "
               + ", ".join(f"{v:.0%} inside the {lv} % band" for lv, v in cov.items()))  # fmt: skip
-        by: dict[str, list[float]] = {}
+        by: dict[str, list[tuple[float, dict]]] = {}
         for e, o in zip(errs, every):
-            by.setdefault(o["distance"], []).append(e)
+            by.setdefault(o["distance"], []).append((e, o))
         for d, v in sorted(by.items()):
-            print(f"    {d}: {len(v)} rows, MAPE {statistics.mean(abs(math.expm1(e)) for e in v):.1%}")
+            inside = ", ".join(
+                f"{sum(abs(e) <= math.log1p(o['bands'][lv] / 100) for e, o in v) / len(v):.0%} in "
+                f"+-{v[0][1]['bands'][lv]:.1f} %"
+                for lv in sorted(v[0][1]["bands"])
+            )
+            print(f"    {d}: {len(v)} rows, MAPE {statistics.mean(abs(math.expm1(e)) for e, _ in v):.1%}; coverage "
+                  f"{inside}")  # fmt: skip
     print(f"fits: {fits} of {total} rows (all ran; {total - fits} false prunes)")
     for s in sets:
         if s["notes"]:

@@ -1,5 +1,6 @@
 """Upstream's start-up assertions as rules (``bridgebench.config.rules.upstream``), one refused and one accepted point
-each: HybridEP's EP limit and NVLink-domain arithmetic, MoE + TP needing sequence parallelism, DeepEP's fallback on
+each: HybridEP's EP limit and NVLink-domain arithmetic, MoE + TP needing sequence parallelism, the EP overlap
+needing a virtual pipeline with PP > 1, DeepEP's fallback on
 GB200/GB300, the layout a non-dividing split gets suggested, and enum values checked at once with a did-you-mean."""
 
 from __future__ import annotations
@@ -82,6 +83,23 @@ def test_moe_with_tp_needs_sequence_parallelism():
     assert not [v for v in rules.check(rules.Point.from_flat(**dense)) if v.rule == "moe_tp_needs_sp"]
 
 
+def test_ep_overlap_with_pp_needs_a_virtual_pipeline():
+    """megatron-core 0.19.2 TransformerConfig.__post_init__: the EP all-to-all overlap with PP > 1 asserts a virtual
+    pipeline size; a layout's VP counts (it is set earlier in the same __post_init__)."""
+    flat = {"overlap_moe_expert_parallel_comm": True, "pipeline_model_parallel_layout": None, "num_layers": 60}
+    refused = [v for v in rules.check(rules.Point.from_flat(**{**KIMI, **flat, "vp": None}))
+               if v.rule == "ep_overlap_needs_vp"]  # fmt: skip
+    assert refused and "PP = 4" in refused[0].message
+    assert refused[0].fix.startswith("comm_overlap.overlap_moe_expert_parallel_comm=false")
+    assert "ep_overlap_needs_vp" not in ids(**flat, vp=3)  # 60 layers = 4 x 3 x 5
+    assert "ep_overlap_needs_vp" not in ids(overlap_moe_expert_parallel_comm=True)  # the layout's VP 4
+    assert "ep_overlap_needs_vp" not in ids(**flat, vp=None, pp=1, num_gpus=64, gbs=4096)
+    assert "ep_overlap_needs_vp" not in ids(**{**flat, "overlap_moe_expert_parallel_comm": False}, vp=None)
+    # a 4-stage layout at PP 4 is VP 1: refused as Megatron-Core refuses it
+    assert "ep_overlap_needs_vp" in ids(overlap_moe_expert_parallel_comm=True,
+                                        pipeline_model_parallel_layout="Et*16|t*15|t*15|t*15L", vp=None)  # fmt: skip
+
+
 def test_deepep_on_gb300_runs_and_is_priced_as_alltoall():
     """Megatron-Bridge apply_flex_dispatcher_backend: DeepEP only on 8.x/9.x or B200/B300; GB200/GB300 fall back."""
     dtype, backend, note = upstream_rules.effective_dispatcher("flex", "deepep", "gb300", 10.3)
@@ -160,6 +178,22 @@ def test_predict_refuses_moe_tp_without_sp_with_the_fix_and_shows_knobs_and_plac
     assert place["domain_gpus"] == 64 and place["segment_nodes"] == 16 and place["domains"] == 4
     assert place["groups"]["ep"]["splits"] == [[64]] and place["ep_cross_domain_copies_per_token"] == 0.0
     assert out["ep_leaves_nvlink"] is False
+
+
+def test_predict_refuses_the_ep_overlap_without_a_virtual_pipeline_with_the_fix():
+    base = (
+        "predict",
+        "recipe=kimi_k2_gb300_mxfp8",
+        "release=26.02.01",
+        "+comm_overlap.overlap_moe_expert_parallel_comm=true",
+    )
+    bad = _bb(*base, "model.virtual_pipeline_model_parallel_size=null", "model.pipeline_model_parallel_layout=auto",
+              "--json")  # fmt: skip
+    assert bad.returncode == 2 and "ep_overlap_needs_vp" in bad.stderr and "Traceback" not in bad.stderr
+    assert "comm_overlap.overlap_moe_expert_parallel_comm=false" in bad.stderr
+    ok = _bb(*base, "--json")  # the recipe's layout gives VP 4: accepted, priced with the overlap
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert json.loads(ok.stdout)["knobs"]["ep_overlap"] is True
 
 
 def test_deepep_on_gb300_is_priced_as_the_alltoall_it_runs():

@@ -93,7 +93,10 @@ def test_bands_widen_with_distance_and_empty_distances_borrow_the_wider_one():
         assert cb.quantiles["uncalibrated GPU"][lv] >= cb.quantiles["new GPU"][lv]
     both = cb.half_width(("uncalibrated model", "uncalibrated GPU"))
     qm, qg = cb.quantiles["uncalibrated model"][68], cb.quantiles["uncalibrated GPU"][68]
-    assert both == pytest.approx(math.exp(math.hypot(qm, qg)) - 1)  # in quadrature
+    qc = cb.quantiles["new configuration"][68]
+    # each adds its own spread to the new-configuration spread both errors already hold (counted once, not twice)
+    assert both == pytest.approx(math.exp(math.sqrt(qm * qm + qg * qg - qc * qc)) - 1)
+    assert both < math.exp(math.hypot(qm, qg)) - 1
     assert both > max(cb.half_width(("uncalibrated model",)), cb.half_width(("uncalibrated GPU",)))
     with pytest.raises(TimeModelError, match="no conformal band"):
         cb.half_width(("new GPU",), level=95)
@@ -160,3 +163,45 @@ def test_a_new_precision_takes_the_precision_shift_other_models_show_on_that_gpu
         pytest.approx(0.1),
         "same model, GPU and precision class",
     )
+
+
+def test_a_group_read_outside_its_releases_takes_the_same_model_and_gpu_published_there():
+    """A group asked for a release outside its own published range reads the same model on the same GPU in another
+    precision published at that release, shifted by the mean precision difference on that GPU over the models with
+    both (its own, read at its nearest release, among them), not its own flat edge; where no such group covers the
+    release, inside its own range and without a release, its own level as before."""
+    from bridgebench.model.steptime.release import AT_RELEASE, GroupLevel, LevelTable
+
+    table = LevelTable(
+        groups={
+            ("a", "gb200", "fp8"): GroupLevel(family="dense", x=(150.0,), y=(-0.4,), rows=1),  # one early row
+            ("a", "gb200", "mxfp8"): GroupLevel(family="dense", x=(154.0, 158.0), y=(0.1, 0.3), rows=4),
+            ("b", "gb200", "fp8"): GroupLevel(family="dense", x=(154.0, 158.0), y=(0.2, 0.2), rows=2),
+            ("b", "gb200", "mxfp8"): GroupLevel(family="dense", x=(154.0, 158.0), y=(0.1, 0.1), rows=2),
+        },
+        family_mean={"dense": 0.0},
+    )
+    level, source = table.log_level(("a", "gb200", "fp8"), "dense", 156.0)
+    # a's MXFP8 at 156 (0.2) + the mean FP8 - MXFP8 on GB200: a's own (-0.4 - 0.2) and b's (+0.1)
+    assert source == AT_RELEASE and level == pytest.approx(0.2 + (-0.6 + 0.1) / 2)
+    assert table.log_level(("a", "gb200", "fp8"), "dense", 150.0) == (pytest.approx(-0.4), "group")
+    # past every relative's range too: the group's own nearest level (flat), as before
+    assert table.log_level(("a", "gb200", "fp8"), "dense", 160.0) == (pytest.approx(-0.4), "group")
+    # no release given: the group's own level at its origin
+    assert table.log_level(("a", "gb200", "fp8"), "dense", None) == (pytest.approx(-0.4), "group")
+
+
+def test_an_unmeasured_model_on_an_unmeasured_gpu_counts_the_shared_configuration_spread_once():
+    """Two uncalibrated distances: sum of their variances less the new-configuration variance both hold, never
+    narrower than the wider of the two (hand-set quantiles, log half-widths)."""
+    q = {t: {lv: 0.0 for lv in LEVELS} for t in TIERS}
+    q["new configuration"] = {50: 0.1, 68: 0.15, 90: 0.3}
+    q["uncalibrated model"] = {50: 0.12, 68: 0.2, 90: 0.4}
+    q["uncalibrated GPU"] = {50: 0.15, 68: 0.25, 90: 0.5}
+    cb = ConformalBands(quantiles=q)
+    assert cb.half_width(("uncalibrated model", "uncalibrated GPU")) == pytest.approx(
+        math.exp(math.sqrt(0.2**2 + 0.25**2 - 0.15**2)) - 1
+    )
+    assert cb.half_width(("uncalibrated model",)) == pytest.approx(math.exp(0.2) - 1)
+    q["new configuration"][68] = 0.3  # a shared spread wider than either's own: the wider single band, not less
+    assert cb.half_width(("uncalibrated model", "uncalibrated GPU")) == pytest.approx(math.exp(0.25) - 1)

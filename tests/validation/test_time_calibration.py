@@ -41,3 +41,35 @@ def test_the_report_scores_the_fit_it_returns():
     )
     assert f"held-out (leave one release out) MAPE {report.held_out_mape:.1%} over {len(out)} rows" in report.source
     assert report.releases == tuple(sorted({r.release for r in rows}, key=lambda x: [int(p) for p in x.split(".")]))
+
+
+def test_no_published_row_is_priced_with_an_ep_overlap_megatron_core_refuses():
+    """Rule ``ep_overlap_needs_vp``: a row printed at PP > 1 without VP cannot have run a recipe's EP all-to-all
+    overlap (Megatron-Core asserts VP for it), so it is priced without; rows with VP keep their recipe's overlap."""
+    from bridgebench.config.rules.upstream import ep_overlap_finding
+
+    rows = published_rows()
+    assert not [r for r in rows if ep_overlap_finding(overlap=r.cfg.overlap_moe_expert_parallel_comm, pp=r.cfg.pp,
+                                                      vp=r.cfg.vp)]  # fmt: skip
+    # Qwen3 235B-A22B on GB200 at 26.02 (PP 8, no VP) ran without it; at 26.04 (PP 8 VP 3) with the recipe's
+    q235 = {r.release: r.cfg for r in rows if r.model == "Qwen3_235B_a22B" and r.system == "gb200"}
+    assert q235["26.02"].vp is None and not q235["26.02"].overlap_moe_expert_parallel_comm
+    assert q235["26.04"].vp == 3 and q235["26.04"].overlap_moe_expert_parallel_comm
+
+
+def test_an_ablation_row_stating_ep_overlap_without_vp_is_priced_without_it_and_says_so():
+    """The Megatron-LM dev Qwen3 235B-A22B H100 row states 'EP overlap' at PP 8 and no VP: priced without the
+    overlap Megatron-Core would refuse, with the reason in its notes (rule ``ep_overlap_needs_vp``)."""
+    from bridgebench.config.catalog import load_gpu
+    from bridgebench.model.steptime.config import GpuFacts
+    from bridgebench.validation.ablation_time import gpu_of, point_of
+    from bridgebench.validation.ablations import read_set, set_files
+
+    (path,) = [p for p in set_files() if p.stem == "mlm_dev_moe_recipes_qwen3"]
+    stated = [r for r in read_set(path) if "ep overlap" in r["notes"].lower()]
+    cfgs = {r["gpu"]: point_of(r, GpuFacts.from_mapping(load_gpu(gpu_of(r["gpu"])[0]))) for r in stated}
+    h100, notes = cfgs["H100"]
+    assert h100.pp == 8 and h100.vp is None and not h100.overlap_moe_expert_parallel_comm
+    assert any("ep_overlap_needs_vp" in n for n in notes)
+    b200, notes = cfgs["B200"]  # PP 4 VP 12: the overlap as stated
+    assert b200.vp == 12 and b200.overlap_moe_expert_parallel_comm and not any("ep_overlap" in n for n in notes)

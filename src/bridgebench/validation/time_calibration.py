@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from bridgebench.config.catalog import load_gpu, peak_key
 from bridgebench.config.compose import ConfigError, compose, model_spec, recipe_releases
+from bridgebench.config.rules.upstream import ep_overlap_finding
 from bridgebench.model.layout import balanced_layout
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.calibration import Calibration
@@ -178,7 +179,9 @@ SIZES = ("num_gpus", "tp", "pp", "vp", "cp", "ep", "etp_", "mbs", "gbs")
 
 def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     """Calibration rows from published records (see the module docstring); rows of models without a
-    ``configs/model`` entry or without a TFLOP/s figure are left out."""
+    ``configs/model`` entry or without a TFLOP/s figure are left out. A row printed at PP > 1 without VP is priced
+    without its recipe's EP all-to-all overlap, which Megatron-Core refuses there (rule ``ep_overlap_needs_vp``,
+    ``docs/rules.md``: 7 rows)."""
     specs: dict[str, ModelSpec] = {}
     gpus: dict[str, GpuFacts] = {}
     formulas: dict[str, str] = {}
@@ -254,6 +257,10 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
             row = dataclasses.replace(row, cfg=cfg)
         if token_drop:
             row = dataclasses.replace(row, cfg=row.cfg.with_dims(**TOKEN_DROP))
+        c = row.cfg
+        if ep_overlap_finding(overlap=c.overlap_moe_expert_parallel_comm, pp=c.pp, vp=c.vp) is not None:
+            # printed without VP at PP > 1, a recipe's EP overlap cannot have run (rule ep_overlap_needs_vp)
+            row = dataclasses.replace(row, cfg=c.with_dims(overlap_moe_expert_parallel_comm=False))
         out.append(row)
     return out
 

@@ -57,7 +57,7 @@ def check(p: Point) -> list[Violation]:
     out.extend(_batch_violations(p, dp, vp))
     out.extend(_optimizer_violations(p))
     out.extend(system_violations(p))
-    out.extend(upstream_violations(p, p.tp if p.etp is None else p.etp, out))
+    out.extend(upstream_violations(p, p.tp if p.etp is None else p.etp, out, vp))
     return out
 
 

@@ -77,6 +77,7 @@ class Point(DimsView):
     segment_policy: str = "node"  # configs/gpu segment_policy (bridgebench.model.placement)
     moe_token_dispatcher_type: str | None = None
     moe_flex_dispatcher_backend: str | None = None
+    overlap_moe_expert_parallel_comm: bool = False  # comm_overlap.* (rule ep_overlap_needs_vp)
     env_nvlink_domain_size: Any = None
     env_use_mnnvl: Any = None
     env_hybrid_ep_ranks_per_nvlink_domain: Any = None
@@ -117,6 +118,9 @@ class Point(DimsView):
             segment_policy=str(cfg.gpu.get("segment_policy") or "node"),
             moe_token_dispatcher_type=m.get("moe_token_dispatcher_type"),
             moe_flex_dispatcher_backend=m.get("moe_flex_dispatcher_backend"),
+            overlap_moe_expert_parallel_comm=bool(
+                (cfg.get("comm_overlap") or {}).get("overlap_moe_expert_parallel_comm") or False
+            ),
             env_nvlink_domain_size=env_value(cfg, "NVLINK_DOMAIN_SIZE"),
             env_use_mnnvl=env_value(cfg, "USE_MNNVL"),
             env_hybrid_ep_ranks_per_nvlink_domain=env_value(cfg, "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"),

@@ -261,6 +261,14 @@ RULES: dict[str, Rule] = {
             summary="a MoE model with TP > 1 needs model.sequence_parallel=true",
         ),
         Rule(
+            id="ep_overlap_needs_vp",
+            source="megatron-core 0.19.2 transformer/transformer_config.py TransformerConfig.__post_init__ ('If "
+            "enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
+            "pipeline_model_parallel_size > 1'; a pipeline_model_parallel_layout's VP counts, set earlier in the same "
+            "__post_init__)",
+            summary="comm_overlap.overlap_moe_expert_parallel_comm with PP > 1 needs a virtual pipeline size",
+        ),
+        Rule(
             id="deepep_falls_back",
             source="Megatron-Bridge 0.6.2 / v0.3.1 src/megatron/bridge/training/flex_dispatcher_backend.py "
             "apply_flex_dispatcher_backend (DeepEP only on compute capability 8.x / 9.x or NVIDIA B200 / B300; other "

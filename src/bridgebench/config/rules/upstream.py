@@ -30,7 +30,14 @@ from bridgebench.model import placement as pl
 from bridgebench.model.layout import LayoutError, auto_split
 
 #: the upstream rules this module judges (their table entries, with sources: :data:`bridgebench.config.rules.RULES`)
-RULE_IDS = ("hybridep_ep_domain", "hybridep_ranks_per_domain", "moe_tp_needs_sp", "deepep_falls_back", "enum_value")
+RULE_IDS = (
+    "hybridep_ep_domain",
+    "hybridep_ranks_per_domain",
+    "moe_tp_needs_sp",
+    "ep_overlap_needs_vp",
+    "deepep_falls_back",
+    "enum_value",
+)
 
 #: upstream's values of the enum settings bridgebench reads, by config key (``None`` is allowed for all but the
 #: dispatcher type, backend and CUDA-graph implementation, as in megatron-core 0.19.2).
@@ -220,14 +227,34 @@ def moe_sp_finding(*, experts: int | None, tp: int, sequence_parallel: bool) -> 
     return None
 
 
-def upstream_violations(p: Point, etp: int, found: list[Violation]) -> list[Violation]:
-    """The upstream start-up assertions of a point (MoE + TP needs SP, HybridEP's EP and NVLink-domain rules on the
+def ep_overlap_finding(*, overlap: bool, pp: int, vp: int | None) -> Finding | None:
+    """Rule ``ep_overlap_needs_vp``: ``overlap_moe_expert_parallel_comm`` with PP > 1 needs the interleaved schedule
+    (``vp``: the virtual pipeline size in effect, a layout's included; megatron-core 0.19.2
+    ``transformer/transformer_config.py`` ``TransformerConfig.__post_init__``: "If enabling EP A2A overlap,
+    virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1")."""
+    if overlap and pp > 1 and vp is None:
+        return Finding(
+            rule="ep_overlap_needs_vp",
+            message=f"overlap_moe_expert_parallel_comm with PP = {pp} needs a virtual pipeline size (Megatron-Core "
+            "refuses the EP all-to-all overlap without the interleaved schedule)",
+            fix="comm_overlap.overlap_moe_expert_parallel_comm=false, or model.virtual_pipeline_model_parallel_size"
+            "=<VP > 1> with a split that fits it",
+        )
+    return None
+
+
+def upstream_violations(p: Point, etp: int, found: list[Violation], vp: int | None = None) -> list[Violation]:
+    """The upstream start-up assertions of a point (MoE + TP needs SP, the EP overlap needs VP with PP > 1 --
+    ``vp`` the virtual pipeline size in effect, a layout's included --, HybridEP's EP and NVLink-domain rules on the
     dispatcher that actually runs); and, in place in ``found``, the working split suggested as the fix of a
     ``layers_fit_pp_vp`` violation (:func:`layout_fix`)."""
     out = []
     sp = moe_sp_finding(experts=p.num_moe_experts, tp=p.tp, sequence_parallel=p.sequence_parallel)
     if sp is not None:
         out.append(Violation(sp.rule, sp.message, sp.fix))
+    ov = ep_overlap_finding(overlap=p.overlap_moe_expert_parallel_comm, pp=p.pp, vp=vp)
+    if ov is not None:
+        out.append(Violation(ov.rule, ov.message, ov.fix))
     dtype, backend, _ = effective_dispatcher(
         p.moe_token_dispatcher_type, p.moe_flex_dispatcher_backend, p.gpu, p.compute_capability
     )

@@ -10,7 +10,8 @@ calibrated.
   precision class was never fitted);
 - ``new GPU``: the model was published, not on this GPU;
 - ``uncalibrated model`` / ``uncalibrated GPU``: nothing of this model / on this GPU was measured (the level is the
-  family's mean, the efficiency a sibling's or the default): the widest bands, and both together add in quadrature.
+  family's mean, the efficiency a sibling's or the default): the widest bands. Both together: each adds its measured
+  spread to what they share (:meth:`ConformalBands.half_width`).
 
 **Spread of each distance, measured**: every published row is predicted by fits that leave out, in turn, its release
 (LORO), its configuration at every release (LOCO), its (model, GPU, precision) group, its (model, GPU), its model
@@ -120,16 +121,26 @@ class ConformalBands:
     method: str = "crepes.ConformalRegressor, Mondrian by distance, CV+ folds"
 
     def half_width(self, tiers: Sequence[str], level: int = DEFAULT_LEVEL) -> float:
-        """Relative +- of a point at these distances (``exp(q) - 1``; two uncalibrated tiers add in quadrature).
+        """Relative +- of a point at these distances (``exp(q) - 1``, ``q`` a half-width in log).
+
+        One distance: its quantile. Several (an unmeasured model on an unmeasured GPU): each adds its measured spread
+        to what they share. Every error held out as ``uncalibrated model`` or ``uncalibrated GPU`` was also a
+        configuration its fold never saw, so each quantile already holds the ``new configuration`` spread ``q_c``;
+        in variance ``q^2 = sum(q_t^2) - (n - 1) q_c^2`` (the issue-22 rule "a new model, GPU ... each adds its
+        measured spread"), never below the widest single ``q_t``. Adding the quantiles in quadrature, as before
+        stop 31, counted ``q_c`` twice.
 
         Raises:
             TimeModelError: a level without quantiles.
         """
         try:
             qs = [self.quantiles[t][level] for t in tiers]
+            shared = self.quantiles["new configuration"][level] if len(qs) > 1 else 0.0
         except KeyError as err:
             raise TimeModelError(f"no conformal band at {err.args[0]!r} (bands at {LEVELS} %)") from err
-        return math.exp(math.sqrt(sum(q * q for q in qs))) - 1.0
+        widest = max(qs)
+        var = sum(q * q for q in qs) - (len(qs) - 1) * shared * shared
+        return math.exp(math.sqrt(max(var, widest * widest))) - 1.0
 
     def band(self, spec: ModelSpec, cfg: TimeConfig, level: int = DEFAULT_LEVEL) -> tuple[float, str, tuple[str, ...]]:
         """(relative +-, source in words, distances) of a point."""

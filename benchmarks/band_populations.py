@@ -1,0 +1,119 @@
+"""Why the shipped bands are too wide on the ablation rows, and what calibrating them there would cost: two
+populations of held-out errors, side by side. Prints figures; changes nothing.
+
+- **Published**: every published row held out by release, configuration, group, model on GPU, model and GPU
+  (:func:`bridgebench.model.steptime.fit.held_out_experiments`, the host constants fixed at the shipped ones as the
+  bands' folds do); each absolute log error filed under its distance.
+- **Ablations**: every shared ablation row (``../shared/reference/ablations``; none is calibrated) predicted by the
+  shipped calibration, its distance from it (``TimeBreakdown.novelty``); an unmeasured model on an unmeasured GPU is
+  its own bin here.
+
+For each ablation row the 68 % (and 50 / 90 %) half-width of its distance is formed three ways, the row's own set
+always left out (cross-conformal over sets: a row is never inside the quantile it is scored against):
+1. *shipped*: the published errors only (what ships: ``configs/calibration/default.yaml`` ``conformal``);
+2. *pooled*: the published errors and the other sets' ablation errors of that distance;
+3. *ablations only* for the uncalibrated distances (published for the others).
+Then the published rows of leave-one-model-out are scored against way 3's uncalibrated-model half-width: what
+calibrating on the ablation studies would do to NVIDIA's own models left out. Quantiles: the split-conformal
+``ceil((n + 1) c)``-th smallest absolute error (Vovk et al. 2005; crepes' rule).
+
+    PYTHONPATH=src .venv/bin/python benchmarks/band_populations.py   (about 3-4 min on 2 cores)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from bridgebench.config import calibration  # noqa: E402
+from bridgebench.config.catalog import load_gpu  # noqa: E402
+from bridgebench.model.steptime.bands import LEVELS  # noqa: E402
+from bridgebench.model.steptime.config import GpuFacts  # noqa: E402
+from bridgebench.model.steptime.fit import calibrate, held_out_experiments  # noqa: E402
+from bridgebench.model.steptime.predict import predict_time  # noqa: E402
+from bridgebench.validation.ablation_time import gpu_of, point_of, predicted_metric, spec_of  # noqa: E402
+from bridgebench.validation.ablations import read_set, set_files  # noqa: E402
+from bridgebench.validation.time_calibration import published_rows  # noqa: E402
+
+BOTH = "uncalibrated model and GPU"
+UNCALIBRATED = ("uncalibrated model", "uncalibrated GPU", BOTH)
+
+
+def quantile(errors: list[float], level: int) -> float:
+    """Split-conformal half-width of absolute errors at ``level`` % (``inf`` when too few)."""
+    a = sorted(errors)
+    k = math.ceil((len(a) + 1) * level / 100)
+    return a[k - 1] if 0 < k <= len(a) else math.inf
+
+
+def main() -> None:
+    t0 = time.time()
+    cal = calibration.load().time
+    ablation = []  # (set, distance, |log error|)
+    gpus: dict[str, GpuFacts] = {}
+    for path in set_files():
+        for r in read_set(path):
+            name, _ = gpu_of(r["gpu"])
+            gpus.setdefault(name, GpuFacts.from_mapping(load_gpu(name)))
+            spec = spec_of(r)
+            cfg, _ = point_of(r, gpus[name])
+            tiers = predict_time(spec, cfg, cal).novelty
+            tier = BOTH if len(tiers) > 1 else tiers[0]
+            err = abs(math.log(predicted_metric(r, spec, cfg, cal) / float(r["measured_value"])))
+            ablation.append((path.stem, tier, err))
+    print(f"ablation rows: {len(ablation)}; computing the published held-out errors ...", flush=True)
+    rows = published_rows()
+    fixed = dict(c_grid=(cal.c_layer,), host_grid=(cal.host_moe,), expert_grid=(cal.host_moe_expert,),
+                 kappa=cal.kappa, ns_efficiency=cal.ns_efficiency)  # fmt: skip
+    held, _ = held_out_experiments(rows, lambda rs: calibrate(rs, **fixed))
+    published: dict[str, list[float]] = {}
+    lomo: list[float] = []
+    for h in held:
+        published.setdefault(h.tier, []).append(abs(h.log_error))
+        if h.tier == "uncalibrated model" and h.fold.startswith("model="):
+            lomo.append(abs(h.log_error))
+    published[BOTH] = []  # no published row is both: the shipped bands combine the two (ConformalBands.half_width)
+    print(f"published held-out errors: {len(held)} ({time.time() - t0:.0f} s); load average {os.getloadavg()[0]:.1f}")
+
+    def width(way: str, tier: str, own_set: str, level: int) -> float:
+        others = [e for s, t, e in ablation if t == tier and s != own_set]
+        if tier == BOTH and way == "shipped":
+            return math.log1p(cal.conformal.half_width(("uncalibrated model", "uncalibrated GPU"), level))
+        if way == "shipped":
+            return quantile(published[tier], level)
+        if way == "pooled":
+            return quantile(published[tier] + others, level)
+        return quantile(others if tier in UNCALIBRATED else published[tier], level)
+
+    tiers = sorted({t for _, t, _ in ablation})
+    for way in ("shipped", "pooled", "ablations only"):
+        line = []
+        for lv in LEVELS:
+            inside = [e <= width(way, t, s, lv) for s, t, e in ablation]
+            line.append(f"{sum(inside) / len(inside):.0%} in the {lv} % band")
+        print(f"{way:15s} ablation coverage (own set left out): " + ", ".join(line))
+        for t in tiers:
+            cells = []
+            for lv in LEVELS:
+                sub = [(s, e) for s, tt, e in ablation if tt == t]
+                cells.append(f"{sum(e <= width(way, t, s, lv) for s, e in sub) / len(sub):.0%}")
+            n = sum(tt == t for _, tt, _ in ablation)
+            print(f"    {t:28s} {n:3d} rows: " + " / ".join(cells))
+    print("published rows of leave-one-model-out against the ablations-only uncalibrated-model band:")
+    for lv in LEVELS:
+        q = quantile([e for _, t, e in ablation if t == "uncalibrated model"], lv)
+        cov = sum(e <= q for e in lomo) / len(lomo)
+        print(f"  {lv} %: +-{100 * math.expm1(q):.1f} %, covers {cov:.0%} of {len(lomo)} published rows "
+              f"(the shipped +-{100 * cal.conformal.half_width(('uncalibrated model',), lv):.1f} % covers "
+              f"{sum(e <= quantile(published['uncalibrated model'], lv) for e in lomo) / len(lomo):.0%})")  # fmt: skip
+    print(f"{time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
