@@ -246,6 +246,7 @@ BAD = [
     ("nvlink_env_matches_gpu", BASE.replace(nvlink_domain=72, env_use_mnnvl="yes"), ["USE_MNNVL='yes'"]),
     # upstream start-up assertions (config/rules/upstream.py; more cases in tests/config/test_upstream_rules.py)
     ("moe_tp_needs_sp", BASE.replace(sequence_parallel=False), ["TP = 2", "sequence parallelism"]),
+    ("ep_overlap_needs_vp", BASE.replace(overlap_moe_expert_parallel_comm=True), ["PP = 2", "virtual pipeline"]),
     (
         "hybridep_ep_domain",
         BASE.replace(**HYBRIDEP_256, pp=2, ep=128),
