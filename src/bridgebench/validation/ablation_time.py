@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, overload
 
-from bridgebench.config.rules.upstream import ep_overlap_finding
+from bridgebench.config.rules.upstream import without_refused_ep_overlap
 from bridgebench.model.parallel import ParallelDims
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.calibration import Calibration
@@ -198,12 +198,10 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
         flops_formula="v2",
         **_software(framework, modern),
     )
-    if ep_overlap_finding(overlap=cfg.overlap_moe_expert_parallel_comm, pp=cfg.pp, vp=cfg.vp) is not None:
-        cfg = cfg.with_dims(overlap_moe_expert_parallel_comm=False)
-        notes.append(
-            f"EP overlap stated at PP {cfg.pp} without a virtual pipeline size: Megatron-Core refuses the overlap "
-            "without the interleaved schedule (rule ep_overlap_needs_vp), so it is priced without it"
-        )
+    cfg, dropped = without_refused_ep_overlap(cfg)
+    if dropped:
+        notes.append(f"EP overlap stated at PP {cfg.pp} without a virtual pipeline size: Megatron-Core refuses it "
+                     "there (rule ep_overlap_needs_vp), so it is priced without it")  # fmt: skip
     if not modern and "torchtitan" not in framework:
         notes.append(
             "2021-22 Megatron-LM: no distributed optimizer, no TP overlap, gradient all-reduce not overlapped, "

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from bridgebench.config.catalog import load_gpu, peak_key
 from bridgebench.config.compose import ConfigError, compose, model_spec, recipe_releases
-from bridgebench.config.rules.upstream import ep_overlap_finding
+from bridgebench.config.rules.upstream import without_refused_ep_overlap
 from bridgebench.model.layout import balanced_layout
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.calibration import Calibration
@@ -179,15 +179,12 @@ SIZES = ("num_gpus", "tp", "pp", "vp", "cp", "ep", "etp_", "mbs", "gbs")
 
 def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     """Calibration rows from published records (see the module docstring); rows of models without a
-    ``configs/model`` entry or without a TFLOP/s figure are left out. A row printed at PP > 1 without VP is priced
-    without its recipe's EP all-to-all overlap, which Megatron-Core refuses there (rule ``ep_overlap_needs_vp``,
-    ``docs/rules.md``: 7 rows)."""
+    ``configs/model`` entry or without a TFLOP/s figure are left out. Knobs: :func:`_with_knobs`."""
     specs: dict[str, ModelSpec] = {}
     gpus: dict[str, GpuFacts] = {}
     formulas: dict[str, str] = {}
     fsdp = _fsdp_rows()
     cells = fsdp_cells()
-    out: list[Row] = []
     pending: list[tuple[tuple[str, str, str, str, str], Row, dict[str, Any], bool]] = []
     for r in records if records is not None else load_published():
         if not r.model or not r.model_tflops_per_gpu or not r.system:
@@ -241,10 +238,19 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
         row = Row(spec=spec, cfg=cfg, tflops=float(r.model_tflops_per_gpu), release=r.release, model=r.model_label,
                   system=r.system, precision=precision)  # fmt: skip
         pending.append((key, row, _unprinted(r, cells), bool(r.provenance.get("moe_token_drop"))))
+    return _with_knobs(pending)
+
+
+def _with_knobs(pending: list[tuple[tuple[str, str, str, str, str], Row, dict[str, Any], bool]]) -> list[Row]:
+    """Rows with their knobs: their group's recipe's at the release (:func:`_knobs_of`), else the settings the row
+    does not print (:func:`_unprinted`), the token-drop settings of a token-drop row; and no EP overlap where a row
+    printed at PP > 1 without VP cannot have run its recipe's (Megatron-Core refuses it there: rule
+    ``ep_overlap_needs_vp``, ``docs/rules.md``; 7 rows)."""
     sizes: dict[tuple[str, str, str, str, str], set[tuple[Any, ...]]] = {}
     for key, row, _, _ in pending:
         sizes.setdefault(key, set()).add(tuple(getattr(row.cfg, k) for k in SIZES))
     knobs = {key: _knobs_of(*key, frozenset(v)) for key, v in sizes.items()}
+    out = []
     for key, row, unprinted, token_drop in pending:
         own, values = knobs[key] or (False, None)
         if values:
@@ -257,11 +263,7 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
             row = dataclasses.replace(row, cfg=cfg)
         if token_drop:
             row = dataclasses.replace(row, cfg=row.cfg.with_dims(**TOKEN_DROP))
-        c = row.cfg
-        if ep_overlap_finding(overlap=c.overlap_moe_expert_parallel_comm, pp=c.pp, vp=c.vp) is not None:
-            # printed without VP at PP > 1, a recipe's EP overlap cannot have run (rule ep_overlap_needs_vp)
-            row = dataclasses.replace(row, cfg=c.with_dims(overlap_moe_expert_parallel_comm=False))
-        out.append(row)
+        out.append(dataclasses.replace(row, cfg=without_refused_ep_overlap(row.cfg)[0]))
     return out
 
 

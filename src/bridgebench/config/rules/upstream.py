@@ -243,6 +243,15 @@ def ep_overlap_finding(*, overlap: bool, pp: int, vp: int | None) -> Finding | N
     return None
 
 
+def without_refused_ep_overlap(cfg: Any) -> tuple[Any, bool]:
+    """``(cfg, dropped)``: a time point (:class:`bridgebench.model.steptime.config.TimeConfig`) with its EP overlap
+    turned off where :func:`ep_overlap_finding` says Megatron-Core refuses it (PP > 1 without VP), and whether it
+    was: what a row that ran can have run (published rows printed without VP, an ablation row's stated overlap)."""
+    if ep_overlap_finding(overlap=cfg.overlap_moe_expert_parallel_comm, pp=cfg.pp, vp=cfg.vp) is None:
+        return cfg, False
+    return cfg.with_dims(overlap_moe_expert_parallel_comm=False), True
+
+
 def upstream_violations(p: Point, etp: int, found: list[Violation], vp: int | None = None) -> list[Violation]:
     """The upstream start-up assertions of a point (MoE + TP needs SP, the EP overlap needs VP with PP > 1 --
     ``vp`` the virtual pipeline size in effect, a layout's included --, HybridEP's EP and NVLink-domain rules on the
