@@ -15,7 +15,8 @@ always left out (cross-conformal over sets: a row is never inside the quantile i
 3. *ablations only* for the uncalibrated distances (published for the others).
 Then the published rows of leave-one-model-out are scored against way 3's uncalibrated-model half-width: what
 calibrating on the ablation studies would do to NVIDIA's own models left out. Quantiles: the split-conformal
-``ceil((n + 1) c)``-th smallest absolute error (Vovk et al. 2005; crepes' rule).
+``ceil((n + 1) c)``-th smallest absolute error, computed by crepes as the shipped bands are
+(:func:`bridgebench.model.steptime.bands._conformal_q`; Vovk et al. 2005).
 
     PYTHONPATH=src .venv/bin/python benchmarks/band_populations.py   (about 3-4 min on 2 cores)
 """
@@ -34,6 +35,7 @@ sys.path.insert(0, str(REPO / "src"))
 from bridgebench.config import calibration  # noqa: E402
 from bridgebench.config.catalog import load_gpu  # noqa: E402
 from bridgebench.model.steptime.bands import LEVELS  # noqa: E402
+from bridgebench.model.steptime.bands import _conformal_q as quantile  # noqa: E402
 from bridgebench.model.steptime.config import GpuFacts  # noqa: E402
 from bridgebench.model.steptime.fit import calibrate, held_out_experiments  # noqa: E402
 from bridgebench.model.steptime.predict import predict_time  # noqa: E402
@@ -43,13 +45,6 @@ from bridgebench.validation.time_calibration import published_rows  # noqa: E402
 
 BOTH = "uncalibrated model and GPU"
 UNCALIBRATED = ("uncalibrated model", "uncalibrated GPU", BOTH)
-
-
-def quantile(errors: list[float], level: int) -> float:
-    """Split-conformal half-width of absolute errors at ``level`` % (``inf`` when too few)."""
-    a = sorted(errors)
-    k = math.ceil((len(a) + 1) * level / 100)
-    return a[k - 1] if 0 < k <= len(a) else math.inf
 
 
 def main() -> None:
@@ -83,10 +78,9 @@ def main() -> None:
 
     def width(way: str, tier: str, own_set: str, level: int) -> float:
         others = [e for s, t, e in ablation if t == tier and s != own_set]
-        if tier == BOTH and way == "shipped":
-            return math.log1p(cal.conformal.half_width(("uncalibrated model", "uncalibrated GPU"), level))
-        if way == "shipped":
-            return quantile(published[tier], level)
+        if way == "shipped":  # the bands configs/calibration/default.yaml ships
+            tiers = ("uncalibrated model", "uncalibrated GPU") if tier == BOTH else (tier,)
+            return math.log1p(cal.conformal.half_width(tiers, level))
         if way == "pooled":
             return quantile(published[tier] + others, level)
         return quantile(others if tier in UNCALIBRATED else published[tier], level)

@@ -299,11 +299,13 @@ def part_b(rows, cal) -> dict:
         by: dict[str, list[float]] = defaultdict(list)
         for e, t in errs:
             by[", ".join(t)].append(abs(e))
-        print(f"  {name}: MAPE {100 * mape:.1f}%, median |error| {100 * med:.1f}% over {len(errs)} rows; coverage "
+        big = sum(abs(e) > 0.25 for e, _ in errs)
+        print(f"  {name}: MAPE {100 * mape:.1f}%, median |error| {100 * med:.1f}% over {len(errs)} rows ({big} off by "
+              "more than 25 %); coverage "
               + ", ".join(f"{100 * v:.0f}% in the {lv} % band" for lv, v in cov.items()))  # fmt: skip
         for d, v in sorted(by.items()):
             print(f"    {d:24s} {len(v):3d} rows  MAPE {100 * statistics.mean(v):5.1f}%")
-        out[name] = {"mape": mape, "median": med, "coverage": cov, "rows": len(errs),
+        out[name] = {"mape": mape, "median": med, "coverage": cov, "rows": len(errs), "over_25_pct": big,
                      "mape_by_distance": {d: statistics.mean(v) for d, v in by.items()}}  # fmt: skip
     if cal.conformal is not None:
         print("  conformal half-widths by distance (held-out coverage, each error against the other folds' quantile):")
