@@ -77,10 +77,9 @@ def test_adaptive_sweep_converges_resumes_and_calibrates(env, tmp_path):
     assert len(rep["vs_predicted"]) == len(runs) and "replayed" in rep["shown"]
     assert all(r["payload"] == "replayed" and r["predicted_s"] > 0 and "inside_band" in r for r in rep["vs_predicted"])
     assert env("report", check=False).returncode == 2  # measured runs only by default: none here, said so
-    # Ctrl-C while the first round's job runs, then --resume: nothing is submitted twice (each replayed job sleeps
-    # 5 s so that it still runs when Ctrl-C comes: at 0.3 s a slow machine finished both rounds first)
+    # Ctrl-C while the first round's job runs, then --resume: nothing is submitted twice
     cmd = [*env.cmd, "sweep", "--space", "replay_small", "--adaptive", "--budget", "2", "--submit", "--wait",
-           "--name", "b", "job.replay.sleep_s=5"]  # fmt: skip
+           "--name", "b", "job.replay.sleep_s=0.3"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     state = tmp_path / "sweeps" / "b" / "adaptive.json"
     deadline = time.monotonic() + 300
@@ -92,7 +91,7 @@ def test_adaptive_sweep_converges_resumes_and_calibrates(env, tmp_path):
     _, said = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "--resume" in said and "Traceback" not in said, said[-2000:]
     again = json.loads(env("sweep", "--space", "replay_small", "--adaptive", "--budget", "2", "--submit", "--wait",
-                           "--name", "b", "--resume", "job.replay.sleep_s=5", "--json").stdout)  # fmt: skip
+                           "--name", "b", "--resume", "job.replay.sleep_s=0.3", "--json").stdout)  # fmt: skip
     assert again["stop"] in ("converged", "budget")
     attempts = json.loads(env("status", "--json").stdout)
     run_ids = [a["run_id"] for a in attempts]
