@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from bridgebench.validation.data import data_dir, missing_message
+from tests.launch.sigint import interruptible
 from tests.launch.test_e2e_local import bb  # noqa: F401  (fixture: bridgebench against the cluster)
 from tests.launch.test_local_cluster import slurm_cluster  # noqa: F401  (session fixture: starts/stops the cluster)
 
@@ -80,7 +81,9 @@ def test_adaptive_sweep_converges_resumes_and_calibrates(env, tmp_path):
     # Ctrl-C while the first round's job runs, then --resume: nothing is submitted twice
     cmd = [*env.cmd, "sweep", "--space", "replay_small", "--adaptive", "--budget", "2", "--submit", "--wait",
            "--name", "b", "job.replay.sleep_s=0.3"]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, env=env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible
+    )
     state = tmp_path / "sweeps" / "b" / "adaptive.json"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

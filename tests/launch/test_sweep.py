@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.launch.sigint import interruptible
+
 BB = [sys.executable, "-m", "bridgebench.cli"]
 KIMI = ["recipe=kimi_k2_gb300_mxfp8", "release=26.02.01", "optimizer=muon"]  # the blog's Kimi K2 release
 
@@ -42,6 +44,11 @@ def _state(env, name):
     return json.loads((Path(env["BRIDGEBENCH_SWEEPS"]) / name / "state.json").read_text())
 
 
+def _niced_and_interruptible() -> None:
+    os.nice(15)
+    interruptible()
+
+
 def test_ctrl_c_then_resume_does_no_stage_twice(env):
     """SIGINT while a stage runs; --resume reloads the finished stages (each stage is computed exactly once) and the
     outputs appear only when the sweep ends."""
@@ -49,7 +56,7 @@ def test_ctrl_c_then_resume_does_no_stage_twice(env):
     # the sweep runs niced so that, on a loaded machine, this test reads "stage 3 memory" and signals before the
     # sweep can finish stages 3-4 and its outputs (seen once at load 5: the sweep ended before the SIGINT)
     proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=lambda: os.nice(15)
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_niced_and_interruptible
     )
     seen = []
     deadline = time.monotonic() + 600
