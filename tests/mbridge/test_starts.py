@@ -36,6 +36,25 @@ def test_the_sweep_sees_what_the_build_keeps(overrides):
     assert {k: base.flat[k] for k in START_FIELDS} == {k: built[k] for k in START_FIELDS}
 
 
+def test_the_time_model_prices_the_dispatcher_the_base_recipe_sets():
+    """DeepSeek V3's 26.08 GB300 recipe does not write the dispatcher: Megatron-Bridge 0.6.2's base recipe already
+    sets HybridEP (``recipes/deepseek/h100/deepseek_v3.py``, made the flex dispatcher by
+    ``apply_flex_dispatcher_backend``). Before stop 32 the sweep did not see it and priced ``alltoall``; the recipe's
+    per-rank token budget makes that dispatch free of host waits."""
+    from bridgebench.config.time_knobs import shown_knobs, time_knobs
+    from bridgebench.model.steptime.config import TimeConfig
+
+    base = engine.base_of(["recipe=deepseek_v3_gb300_mxfp8", "release=26.08"])
+    v = engine.effective(base, {})
+    knobs = time_knobs(v)
+    assert (knobs["moe_token_dispatcher_type"], knobs["moe_flex_dispatcher_backend"]) == ("flex", "hybridep")
+    assert knobs["moe_expert_rank_capacity_factor"] == 1.5
+    shown = shown_knobs(v)
+    assert shown["dispatcher"] == "hybridep" and shown["expert_capacity"] == "dropless, rank budget 1.5"
+    cfg = engine.time_config(v, base.gpu)
+    assert isinstance(cfg, TimeConfig) and cfg.dispatcher == "hybridep" and not cfg.host_synced_dispatch
+
+
 def test_shipped_perf_settings_are_the_installed_megatron_bridges():
     from bridgebench.config.schema import PERF_FILE
     from bridgebench.mbridge.catalogs import perf_catalog

@@ -130,3 +130,32 @@ def test_the_expert_capacity_a_point_runs_with_is_shown_with_the_other_knobs():
     padded = {"moe_expert_capacity_factor": 1.25, "moe_pad_expert_input_to_capacity": True}
     assert shown_knobs(padded, spec_is_moe=True)["expert_capacity"] == "capacity 1.25, padded"
     assert shown_knobs(padded, spec_is_moe=False)["expert_capacity"] is None  # a dense model routes nothing
+
+
+def test_hybridep_with_a_rank_budget_never_waits_on_the_host(models):
+    """megatron-core 0.19.2 ``token_dispatcher.py``: with ``moe_expert_rank_capacity_factor`` HybridEP's permuted
+    tokens have a static upper bound (no CPU sync in dispatch); without it HybridEP sizes its buffers on the host.
+    The budget means nothing to the alltoall dispatcher (Megatron-Core refuses it there), which still waits."""
+    spec = models["qwen3_30b_a3b"]
+    hybrid = TimeConfig.from_flat(
+        **QWEN, mbs=1, moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep"
+    )
+    waits = predict_time(spec, hybrid, CAL)
+    assert hybrid.host_synced_dispatch and waits.terms["overhead"] > 0
+    budget = hybrid.with_dims(moe_expert_rank_capacity_factor=1.5)
+    free = predict_time(spec, budget, CAL)
+    assert not budget.host_synced_dispatch and free.terms["overhead"] == 0.0
+    assert free.total == pytest.approx(waits.total - waits.terms["overhead"])
+    alltoall = TimeConfig.from_flat(**QWEN, mbs=1, moe_expert_rank_capacity_factor=1.5)
+    assert alltoall.host_synced_dispatch
+    knobs = time_knobs(
+        {"gpu": "gb300", "moe_flex_dispatcher_backend": "hybridep", "moe_expert_rank_capacity_factor": 1.5}
+    )
+    assert knobs["moe_expert_rank_capacity_factor"] == 1.5 and TimeConfig.from_flat(
+        **QWEN, mbs=1, **{k: knobs[k] for k in ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+                                                 "moe_expert_rank_capacity_factor")}
+    ).host_synced_dispatch is False  # fmt: skip
+    from bridgebench.config.time_knobs import shown_knobs
+
+    shown = shown_knobs({"moe_flex_dispatcher_backend": "hybridep", "moe_expert_rank_capacity_factor": 1.5})
+    assert shown["expert_capacity"] == "dropless, rank budget 1.5"

@@ -423,6 +423,14 @@ OPTIMIZER_STATE_FIELDS = (
     "optimizer.optimizer_cpu_offload",
     "optimizer.optimizer_offload_fraction",
 )
+#: the time model's MoE token dispatch: the dispatcher a base recipe sets (e.g. Megatron-Bridge 0.6.2
+#: ``recipes/deepseek/h100/deepseek_v3.py`` sets the HybridEP backend and ``apply_flex_dispatcher_backend`` makes it
+#: the flex dispatcher off-GPU), which a perf recipe that keeps it does not write again
+DISPATCH_FIELDS = (
+    "model.moe_token_dispatcher_type",
+    "model.moe_flex_dispatcher_backend",
+    "model.moe_expert_rank_capacity_factor",
+)
 #: Megatron-Bridge fields bridgebench's models read (the sweep engine's memory, time and Newton-Schulz stages) that
 #: a composed config may leave out -- then the built ``ConfigContainer`` keeps what it started from: the model's base
 #: recipe (``model.*``, ``ddp.*``, ``optimizer.*``) or the precision's mixed-precision recipe (``mixed_precision.*``).
@@ -436,6 +444,7 @@ START_FIELDS = (
     *ACTIVATION_FIELDS,
     *FSDP_FIELDS,
     *OPTIMIZER_STATE_FIELDS,
+    *DISPATCH_FIELDS,
 )
 #: the ``mbridge_starts.json`` entry of a model without a Megatron-Bridge recipe: the generic provider's container
 #: (``bridgebench.mbridge.provider.generic_container``).

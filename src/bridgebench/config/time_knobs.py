@@ -27,6 +27,7 @@ TIME_KEYS = {
     "moe_shared_expert_overlap": "model.moe_shared_expert_overlap",
     "moe_expert_capacity_factor": "model.moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity": "model.moe_pad_expert_input_to_capacity",
+    "moe_expert_rank_capacity_factor": "model.moe_expert_rank_capacity_factor",
     "overlap_grad_reduce": "ddp.overlap_grad_reduce",
     "overlap_param_gather": "ddp.overlap_param_gather",
     "bucket_size": "ddp.bucket_size",
@@ -62,6 +63,9 @@ def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
         if v.get("moe_expert_capacity_factor") is None
         else float(v["moe_expert_capacity_factor"]),
         "moe_pad_expert_input_to_capacity": flag("moe_pad_expert_input_to_capacity", False),
+        "moe_expert_rank_capacity_factor": None
+        if v.get("moe_expert_rank_capacity_factor") is None
+        else float(v["moe_expert_rank_capacity_factor"]),
         "overlap_grad_reduce": flag("overlap_grad_reduce", False),
         "overlap_param_gather": flag("overlap_param_gather", False),
         "bucket_size": v.get("bucket_size"),
@@ -98,8 +102,9 @@ SHOWN_KNOBS = {
     "shared_expert_overlap": "model.moe_shared_expert_overlap",
     "tp_comm_overlap": "comm_overlap.tp_comm_overlap (TE userbuffers)",
     "recompute": "model.recompute_granularity (modules)",
-    "expert_capacity": "model.moe_expert_capacity_factor / moe_pad_expert_input_to_capacity (dropless, or the "
-    "capacity and whether it pads: a padded dispatch has static shapes and never waits on the host)",
+    "expert_capacity": "model.moe_expert_capacity_factor / moe_pad_expert_input_to_capacity / "
+    "moe_expert_rank_capacity_factor (dropless, or the capacity and whether it pads, or HybridEP's per-rank token "
+    "budget: a padded dispatch or a budget has static shapes and never waits on the host)",
     "cuda_graph_impl": "model.cuda_graph_impl",
     "cuda_graph_scope": "model.cuda_graph_scope",
 }
@@ -117,6 +122,7 @@ def shown_knobs(v: dict[str, Any], spec_is_moe: bool = True) -> dict[str, Any]:
         mods = ["core_attn"]  # megatron-core 0.19.2 TransformerConfig.__post_init__ default
     recompute = "none" if not gran else gran + (f" ({','.join(mods)})" if gran == "selective" and mods else "")
     cap = v.get("moe_expert_capacity_factor")
+    budget = v.get("moe_expert_rank_capacity_factor")
     expert_capacity = None
     if spec_is_moe:
         expert_capacity = (
@@ -124,6 +130,8 @@ def shown_knobs(v: dict[str, Any], spec_is_moe: bool = True) -> dict[str, Any]:
             if cap is None
             else f"capacity {float(cap):g}" + (", padded" if v.get("moe_pad_expert_input_to_capacity") else "")
         )
+        if budget is not None:
+            expert_capacity += f", rank budget {float(budget):g}"
     scope = v.get("cuda_graph_scope")
     recipe = v.get("recipe")
     return {

@@ -129,6 +129,34 @@ def _software(framework: str, modern: bool) -> dict[str, str]:
     }
 
 
+#: ``moe_expert_rank_capacity_factor`` of a row that states a paged stash but not the budget (megatron-core 0.19.2
+#: ``TransformerConfig.__post_init__`` refuses ``moe_paged_stash`` without it): Megatron-Bridge's 26.08 perf recipes'
+#: value (``recipes/*_mxfp8/26.08.yaml``). Only its presence is priced
+#: (:attr:`~bridgebench.model.steptime.config.TimeConfig.host_synced_dispatch`).
+PAGED_STASH_BUDGET = 1.5
+
+
+def _dispatch_of(r: dict[str, str], moe: bool, notes: list[str]) -> tuple[tuple[str, str | None], float | None]:
+    """((moe_token_dispatcher_type, flex backend), moe_expert_rank_capacity_factor) of a row, from its notes;
+    what was not stated goes to ``notes``."""
+    dispatcher = ("flex", "hybridep") if "hybridep" in r["notes"].lower() else (
+        ("flex", "deepep") if "deepep" in r["notes"].lower() else ("alltoall", None)
+    )  # fmt: skip
+    budget = None
+    if moe and "paged stash" in r["notes"].lower():
+        budget = PAGED_STASH_BUDGET
+        notes.append(
+            f"paged stash: Megatron-Core needs moe_expert_rank_capacity_factor for it (not stated: "
+            f"{budget:g}, as the 26.08 recipes; only its presence is priced: HybridEP's static budget never waits "
+            "on the host)"
+        )
+        if dispatcher[1] not in ("hybridep", "ncclep"):
+            dispatcher = ("flex", "hybridep")
+            notes.append("paged stash without a dispatcher stated: that budget needs the flex dispatcher's hybridep "
+                         "or ncclep backend, priced on HybridEP")  # fmt: skip
+    return dispatcher, budget
+
+
 def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
     """The row as a :class:`TimeConfig`, with the assumptions made where the source is silent."""
     notes = []
@@ -163,9 +191,7 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
     fsdp = "zero3" in (r["distributed_optimizer"] or "").lower() or "fsdp" in r["notes"].lower()
     async_tp = "asynctp" in r["notes"].lower().replace(" ", "")
     moe = bool(_int(r["num_experts"]))
-    dispatcher = ("flex", "hybridep") if "hybridep" in r["notes"].lower() else (
-        ("flex", "deepep") if "deepep" in r["notes"].lower() else ("alltoall", None)
-    )  # fmt: skip
+    dispatcher, budget = _dispatch_of(r, moe, notes)
     release, why = software_release(r)
     if why:
         notes.append(why)
@@ -191,6 +217,7 @@ def point_of(r: dict[str, str], gpu: GpuFacts) -> tuple[TimeConfig, list[str]]:
         moe_token_dispatcher_type=dispatcher[0] if moe else "alltoall",
         moe_flex_dispatcher_backend=dispatcher[1] if moe else None,
         overlap_moe_expert_parallel_comm="ep overlap" in r["notes"].lower(),
+        moe_expert_rank_capacity_factor=budget,
         overlap_grad_reduce=modern or "torchtitan" in framework,
         overlap_param_gather=modern,
         use_distributed_optimizer=modern,

@@ -109,7 +109,7 @@ RECIPE_KNOBS = (
     "tp_comm_overlap", "cp_comm_type", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
     "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "overlap_grad_reduce", "overlap_param_gather",
     "bucket_size", "use_distributed_optimizer", "grad_reduce_in_fp32", "fp8_param_gather", "use_megatron_fsdp",
-    "fp8_dot_product_attention",
+    "fp8_dot_product_attention", "moe_expert_rank_capacity_factor",
 )  # fmt: skip
 
 

@@ -174,6 +174,7 @@ class TimeConfig(RecomputeSettings, DimsView):
     moe_shared_expert_overlap: bool = False
     moe_expert_capacity_factor: float | None = None
     moe_pad_expert_input_to_capacity: bool = False
+    moe_expert_rank_capacity_factor: float | None = None
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     bucket_size: int | None = None
@@ -230,9 +231,20 @@ class TimeConfig(RecomputeSettings, DimsView):
     @property
     def host_synced_dispatch(self) -> bool:
         """Whether each MoE layer's token dispatch waits on the host for the per-expert token counts: dropless
-        (no ``moe_expert_capacity_factor``) or dropping without ``moe_pad_expert_input_to_capacity``. Only a
-        capacity-padded dispatch has static shapes (megatron-core 0.19.2 ``transformer/moe/token_dispatcher.py``,
-        ``MoEAlltoAllTokenDispatcher``: ``cuda_sync_point = "no_sync"`` with ``drop_and_pad``)."""
+        (no ``moe_expert_capacity_factor``) or dropping without ``moe_pad_expert_input_to_capacity``, unless a
+        per-rank token budget is set. Static shapes, no host wait (megatron-core 0.19.2
+        ``transformer/moe/token_dispatcher.py``):
+
+        - a capacity-padded dispatch (``MoEAlltoAllTokenDispatcher``: ``cuda_sync_point = "no_sync"`` with
+          ``drop_and_pad``);
+        - HybridEP or NCCL EP with ``moe_expert_rank_capacity_factor`` (the HybridEP manager's ``setup_metadata``:
+          a static upper bound on the permuted tokens, those above it dropped; without it "HybridEP sizes buffers
+          dynamically (CPU sync in dispatch)"; NCCL EP requires the budget). ``TransformerConfig.__post_init__``
+          accepts the factor only with those two backends, and ``moe_paged_stash`` (the 26.08 recipes' full-
+          iteration CUDA graphs) only with the factor.
+        """
+        if self.moe_expert_rank_capacity_factor is not None and self.dispatcher in ("hybridep", "ncclep"):
+            return False
         return self.moe_expert_capacity_factor is None or not self.moe_pad_expert_input_to_capacity
 
     @property
