@@ -106,6 +106,11 @@ def test_deepep_on_gb300_runs_and_is_priced_as_alltoall():
     assert (dtype, backend) == ("alltoall", None) and "deepep_falls_back" in note and "5992" in note
     assert upstream_rules.effective_dispatcher("flex", "deepep", "b200", 10.0)[:2] == ("flex", "deepep")
     assert upstream_rules.effective_dispatcher("flex", "deepep", "h100", 9.0)[2] == ""
+    # the backend counts only under the flex type: Kimi K2's base recipe (alltoall, deepep) runs alltoall
+    assert upstream_rules.requested_backend("alltoall", "deepep") == "alltoall"
+    assert upstream_rules.effective_dispatcher("alltoall", "deepep", "gb300", 10.3) == ("alltoall", "deepep", "")
+    assert upstream_rules.requested_backend(None, "hybridep") == "hybridep"  # a backend alone: the flex dispatcher
+    assert upstream_rules.requested_backend("flex", None) == "deepep"  # megatron-core's default backend
     # never a prune: EP 64 DeepEP on GB300 passes the rules (the HybridEP ones do not apply to what runs)
     assert ids(moe_flex_dispatcher_backend="deepep", segment_policy="packed") == []
 

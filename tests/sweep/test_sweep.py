@@ -50,6 +50,13 @@ def test_the_rules_see_what_compose_would_build():
         cfg = compose(engine.point_overrides(base, delta))
         v = engine.effective(base, delta)
         assert engine.rule_point(v, base.spec, base.rule_env(delta)) == rules.Point.from_config(cfg)
+    # a dense model, and a recipe that leaves the dispatcher to its base recipe (DeepSeek V3: HybridEP): both read
+    # the fields the config leaves out from the same start values (schema.DISPATCH_FIELDS)
+    for ov in (["model=llama3_70b", "gpu=h100"], ["recipe=deepseek_v3_gb300_mxfp8", "release=26.08"]):
+        base = engine.base_of(ov)
+        point = rules.Point.from_config(compose(engine.point_overrides(base, {})))
+        assert engine.rule_point(engine.effective(base, {}), base.spec, base.rule_env({})) == point
+    assert (point.moe_token_dispatcher_type, point.moe_flex_dispatcher_backend) == ("flex", "hybridep")
 
 
 def test_duplicates_by_effective_values():

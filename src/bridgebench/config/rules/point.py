@@ -116,8 +116,7 @@ class Point(DimsView):
             min_compute_capability=cfg.precision.get("min_compute_capability"),
             nvlink_domain=cfg.gpu.get("nvlink_domain"),
             segment_policy=str(cfg.gpu.get("segment_policy") or "node"),
-            moe_token_dispatcher_type=m.get("moe_token_dispatcher_type"),
-            moe_flex_dispatcher_backend=m.get("moe_flex_dispatcher_backend"),
+            **_dispatch(cfg),
             overlap_moe_expert_parallel_comm=bool(
                 (cfg.get("comm_overlap") or {}).get("overlap_moe_expert_parallel_comm") or False
             ),
@@ -129,6 +128,24 @@ class Point(DimsView):
     def replace(self, **changes: Any) -> Point:
         """A copy with some fields changed, sizes (``tp``, ``gbs`` ...) included (:meth:`DimsView.with_dims`)."""
         return self.with_dims(**changes)
+
+
+def _dispatch(cfg: Any) -> dict[str, Any]:
+    """The dispatcher fields of a composed config as the build keeps them: the config's, else its base recipe's
+    (:data:`bridgebench.config.schema.DISPATCH_FIELDS`, :func:`~bridgebench.config.schema.start_values`), as the
+    sweep engine reads them."""
+    m = cfg.model
+    keys = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend")
+    out = {k: m.get(k) for k in keys}
+    if any(k not in m for k in keys):
+        from bridgebench.config.schema import SectionError, start_values
+
+        try:
+            starts = start_values(str(m.name), str(cfg.precision.mixed_precision_recipe))
+        except SectionError:
+            return out
+        out.update({k: starts.get(f"model.{k}") for k in keys if k not in m})
+    return out
 
 
 def config_dims(cfg: Any) -> ParallelDims:

@@ -98,12 +98,15 @@ def nvl72(nvlink_domain: int | None, gpus_per_node: int) -> bool:
 
 def requested_backend(dispatcher_type: str | None, backend: str | None) -> str:
     """What the config asks for: ``alltoall``, ``allgather``, or the flex backend (``deepep``, ``hybridep``,
-    ``ncclep``). A backend without a dispatcher type is the flex dispatcher (Megatron-Bridge
-    ``apply_flex_dispatcher_backend`` sets the type where the backend is supported)."""
-    if backend and dispatcher_type in (None, "flex", "alltoall"):
-        return str(backend)
+    ``ncclep``). Megatron-Core reads the backend only under the flex dispatcher type: ``alltoall`` with a backend
+    set (every built container has one: megatron-core 0.19.2 defaults it to ``deepep``; Kimi K2's base recipe sets
+    ``alltoall`` with ``deepep`` and never applies it) runs ``alltoall``. A backend without a dispatcher type is
+    the flex dispatcher (Megatron-Bridge ``apply_flex_dispatcher_backend`` sets the type where the backend is
+    supported); since stop 32 a composed config has the type (the base recipe's, ``DISPATCH_FIELDS``)."""
     if dispatcher_type == "flex":
-        return "deepep"  # megatron-core 0.19.2's default flex backend
+        return str(backend or "deepep")  # megatron-core 0.19.2's default flex backend
+    if dispatcher_type is None and backend:
+        return str(backend)
     return str(dispatcher_type or "alltoall")
 
 
