@@ -159,3 +159,10 @@ def test_hybridep_with_a_rank_budget_never_waits_on_the_host(models):
 
     shown = shown_knobs({"moe_flex_dispatcher_backend": "hybridep", "moe_expert_rank_capacity_factor": 1.5})
     assert shown["expert_capacity"] == "dropless, rank budget 1.5"
+
+
+def test_a_rank_budget_that_is_not_a_number_is_refused_naming_the_field():
+    from bridgebench.config.compose import ConfigError, compose
+
+    with pytest.raises(ConfigError, match="moe_expert_rank_capacity_factor.*Optional\\[float\\]"):
+        compose(["recipe=deepseek_v3_gb300_mxfp8", "release=26.08", "model.moe_expert_rank_capacity_factor=abc"])

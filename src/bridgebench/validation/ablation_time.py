@@ -14,7 +14,7 @@ from bridgebench.config.rules.upstream import without_refused_ep_overlap
 from bridgebench.model.parallel import ParallelDims
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.calibration import Calibration
-from bridgebench.model.steptime.config import GpuFacts, TimeConfig
+from bridgebench.model.steptime.config import BUDGET_BACKENDS, GpuFacts, TimeConfig
 from bridgebench.model.steptime.predict import layer_time, predict_time
 
 TORCHTITAN_SEQ = 8192  # torchtitan's Llama 3.1 training default (torchtitan/models/llama3/train_configs: seq_len 8192)
@@ -150,7 +150,7 @@ def _dispatch_of(r: dict[str, str], moe: bool, notes: list[str]) -> tuple[tuple[
             f"{budget:g}, as the 26.08 recipes; only its presence is priced: HybridEP's static budget never waits "
             "on the host)"
         )
-        if dispatcher[1] not in ("hybridep", "ncclep"):
+        if dispatcher[1] not in BUDGET_BACKENDS:
             dispatcher = ("flex", "hybridep")
             notes.append("paged stash without a dispatcher stated: that budget needs the flex dispatcher's hybridep "
                          "or ncclep backend, priced on HybridEP")  # fmt: skip

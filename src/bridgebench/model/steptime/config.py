@@ -25,6 +25,9 @@ PRECISION_CLASS = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "nvfp4
 #: ``moe_flex_dispatcher_backend`` values (``deepep``, ``hybridep``, ``ncclep``), megatron-core 0.19.2
 #: ``transformer/moe/token_dispatcher.py``; :func:`TimeConfig.dispatcher` folds them into one name.
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep", "ncclep")
+#: the flex backends that take a per-rank token budget (``moe_expert_rank_capacity_factor``; megatron-core 0.19.2
+#: ``TransformerConfig.__post_init__`` refuses it with any other)
+BUDGET_BACKENDS = ("hybridep", "ncclep")
 #: Megatron-Core ``cp_comm_type`` values (``transformer_config.py``; ``None`` = ``p2p``).
 CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")
 #: Megatron-Core ``attention_backend`` values (``transformer/enums.py`` ``AttnBackend``), and ``sdpa``: not Megatron's,
@@ -243,7 +246,7 @@ class TimeConfig(RecomputeSettings, DimsView):
           accepts the factor only with those two backends, and ``moe_paged_stash`` (the 26.08 recipes' full-
           iteration CUDA graphs) only with the factor.
         """
-        if self.moe_expert_rank_capacity_factor is not None and self.dispatcher in ("hybridep", "ncclep"):
+        if self.moe_expert_rank_capacity_factor is not None and self.dispatcher in BUDGET_BACKENDS:
             return False
         return self.moe_expert_capacity_factor is None or not self.moe_pad_expert_input_to_capacity
 
