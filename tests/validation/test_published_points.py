@@ -21,6 +21,14 @@ REPLACED = {
     "model.virtual_pipeline_model_parallel_size None -> 5",
     ("26.02.01", "llama3_70b", "gb300", "nvfp4"): "train.micro_batch_size 2 -> 1, "
     "model.pipeline_model_parallel_size 1 -> 4, model.virtual_pipeline_model_parallel_size None -> 5",
+    # 26.02.01 rows printed with a preset's sizes older than the release's launcher (v0.3.1)
+    ("26.02.01", "llama31_405b", "gb200", "nvfp4"): "model.virtual_pipeline_model_parallel_size 4 -> 8",
+    ("26.02.01", "llama31_405b", "gb300", "fp8_cs"): "model.tensor_model_parallel_size 2 -> 4, "
+    "model.context_parallel_size 2 -> 1",
+    ("26.02.01", "qwen3_235b_a22b", "b300", "mxfp8"): "model.virtual_pipeline_model_parallel_size 4 -> None",
+    # a row of a release bridgebench ships a recipe for: the entry applies over the recipe too
+    ("26.02.01", "qwen3_30b_a3b", "h100", "fp8_cs"): "model.pipeline_model_parallel_size 2 -> 1, "
+    "model.virtual_pipeline_model_parallel_size 12 -> None, model.expert_model_parallel_size 8 -> 16",
 }
 
 

@@ -189,7 +189,8 @@ def record_point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any
     if r.release in recipe_releases(recipe):
         if r.etp:
             delta["model.expert_tensor_parallel_size"] = r.etp
-        return [f"recipe={recipe}", release, *optimizer], delta, f"recipes/{recipe}/{r.release}.yaml"
+        source = _apply_release_settings(r, precision, None, delta, f"recipes/{recipe}/{r.release}.yaml")
+        return [f"recipe={recipe}", release, *optimizer], delta, source
     fsdp = None if fsdp_cell == "" else int(fsdp_cell) > 0
     match = perf_match(r, precision, fsdp)
     v = match.values
@@ -228,6 +229,27 @@ def record_point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any
     delta["accounting.flops_formula"] = catalog.release(r.release)["flops_formula"]
     base = [f"model={r.model}", f"gpu={r.system}", f"precision={precision}", *optimizer]
     return base, delta, source
+
+
+#: printed sizes (``_PRINTED`` keys) -> ``RunRecord`` fields
+_RECORD_FIELDS = {
+    "num_gpus": "num_gpus", "train.global_batch_size": "gbs", "train.micro_batch_size": "mbs",
+    "model.seq_length": "seq_length", "model.tensor_model_parallel_size": "tp",
+    "model.pipeline_model_parallel_size": "pp", "model.virtual_pipeline_model_parallel_size": "vp",
+    "model.context_parallel_size": "cp", "model.expert_model_parallel_size": "ep",
+    "model.expert_tensor_parallel_size": "etp",
+}  # fmt: skip
+
+
+def printed_replacement(r: RunRecord) -> dict[str, Any]:
+    """The ``RunRecord`` fields (``tp``, ``pp``, ``vp``, ``ep``, ``mbs`` ...) that a ``replaces_printed`` entry of
+    ``published_settings.yaml`` sets for the record: the sizes its release's launcher ran where the table prints
+    others (empty for most rows). FSDP use is not a record field and stays with :func:`record_point`."""
+    out: dict[str, Any] = {}
+    for entry in release_entries(r, precision_of(r), None):
+        if entry.get("replaces_printed") and not entry.get("cannot_run_as_printed"):
+            out.update({_RECORD_FIELDS[k]: v for k, v in entry["settings"].items() if k in _RECORD_FIELDS})
+    return out
 
 
 def _apply_release_settings(r: RunRecord, precision: str, fsdp: bool | None, delta: dict[str, Any], source: str) -> str:

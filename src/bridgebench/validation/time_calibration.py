@@ -67,7 +67,14 @@ from bridgebench.paths import RECIPES_DIR
 from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 from bridgebench.validation import metrics
 from bridgebench.validation.gemm_fit import measured_gemm_rates
-from bridgebench.validation.published_points import fsdp_cells, perf_match, precision_of, record_point
+from bridgebench.validation.published_points import (
+    fsdp_cells,
+    perf_match,
+    precision_of,
+    printed_replacement,
+    record_point,
+    release_entries,
+)
 
 if TYPE_CHECKING:
     from bridgebench.validation.muon_fit import MuonFit
@@ -185,8 +192,10 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     formulas: dict[str, str] = {}
     fsdp = _fsdp_rows()
     cells = fsdp_cells()
-    pending: list[tuple[tuple[str, str, str, str, str], Row, dict[str, Any], bool]] = []
-    for r in records if records is not None else load_published():
+    pending: list[tuple[tuple[str, str, str, str, str], Row, dict[str, Any], dict[str, Any], bool]] = []
+    for printed in records if records is not None else load_published():
+        # the sizes a release's launcher ran where the table prints others (published_settings.yaml)
+        r = dataclasses.replace(printed, **printed_replacement(printed)) if printed.model else printed
         if not r.model or not r.model_tflops_per_gpu or not r.system:
             continue
         if r.model not in specs:
@@ -237,21 +246,25 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
         key = (r.model, r.system, precision, r.release, "muon" if muon else "adamw")
         row = Row(spec=spec, cfg=cfg, tflops=float(r.model_tflops_per_gpu), release=r.release, model=r.model_label,
                   system=r.system, precision=precision)  # fmt: skip
-        pending.append((key, row, _unprinted(r, cells), bool(r.provenance.get("moe_token_drop"))))
+        drop = bool(r.provenance.get("moe_token_drop"))
+        pending.append((key, row, _unprinted(r, cells), _release_knobs(r, cells), drop))
     return _with_knobs(pending)
 
 
-def _with_knobs(pending: list[tuple[tuple[str, str, str, str, str], Row, dict[str, Any], bool]]) -> list[Row]:
+def _with_knobs(
+    pending: list[tuple[tuple[str, str, str, str, str], Row, dict[str, Any], dict[str, Any], bool]],
+) -> list[Row]:
     """Rows with their knobs: their group's recipe's at the release (:func:`_knobs_of`), else the settings the row
-    does not print (:func:`_unprinted`), the token-drop settings of a token-drop row; and no EP overlap where a row
+    does not print (:func:`_unprinted`); over either, the knobs its release's launcher ran where those differ
+    (:func:`_release_knobs`); the token-drop settings of a token-drop row; and no EP overlap where a row
     printed at PP > 1 without VP cannot have run its recipe's (Megatron-Core refuses it there: rule
     ``ep_overlap_needs_vp``, ``docs/rules.md``; 7 rows)."""
     sizes: dict[tuple[str, str, str, str, str], set[tuple[Any, ...]]] = {}
-    for key, row, _, _ in pending:
+    for key, row, *_ in pending:
         sizes.setdefault(key, set()).add(tuple(getattr(row.cfg, k) for k in SIZES))
     knobs = {key: _knobs_of(*key, frozenset(v)) for key, v in sizes.items()}
     out = []
-    for key, row, unprinted, token_drop in pending:
+    for key, row, unprinted, launcher, token_drop in pending:
         own, values = knobs[key] or (False, None)
         if values:
             row = dataclasses.replace(row, cfg=row.cfg.with_dims(**values))
@@ -261,6 +274,8 @@ def _with_knobs(pending: list[tuple[tuple[str, str, str, str, str], Row, dict[st
                 layout = balanced_layout(row.spec.num_layers, cfg.pp, cfg.vp, row.spec.mtp_layers)
                 cfg = dataclasses.replace(cfg, pipeline_model_parallel_layout=layout)
             row = dataclasses.replace(row, cfg=cfg)
+        if launcher:
+            row = dataclasses.replace(row, cfg=row.cfg.with_dims(**launcher))
         if token_drop:
             row = dataclasses.replace(row, cfg=row.cfg.with_dims(**TOKEN_DROP))
         out.append(dataclasses.replace(row, cfg=without_refused_ep_overlap(row.cfg)[0]))
@@ -311,6 +326,29 @@ PERF_COMM = {
     "mixed_precision.fp8_dot_product_attention": "fp8_dot_product_attention",
 }
 _FLAGS = ("use_megatron_fsdp", "grad_reduce_in_fp32", "fp8_param_gather", *PERF_COMM.values())
+#: knobs a ``published_settings.yaml`` entry may set -> TimeConfig field (its sizes: ``printed_replacement``)
+ENTRY_KNOBS = {
+    **{k: f for k, f in UNPRINTED.items() if f not in ("mbs", "tp", "pp", "vp", "cp", "ep", "etp")},
+    **PERF_COMM,
+    "model.moe_expert_rank_capacity_factor": "moe_expert_rank_capacity_factor",
+}
+
+
+def _release_knobs(r: RunRecord, cells: dict[str, str]) -> dict[str, Any]:
+    """TimeConfig fields of the knobs the row's release's launcher ran where the recipe it is read from says
+    otherwise (``published_settings.yaml``, traced per release: dispatcher, EP overlap, recompute modules, the
+    HybridEP token budget). Applied over the group's own recipe knobs too: a nearest recipe of another release is
+    not the run's record where the release's launcher is."""
+    cell = cells.get(str(r.provenance.get("reference")), "")
+    out: dict[str, Any] = {}
+    for entry in release_entries(r, precision_of(r), None if cell == "" else int(cell) > 0):
+        if not entry.get("cannot_run_as_printed"):
+            out.update({ENTRY_KNOBS[k]: v for k, v in entry["settings"].items() if k in ENTRY_KNOBS})
+    for f in set(_FLAGS) & set(out):
+        out[f] = bool(out[f])
+    if "recompute_modules" in out:
+        out["recompute_modules"] = tuple(out["recompute_modules"] or ())
+    return out
 
 
 def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict[str, Any]:
