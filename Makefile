@@ -45,7 +45,7 @@ $(CACHE)/mbridge-0.3.1/flop_utils.py: $(VENV)/.installed
 	$(PY) -c "import zipfile, pathlib; z = zipfile.ZipFile('$(CACHE)/wheels/megatron_bridge-0.3.1-py3-none-any.whl'); pathlib.Path('$@').write_bytes(z.read('megatron/bridge/training/utils/flop_utils.py'))"
 
 test: setup
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 --dist loadgroup
 
 lint: setup
 	$(VENV)/bin/ruff check .
