@@ -44,8 +44,17 @@ $(CACHE)/mbridge-0.3.1/flop_utils.py: $(VENV)/.installed
 	$(PIP) download --disable-pip-version-check -q --no-deps megatron-bridge==0.3.1 -d $(CACHE)/wheels
 	$(PY) -c "import zipfile, pathlib; z = zipfile.ZipFile('$(CACHE)/wheels/megatron_bridge-0.3.1-py3-none-any.whl'); pathlib.Path('$@').write_bytes(z.read('megatron/bridge/training/utils/flop_utils.py'))"
 
+# Two pytest processes at once: the tests that need the local SLURM cluster (-m slurm: they mostly wait on it, one
+# after another) beside the rest, whose progress shows here; the SLURM half's report follows from
+# .state/test-slurm.log. Fails when either half fails.
 test: setup
-	$(VENV)/bin/pytest -q -n 2 --dist loadgroup
+	@mkdir -p .state
+	@echo "==> tests that need the local SLURM cluster: in the background, report in .state/test-slurm.log"
+	@$(VENV)/bin/pytest -q -m slurm > .state/test-slurm.log 2>&1 & slurm=$$!; \
+	$(VENV)/bin/pytest -q -m "not slurm"; rest=$$?; \
+	echo "==> waiting for the SLURM tests"; wait $$slurm; status=$$?; \
+	cat .state/test-slurm.log; \
+	[ $$rest -eq 0 ] && [ $$status -eq 0 ]
 
 lint: setup
 	$(VENV)/bin/ruff check .
