@@ -46,11 +46,13 @@ $(CACHE)/mbridge-0.3.1/flop_utils.py: $(VENV)/.installed
 
 # Two pytest processes at once: the tests that need the local SLURM cluster (-m slurm: they mostly wait on it, one
 # after another) beside the rest, whose progress shows here; the SLURM half's report follows from
-# .state/test-slurm.log. Fails when either half fails.
+# .state/test-slurm.log. Fails when either half fails; Ctrl-C stops both (the background half ignores SIGINT, as
+# any background job of a shell without job control, so it is sent SIGTERM).
 test: setup
 	@mkdir -p .state
 	@echo "==> tests that need the local SLURM cluster: in the background, report in .state/test-slurm.log"
 	@$(VENV)/bin/pytest -q -m slurm > .state/test-slurm.log 2>&1 & slurm=$$!; \
+	trap 'kill $$slurm 2>/dev/null; exit 130' INT TERM; \
 	$(VENV)/bin/pytest -q -m "not slurm"; rest=$$?; \
 	echo "==> waiting for the SLURM tests"; wait $$slurm; status=$$?; \
 	cat .state/test-slurm.log; \
