@@ -161,8 +161,10 @@ REPO_MOUNT = "/srv/bridgebench:/opt/bridgebench"
 
 
 def literal(value: str) -> str:
-    """``value`` as an OmegaConf string that resolves to itself (``${`` escaped)."""
-    return value.replace("${", "\\${")
+    """``value`` as an OmegaConf string that resolves to itself: each ``${`` escaped, and the backslashes right
+    before it doubled (OmegaConf reads ``\\`` there as one backslash, so ``\\${`` would start an interpolation;
+    hypothesis found the word ``\\${``)."""
+    return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
 
 
 def render(cfg, tmp: Path, run_dir: Path | None = None):
@@ -267,6 +269,7 @@ def test_env_names_and_values(base, tmp_path_factory, name, value):
 @example(words=[True])
 @example(words=["--cpunodebind=0", "a b", "$(x)", "it's"])
 @example(words=["${)", "${x}"])  # text OmegaConf would read as interpolations (hypothesis found "${)")
+@example(words=["\\${", "a\\\\${x}"])  # a backslash before "${" (hypothesis found "\\${")
 def test_wrapper_words(base, tmp_path_factory, words):
     cfg = copy.deepcopy(base["local"])
     cfg.job.wrapper = ["argvprint", *[literal(w) if isinstance(w, str) else w for w in words]]
