@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from bridgebench.results.records import load_published
-from bridgebench.validation.published_points import published_points, release_settings, summary
+from bridgebench.validation.published_points import (
+    SettingsError,
+    check_entries,
+    published_points,
+    release_settings,
+    summary,
+)
+from bridgebench.validation.time_calibration import entry_knobs
 
 #: published rows that cannot be counted as false prunes, each with its reason (benchmarks/validate_memory_published.py)
 KNOWN = {
@@ -89,3 +96,37 @@ def test_release_settings_name_their_source():
     for entry in release_settings():
         assert entry["releases"] and "@v0." in entry["source"]
         assert entry["settings"] or entry.get("cannot_run_as_printed")
+
+
+def _entry(**settings: object) -> dict[str, object]:
+    return {
+        "releases": ["26.02"], "model": "qwen3_235b_a22b", "gpu": "b300", "precision": "mxfp8",
+        "settings": dict(settings), "source": "scripts/performance/x.py@v0.3.0",
+    }  # fmt: skip
+
+
+def test_a_misspelled_settings_key_is_refused_with_the_field_it_meant():
+    good = _entry(**{"model.moe_token_dispatcher_type": "alltoall"})
+    assert check_entries([good]) == [good]
+    with pytest.raises(
+        SettingsError,
+        match=r"published_settings.*model.moe_token_dispatcher_typ'.*did you mean "
+        r"model.moe_token_dispatcher_type",
+    ):
+        check_entries([_entry(**{"model.moe_token_dispatcher_typ": "alltoall"})])
+    with pytest.raises(SettingsError, match="has no key 'replace_printed'; did you mean replaces_printed"):
+        check_entries([{**good, "replace_printed": True}])
+    with pytest.raises(SettingsError, match="lacks source"):
+        check_entries([{k: v for k, v in good.items() if k != "source"}])
+
+
+def test_every_settings_key_is_priced_by_the_time_rows_or_declared_unpriced():
+    for entry in release_settings():
+        entry_knobs(entry)  # raises on a key the time rows would drop
+    known_to_memory_only = _entry(**{"model.cpu_offloading": True})
+    assert entry_knobs(known_to_memory_only) == {}
+    priced = _entry(**{"comm_overlap.overlap_moe_expert_parallel_comm": False})
+    assert entry_knobs(priced) == {"overlap_moe_expert_parallel_comm": False}
+    # a Megatron-Bridge field the entry file accepts but the time model neither prices nor declares: refused
+    with pytest.raises(SettingsError, match="neither prices nor declares unpriced"):
+        entry_knobs(_entry(**{"model.moe_router_fusion": True}))

@@ -72,12 +72,63 @@ class PerfMatch:
 SETTINGS_FILE = Path(__file__).resolve().parent / "published_settings.yaml"
 
 
+#: keys of a ``published_settings.yaml`` entry: required, then optional
+ENTRY_REQUIRED = ("releases", "model", "gpu", "precision", "settings", "source")
+ENTRY_OPTIONAL = ("fsdp", "replaces_printed", "cannot_run_as_printed")
+
+
+class SettingsError(ValueError):
+    """A ``published_settings.yaml`` entry bridgebench cannot apply as written (rule ``published_settings``)."""
+
+
+def check_entries(entries: list[dict[str, Any]], where: str = "published_settings.yaml") -> list[dict[str, Any]]:
+    """Check release-settings entries before anything reads them; returns ``entries`` unchanged.
+
+    Every entry has the keys of :data:`ENTRY_REQUIRED` (and no others but :data:`ENTRY_OPTIONAL`), and every key of
+    its ``settings`` is ``<section>.<field>`` of a Megatron-Bridge section of the installed release
+    (``config/mbridge_fields.json``, read from the ConfigContainer dataclasses) or the ``num_gpus`` size.
+
+    Raises:
+        SettingsError: a missing or unknown entry key, or a settings key that is no Megatron-Bridge field (rule
+            ``published_settings``, with the closest known names). A misspelled key would otherwise be dropped by
+            the time rows (they read only the knobs they price) while the memory points refuse it.
+    """
+    import difflib
+
+    sections = schema.mbridge_fields()["sections"]
+    for n, entry in enumerate(entries, start=1):
+        head = f"{where} entry {n} ({entry.get('model')} {entry.get('gpu')} {entry.get('releases')})"
+        missing = [k for k in ENTRY_REQUIRED if k not in entry]
+        if missing:
+            raise SettingsError(f"rule published_settings: {head} lacks {', '.join(missing)}")
+        for key in entry:
+            if key not in (*ENTRY_REQUIRED, *ENTRY_OPTIONAL):
+                close = difflib.get_close_matches(key, [*ENTRY_REQUIRED, *ENTRY_OPTIONAL], n=1)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                raise SettingsError(f"rule published_settings: {head} has no key {key!r}{hint}")
+        for key in entry["settings"] or {}:
+            section, _, field = key.partition(".")
+            if key == "num_gpus" or field in sections.get(section, {}):
+                continue
+            known = [f"{s}.{f}" for s, fields in sections.items() for f in fields]
+            close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise SettingsError(
+                f"rule published_settings: {head} sets {key!r}, which is not a field of a Megatron-Bridge section{hint}"
+            )
+    return entries
+
+
 @functools.cache
 def release_settings() -> list[dict[str, Any]]:
     """``published_settings.yaml``: per-release settings of published runs that 0.6.2's perf recipes do not give
-    (each entry: ``releases``, ``model``, ``gpu``, ``precision``, optional ``fsdp``, ``settings``, ``source``)."""
+    (each entry: ``releases``, ``model``, ``gpu``, ``precision``, optional ``fsdp``, ``settings``, ``source``).
+
+    Raises:
+        SettingsError: an entry :func:`check_entries` refuses.
+    """
     entries: list[dict[str, Any]] = yaml.safe_load(SETTINGS_FILE.read_text())
-    return entries
+    return check_entries(entries)
 
 
 def release_entries(r: RunRecord, precision: str, fsdp: bool | None) -> list[dict[str, Any]]:
@@ -93,7 +144,7 @@ def release_entries(r: RunRecord, precision: str, fsdp: bool | None) -> list[dic
 #: marker in a point's values: the printed sizes a ``replaces_printed`` entry changed (removed before the pipeline)
 _REPLACED = "_printed_replaced"
 #: printed sizes of a published row (an entry that changes one must say ``replaces_printed``)
-_PRINTED = (
+PRINTED_KEYS = (
     "num_gpus", "train.global_batch_size", "train.micro_batch_size", "model.seq_length",
     "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
     "model.virtual_pipeline_model_parallel_size", "model.context_parallel_size", "model.expert_model_parallel_size",
@@ -231,7 +282,7 @@ def record_point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any
     return base, delta, source
 
 
-#: printed sizes (``_PRINTED`` keys) -> ``RunRecord`` fields
+#: printed sizes (``PRINTED_KEYS`` keys) -> ``RunRecord`` fields
 _RECORD_FIELDS = {
     "num_gpus": "num_gpus", "train.global_batch_size": "gbs", "train.micro_batch_size": "mbs",
     "model.seq_length": "seq_length", "model.tensor_model_parallel_size": "tp",
@@ -262,9 +313,8 @@ def _apply_release_settings(r: RunRecord, precision: str, fsdp: bool | None, del
     for entry in release_entries(r, precision, fsdp):
         if entry.get("cannot_run_as_printed"):
             continue
-        replaced = [
-            f"{k} {delta.get(k)} -> {v}" for k, v in entry["settings"].items() if k in _PRINTED and delta.get(k) != v
-        ]
+        settings = entry["settings"].items()
+        replaced = [f"{k} {delta.get(k)} -> {v}" for k, v in settings if k in PRINTED_KEYS and delta.get(k) != v]
         if replaced and not entry.get("replaces_printed"):
             raise ValueError(
                 f"published_settings.yaml entry for {r.release} {r.model} {r.system} {precision} changes printed "

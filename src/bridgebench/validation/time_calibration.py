@@ -68,6 +68,8 @@ from bridgebench.results.records import PUBLISHED_CSV, RunRecord, load_published
 from bridgebench.validation import metrics
 from bridgebench.validation.gemm_fit import measured_gemm_rates
 from bridgebench.validation.published_points import (
+    PRINTED_KEYS,
+    SettingsError,
     fsdp_cells,
     perf_match,
     precision_of,
@@ -328,10 +330,36 @@ PERF_COMM = {
 _FLAGS = ("use_megatron_fsdp", "grad_reduce_in_fp32", "fp8_param_gather", *PERF_COMM.values())
 #: knobs a ``published_settings.yaml`` entry may set -> TimeConfig field (its sizes: ``printed_replacement``)
 ENTRY_KNOBS = {
-    **{k: f for k, f in UNPRINTED.items() if f not in ("mbs", "tp", "pp", "vp", "cp", "ep", "etp")},
+    **{k: f for k, f in UNPRINTED.items() if k not in PRINTED_KEYS},
     **PERF_COMM,
     "model.moe_expert_rank_capacity_factor": "moe_expert_rank_capacity_factor",
 }
+
+
+#: ``published_settings.yaml`` keys the time model does not price, and why (the memory points apply them)
+ENTRY_UNPRICED = {
+    "model.cpu_offloading": "activation offloading: a memory term; its copies overlap compute (not a time term)",
+    "model.cpu_offloading_num_layers": "activation offloading: a memory term (not a time term)",
+    "model.moe_paged_stash": "a memory layout of the HybridEP token budget; the budget itself is priced "
+    "(moe_expert_rank_capacity_factor)",
+}
+
+
+def entry_knobs(entry: dict[str, Any]) -> dict[str, Any]:
+    """TimeConfig fields of one ``published_settings.yaml`` entry's knobs (its sizes: ``printed_replacement``).
+
+    Raises:
+        SettingsError: a settings key the time model neither prices (:data:`ENTRY_KNOBS`), reads as a printed size,
+            nor declares unpriced (:data:`ENTRY_UNPRICED`) -- rule ``published_settings``; never dropped silently.
+    """
+    unknown = sorted(set(entry["settings"]) - set(ENTRY_KNOBS) - set(PRINTED_KEYS) - set(ENTRY_UNPRICED))
+    if unknown:
+        raise SettingsError(
+            f"rule published_settings: the entry for {entry['model']} {entry['gpu']} {entry['releases']} sets "
+            f"{', '.join(unknown)}, which the time model neither prices nor declares unpriced "
+            "(time_calibration.ENTRY_KNOBS / ENTRY_UNPRICED)"
+        )
+    return {ENTRY_KNOBS[k]: v for k, v in entry["settings"].items() if k in ENTRY_KNOBS}
 
 
 def _release_knobs(r: RunRecord, cells: dict[str, str]) -> dict[str, Any]:
@@ -343,7 +371,7 @@ def _release_knobs(r: RunRecord, cells: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for entry in release_entries(r, precision_of(r), None if cell == "" else int(cell) > 0):
         if not entry.get("cannot_run_as_printed"):
-            out.update({ENTRY_KNOBS[k]: v for k, v in entry["settings"].items() if k in ENTRY_KNOBS})
+            out.update(entry_knobs(entry))
     for f in set(_FLAGS) & set(out):
         out[f] = bool(out[f])
     if "recompute_modules" in out:
