@@ -51,6 +51,17 @@ def run(args: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProce
         (["submit", "train.global_batch_size=256,512"], "add -m / --multirun"),
         (["muon-cost", "recipe=qwen3_30b_a3b_gb300_mxfp8", "optimizer=adamw"], "muon-cost models Muon"),
         (["logs", "follow", "no-such-run", "--timeout", "1"], "no run 'no-such-run' in the job ledger"),
+        # an unset Megatron-Bridge enum field given a misspelled value: the enum's did-you-mean, never advice to set
+        # the misspelled value with '+'
+        (
+            ["predict", "model=qwen3_30b_a3b", "gpu=h100", "num_gpus=16", "model.recompute_granularity=selectiv"],
+            "enum_value: model.recompute_granularity = 'selectiv' is not one of megatron-core 0.19.2's values "
+            "(full, selective); did you mean 'selective'?",
+        ),
+        (
+            ["predict", "model=qwen3_30b_a3b", "gpu=h100", "num_gpus=16", "model.moe_token_dispatcher_type=alltoal"],
+            "model.moe_token_dispatcher_type = 'alltoal' is not one of",  # the value shown, not '<redacted>'
+        ),
     ],
 )
 def test_bad_input_names_the_rule(env, args, message):
@@ -59,6 +70,7 @@ def test_bad_input_names_the_rule(env, args, message):
     assert message in res.stderr, res.stderr[-2000:]
     assert res.stderr.startswith("error: ") and "Traceback" not in res.stderr
     assert "To append to your config use +" not in res.stderr
+    assert "=selectiv" not in res.stderr and "<redacted>" not in res.stderr
 
 
 def test_logs_parse_errors(env, tmp_path):

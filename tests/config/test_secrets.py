@@ -118,6 +118,7 @@ def test_every_shipped_recipe_and_cluster_passes():
         "+env_vars.GITHUB_TOKEN=abc",  # name alone
         "+env_vars.wandb_api_key=0123",
         f"cluster.client_env.SLURM_CONF={TOKENS['AWS key id']}",
+        "+logger.comet_api_key=0123abcd",  # a Megatron-Bridge field named like a credential, holding a string
     ],
 )
 def test_config_with_a_secret_is_refused_naming_the_rule(override):
@@ -283,3 +284,19 @@ def test_text_with_an_interpolation_start_is_written_so_omegaconf_reads_it_back_
     assert OmegaConf.to_container(back.job, resolve=True) == {"wrapper": words, "n": 1}
     assert {k: back.env_vars[k] for k in env} == env
     assert back.env_vars._get_node("HOME_DIR")._is_interpolation()  # still read on the node, by name
+
+
+def test_fields_named_with_token_in_the_models_sense_pass_and_are_shown():
+    """``model.moe_token_dispatcher_type`` holds the MoE dispatcher, not a token: plans take it and messages show it;
+    ``logger.comet_api_key`` is refused and scrubbed."""
+    from bridgebench.cli.redaction import known_secrets
+    from bridgebench.config.secrets import ORDINARY_FIELDS, redact
+
+    check_secrets(compose(["recipe=qwen3_30b_a3b_gb300_mxfp8", "+model.moe_token_dispatcher_type=alltoall"]))
+    text = "model.moe_token_dispatcher_type=alltoal: not one of alltoall, flex"
+    assert redact(text) == text
+    assert "<redacted>" in redact("logger.comet_api_key=0123abcd")
+    assert known_secrets(["+logger.comet_api_key=0123abcd", "model.moe_token_dispatcher_type=alltoall"], {}) == {
+        "0123abcd"
+    }
+    assert all(secret_name(f.rsplit(".", 1)[-1]) for f in ORDINARY_FIELDS)  # each exemption is needed

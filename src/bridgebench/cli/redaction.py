@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Iterable, Iterator, Mapping
 
-from bridgebench.config.secrets import redact, secret_name, token_kind
+from bridgebench.config.secrets import ordinary_field, redact, secret_name, token_kind
 
 #: values of environment variables shorter than this are not scrubbed by value (too likely to be ordinary text)
 MIN_ENV_SECRET = 6
@@ -35,22 +35,11 @@ def known_secrets(argv: Iterable[str], environ: Mapping[str, str] | None = None)
         if not eq:
             continue
         last = key.lstrip("+~").rsplit(".", 1)[-1]
-        if (secret_name(last) and not _megatron_field(key)) or token_kind(value):
+        if (secret_name(last) and not ordinary_field(key)) or token_kind(value):
             out |= {value, value.strip("'\"")}
     env = os.environ if environ is None else environ
     out |= {v for k, v in env.items() if secret_name(k) and len(v) >= MIN_ENV_SECRET}
     return {v for v in out if v}
-
-
-def _megatron_field(key: str) -> bool:
-    """``key`` names a field of a Megatron-Bridge config section (``model.moe_token_dispatcher_type``: the word TOKEN
-    there is the MoE token dispatcher, its value ``alltoall`` no secret); env maps are never exempt."""
-    from bridgebench.config.schema import mbridge_fields
-
-    section, _, name = key.lstrip("+~").partition(".")
-    if not name or "." in name:
-        return False
-    return name in mbridge_fields()["sections"].get(section, {})
 
 
 def scrub(text: str) -> str:

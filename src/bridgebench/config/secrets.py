@@ -227,6 +227,7 @@ def redact(text: str, known: Any = ()) -> str:
         last = name.rsplit(".", 1)[-1]
         if (
             not secret_name(last)
+            or ordinary_field(name)  # model.moe_token_dispatcher_type=alltoall: the MoE token dispatcher
             or value == "<redacted>"
             or _NUMBER.fullmatch(value.rstrip(",;)"))  # a figure (model_flops_per_token: 5.1e9) is no secret
             or last.lower() in _PLACEHOLDER_NAMES  # "expected key=value"
@@ -486,14 +487,51 @@ def _section(plain: Mapping[str, Any], dotted: str) -> Mapping[str, Any]:
     return node if isinstance(node, Mapping) else {}
 
 
+#: config fields whose name holds a credential word in its ordinary sense: the MoE token dispatcher, the token drop
+#: policy, a tokenizer's regex (Megatron-Bridge 0.6.2 ``TransformerConfig`` / ``TokenizerConfig`` fields typed ``str``
+#: or ``Any``: their values are enum words or a pattern, never a credential). Every other credential-named field
+#: holding a string -- ``logger.comet_api_key`` -- is refused (:func:`secret_violations`).
+ORDINARY_FIELDS = frozenset(
+    {
+        "model.moe_token_dispatcher_type",
+        "model.inference_moe_token_dispatcher_type",
+        "model.moe_token_drop_policy",
+        "tokenizer.tiktoken_pattern",
+    }
+)
+
+
+def ordinary_field(key: str) -> bool:
+    """``key`` (``section.field``, a leading ``+``/``~`` ignored) is one of :data:`ORDINARY_FIELDS`."""
+    return key.lstrip("+~") in ORDINARY_FIELDS
+
+
+def _secret_fields(node: Any, path: str) -> Iterator[str]:
+    """Dotted paths outside the environment sections whose last name looks like a credential's and whose value is a
+    non-empty string (not one of :data:`ORDINARY_FIELDS`)."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            here = f"{path}.{key}" if path else str(key)
+            if here in ENV_SECTIONS:
+                continue
+            if isinstance(value, str) and value and secret_name(str(key)) and not ordinary_field(here):
+                yield here
+            yield from _secret_fields(value, here)
+
+
 def secret_violations(plain: Mapping[str, Any], by_name_keys: Any = ()) -> list[Violation]:
     """Violations of ``secret_in_config`` in a config given as plain containers (as written: :func:`disk_container`).
     ``by_name_keys``: ``env_vars`` entries passed by name, whose value is never written (their name may look like a
-    credential's: ``HF_TOKEN: ${oc.env:HF_TOKEN}`` is how a job gets one).
+    credential's: ``HF_TOKEN: ${oc.env:HF_TOKEN}`` is how a job gets one). Outside the environment sections a field
+    whose name looks like a credential's and that holds a string is refused too (``logger.comet_api_key``: Comet
+    reads ``COMET_API_KEY`` from the job's environment), but for :data:`ORDINARY_FIELDS`.
 
     Every message names the key and the rule, never the value.
     """
-    out = []
+    out = [
+        Violation("secret_in_config", f"{path}: the name looks like a credential's and it holds a string; {HOW}")
+        for path in _secret_fields(plain, "")
+    ]
     for section in ENV_SECTIONS:
         for name in _section(plain, section):
             if secret_name(name) and not (section == "env_vars" and name in by_name_keys):
