@@ -214,3 +214,13 @@ def test_deepep_on_gb300_is_priced_as_the_alltoall_it_runs():
     assert deepep.knobs["dispatcher"] == "alltoall" and "deepep_falls_back" in deepep.knobs["dispatcher_note"]
     assert deepep.step_time_s == pytest.approx(a2a.step_time_s) and deepep.fits
     assert hybrid.knobs["dispatcher"] == "hybridep" and hybrid.step_time_s != deepep.step_time_s
+
+
+def test_the_fallback_note_prints_as_text_not_markup():
+    """``predict`` prints the DeepEP fallback note as it is (the console reads no markup: a literal ``[yellow]`` was
+    printed before)."""
+    res = _bb("predict", "model=qwen3_235b_a22b", "gpu=gb200", "num_gpus=64", "model.expert_model_parallel_size=64",
+              "+model.moe_token_dispatcher_type=flex", "+model.moe_flex_dispatcher_backend=deepep")  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = " ".join(res.stdout.split())
+    assert "deepep_falls_back: DeepEP was requested on gb200" in text and "[yellow]" not in text and "[/]" not in text

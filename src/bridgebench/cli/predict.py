@@ -83,7 +83,7 @@ def _print_knobs_and_placement(con: Any, out: dict[str, Any]) -> None:
         )
         con.print(f"knobs ({knobs.get('knobs_source')}): {shown}")
         if knobs.get("dispatcher_note"):
-            con.print(f"[yellow]{knobs['dispatcher_note']}[/]")
+            con.print(knobs["dispatcher_note"], style="yellow")
     place = out.get("placement")
     if place:
         cross = [
