@@ -15,7 +15,12 @@ always left out (cross-conformal over sets: a row is never inside the quantile i
 3. *pooled, monotone*: as 2, but the joint distance (an unmeasured model on an unmeasured GPU) never narrower than
    either of its parts, as the shipped bands require (widths never shrink as the distance grows): the ablation sets
    alone fill the joint bin, and their A100 rows are predicted better than NVIDIA's models left out one at a time;
-4. *ablations only* for the uncalibrated distances (published for the others).
+4. *ablations only* for the uncalibrated distances (published for the others);
+5. *pooled, one weight per model*: as 3, but for the uncalibrated distances each model (a published model, or a set's
+   model) weighs the same however many rows it has -- the exchangeable unit of "a model never measured" is a model,
+   not a row (Dunn, Wasserman & Ramdas 2022, "Distribution-free prediction sets for two-layer hierarchical models",
+   JASA 118(544), the pooled-CDF method: each group's empirical CDF weighted 1/K, the level inflated to
+   ``c (K + 1) / K``); NVIDIA's six models then no longer outweigh the sets' models by their row counts.
 First it prints the published uncalibrated half-widths split by model family and GPU generation (can a point's
 kind tell the populations apart?). Then the published rows of leave-one-model-out are scored against way 4's
 uncalibrated-model half-width: what calibrating on the ablation studies would do to NVIDIA's own models left out.
@@ -69,10 +74,28 @@ def _by_kind(rows, held) -> None:
         print(f"  published {tier}, {kind:9s}: {len(errs):3d} rows, 68 % half-width +-{q:.1f} %")
 
 
+def per_model_quantile(errors: list[tuple[float, str]], level: int) -> float:
+    """The ``level`` % quantile of absolute log errors with each model's rows weighing ``1 / (K n_k)`` (``K`` models,
+    ``n_k`` rows of model ``k``) at the inflated level ``c (K + 1) / K`` (Dunn et al. 2022, pooled CDFs); ``inf``
+    when that level reaches 1. ``errors``: (|log error|, model)."""
+    import numpy as np
+
+    counts: dict[str, int] = {}
+    for _, m in errors:
+        counts[m] = counts.get(m, 0) + 1
+    k = len(counts)
+    target = level / 100 * (k + 1) / k
+    if not errors or target >= 1:
+        return math.inf
+    ordered = sorted(errors)
+    cum = np.cumsum([1 / (k * counts[m]) for _, m in ordered])
+    return float(ordered[int(np.searchsorted(cum, target - 1e-12))][0])
+
+
 def main() -> None:
     t0 = time.time()
     cal = calibration.load().time
-    ablation = []  # (set, distance, |log error|)
+    ablation = []  # (set, distance, |log error|, model)
     gpus: dict[str, GpuFacts] = {}
     for path in set_files():
         for r in read_set(path):
@@ -83,24 +106,29 @@ def main() -> None:
             tiers = predict_time(spec, cfg, cal).novelty
             tier = BOTH if len(tiers) > 1 else tiers[0]
             err = abs(math.log(predicted_metric(r, spec, cfg, cal) / float(r["measured_value"])))
-            ablation.append((path.stem, tier, err))
+            ablation.append((path.stem, tier, err, str(r["model"])))
     print(f"ablation rows: {len(ablation)}; computing the published held-out errors ...", flush=True)
     rows = published_rows()
     fixed = dict(c_grid=(cal.c_layer,), host_grid=(cal.host_moe,), expert_grid=(cal.host_moe_expert,),
                  kappa=cal.kappa, ns_efficiency=cal.ns_efficiency)  # fmt: skip
     held, _ = held_out_experiments(rows, lambda rs: calibrate(rs, **fixed))
     published: dict[str, list[float]] = {}
+    published_models: dict[str, list[str]] = {}
     lomo: list[float] = []
     for h in held:
         published.setdefault(h.tier, []).append(abs(h.log_error))
+        published_models.setdefault(h.tier, []).append(rows[h.row].model)
         if h.tier == "uncalibrated model" and h.fold.startswith("model="):
             lomo.append(abs(h.log_error))
     _by_kind(rows, held)
-    published[BOTH] = []  # no published row is both: the shipped bands combine the two (ConformalBands.half_width)
+    published[BOTH], published_models[BOTH] = (
+        [],
+        [],
+    )  # no published row is both: the shipped bands combine the two (ConformalBands.half_width)
     print(f"published held-out errors: {len(held)} ({time.time() - t0:.0f} s); load average {os.getloadavg()[0]:.1f}")
 
     def width(way: str, tier: str, own_set: str, level: int) -> float:
-        others = [e for s, t, e in ablation if t == tier and s != own_set]
+        others = [e for s, t, e, _ in ablation if t == tier and s != own_set]
         if way == "shipped":  # the bands configs/calibration/default.yaml ships
             tiers = ("uncalibrated model", "uncalibrated GPU") if tier == BOTH else (tier,)
             return math.log1p(cal.conformal.half_width(tiers, level))
@@ -111,25 +139,45 @@ def main() -> None:
                 return width("pooled", tier, own_set, level)
             parts = (width("pooled", t, own_set, level) for t in (BOTH, "uncalibrated model", "uncalibrated GPU"))
             return max(parts)
+        if way == "pooled, one weight per model":
+            if tier not in UNCALIBRATED:
+                return width("pooled", tier, own_set, level)
+            sets = [(e, f"{s}/{m}") for s, t, e, m in ablation if t == tier and s != own_set]
+            pub = list(zip(published[tier], published_models[tier]))
+            own = per_model_quantile(pub + sets, level)
+            if tier == BOTH:  # never narrower than either part (the sets alone fill the joint bin)
+                return max(own, *(width(way, t, own_set, level) for t in ("uncalibrated model", "uncalibrated GPU")))
+            return own
         return quantile(others if tier in UNCALIBRATED else published[tier], level)
 
-    tiers = sorted({t for _, t, _ in ablation})
-    for way in ("shipped", "pooled", "pooled, monotone", "ablations only"):
+    tiers = sorted({t for _, t, _, _ in ablation})
+    ways = ("shipped", "pooled", "pooled, monotone", "ablations only", "pooled, one weight per model")
+    for way in ways:
         line = []
         for lv in LEVELS:
-            inside = [e <= width(way, t, s, lv) for s, t, e in ablation]
+            inside = [e <= width(way, t, s, lv) for s, t, e, _ in ablation]
             line.append(f"{sum(inside) / len(inside):.0%} in the {lv} % band")
         print(f"{way:16s} ablation coverage (own set left out): " + ", ".join(line))
         for t in tiers:
             cells = []
             for lv in LEVELS:
-                sub = [(s, e) for s, tt, e in ablation if tt == t]
+                sub = [(s, e) for s, tt, e, _ in ablation if tt == t]
                 cells.append(f"{sum(e <= width(way, t, s, lv) for s, e in sub) / len(sub):.0%}")
-            n = sum(tt == t for _, tt, _ in ablation)
+            n = sum(tt == t for _, tt, _, _ in ablation)
             print(f"    {t:28s} {n:3d} rows: " + " / ".join(cells))
+        if way == "pooled, one weight per model":  # NVIDIA's models left out, each against the others and the sets
+            cov = []
+            for lv in LEVELS:
+                inside = 0
+                held_out = list(zip(published["uncalibrated model"], published_models["uncalibrated model"]))
+                sets = [(x, f"{s}/{mm}") for s, t, x, mm in ablation if t == "uncalibrated model"]
+                for e, m in held_out:
+                    inside += e <= per_model_quantile([(x, y) for x, y in held_out if y != m] + sets, lv)
+                cov.append(f"{inside / len(published['uncalibrated model']):.0%}")
+            print(f"    published rows held out by model, their own model left out: {' / '.join(cov)}")
     print("published rows of leave-one-model-out against the ablations-only uncalibrated-model band:")
     for lv in LEVELS:
-        q = quantile([e for _, t, e in ablation if t == "uncalibrated model"], lv)
+        q = quantile([e for _, t, e, _ in ablation if t == "uncalibrated model"], lv)
         cov = sum(e <= q for e in lomo) / len(lomo)
         print(f"  {lv} %: +-{100 * math.expm1(q):.1f} %, covers {cov:.0%} of {len(lomo)} published rows "
               f"(the shipped +-{100 * cal.conformal.half_width(('uncalibrated model',), lv):.1f} % covers "
