@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from bridgebench.config.containers import plain_dict
@@ -334,13 +333,9 @@ def unknown_key_message(overrides: Sequence[str], key: str) -> str:
         return f"+{full}={value}" if name not in known else f"{full}={value}"
 
     if section and word in fields and not rest:
-        from bridgebench.config.rules.upstream import enum_errors
+        from bridgebench.config.rules.upstream import override_enum_errors
 
-        try:
-            parsed = yaml.safe_load(value)  # a Hydra override value: a word, a quoted string or a [list]
-        except yaml.YAMLError:
-            parsed = value
-        bad = enum_errors(key, parsed)
+        bad = override_enum_errors(key, value)
         if bad:  # never advise setting a value upstream refuses: the enum rule's did-you-mean first
             return f"{bad[0]} (the field is unset in this config: set it with {spelled(word).split('=')[0]}=<value>)"
         return msg + (

@@ -69,6 +69,17 @@ def did_you_mean(value: Any, choices: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def override_enum_errors(key: str, text: str) -> list[str]:
+    """:func:`enum_errors` of a Hydra override's value text (a word, a quoted string or a ``[list]``, read as YAML)."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text
+    return enum_errors(key, value)
+
+
 def enum_errors(key: str, value: Any) -> list[str]:
     """Messages (rule ``enum_value``) for a value of an enum setting (:data:`ENUMS`) outside upstream's values;
     ``[]`` for keys that are no enum, ``None``, or a value in the set. Lists are judged item by item.
