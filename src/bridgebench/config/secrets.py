@@ -502,8 +502,15 @@ ORDINARY_FIELDS = frozenset(
 
 
 def ordinary_field(key: str) -> bool:
-    """``key`` (``section.field``, a leading ``+``/``~`` ignored) is one of :data:`ORDINARY_FIELDS`."""
-    return key.lstrip("+~") in ORDINARY_FIELDS
+    """``key`` (``section.field``, a leading ``+``/``~`` ignored) is one of :data:`ORDINARY_FIELDS`, or a
+    Megatron-Bridge field typed ``bool`` / ``int`` / ``float`` (``tokenizer.tiktoken_num_special_tokens``,
+    ``model.linear_key_head_dim``: no credential fits; their values are not scrubbed from every line printed)."""
+    from bridgebench.config.schema import mbridge_fields
+
+    key = key.lstrip("+~")
+    section, _, name = key.partition(".")
+    info = mbridge_fields()["sections"].get(section, {}).get(name) if name and "." not in name else None
+    return key in ORDINARY_FIELDS or (info is not None and info["type"] in ("bool", "int", "float"))
 
 
 def _secret_fields(node: Any, path: str) -> Iterator[str]:
