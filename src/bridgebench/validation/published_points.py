@@ -143,13 +143,16 @@ def release_entries(r: RunRecord, precision: str, fsdp: bool | None) -> list[dic
 
 #: marker in a point's values: the printed sizes a ``replaces_printed`` entry changed (removed before the pipeline)
 _REPLACED = "_printed_replaced"
+#: printed sizes of a published row -> ``RunRecord`` fields (FSDP use, printed too, is no record field)
+_RECORD_FIELDS = {
+    "num_gpus": "num_gpus", "train.global_batch_size": "gbs", "train.micro_batch_size": "mbs",
+    "model.seq_length": "seq_length", "model.tensor_model_parallel_size": "tp",
+    "model.pipeline_model_parallel_size": "pp", "model.virtual_pipeline_model_parallel_size": "vp",
+    "model.context_parallel_size": "cp", "model.expert_model_parallel_size": "ep",
+    "model.expert_tensor_parallel_size": "etp",
+}  # fmt: skip
 #: printed sizes of a published row (an entry that changes one must say ``replaces_printed``)
-PRINTED_KEYS = (
-    "num_gpus", "train.global_batch_size", "train.micro_batch_size", "model.seq_length",
-    "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
-    "model.virtual_pipeline_model_parallel_size", "model.context_parallel_size", "model.expert_model_parallel_size",
-    "model.expert_tensor_parallel_size", "ddp.use_megatron_fsdp",
-)  # fmt: skip
+PRINTED_KEYS = (*_RECORD_FIELDS, "ddp.use_megatron_fsdp")
 
 
 def precision_of(r: RunRecord) -> str:
@@ -280,16 +283,6 @@ def record_point(r: RunRecord, fsdp_cell: str) -> tuple[list[str], dict[str, Any
     delta["accounting.flops_formula"] = catalog.release(r.release)["flops_formula"]
     base = [f"model={r.model}", f"gpu={r.system}", f"precision={precision}", *optimizer]
     return base, delta, source
-
-
-#: printed sizes (``PRINTED_KEYS`` keys) -> ``RunRecord`` fields
-_RECORD_FIELDS = {
-    "num_gpus": "num_gpus", "train.global_batch_size": "gbs", "train.micro_batch_size": "mbs",
-    "model.seq_length": "seq_length", "model.tensor_model_parallel_size": "tp",
-    "model.pipeline_model_parallel_size": "pp", "model.virtual_pipeline_model_parallel_size": "vp",
-    "model.context_parallel_size": "cp", "model.expert_model_parallel_size": "ep",
-    "model.expert_tensor_parallel_size": "etp",
-}  # fmt: skip
 
 
 def printed_replacement(r: RunRecord) -> dict[str, Any]:

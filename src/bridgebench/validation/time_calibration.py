@@ -362,6 +362,12 @@ def entry_knobs(entry: dict[str, Any]) -> dict[str, Any]:
     return {ENTRY_KNOBS[k]: v for k, v in entry["settings"].items() if k in ENTRY_KNOBS}
 
 
+def _as_flags(out: dict[str, Any]) -> None:
+    """The :data:`_FLAGS` among ``out``'s TimeConfig fields as booleans (YAML and recipes may give 0 / 1), in place."""
+    for f in set(_FLAGS) & set(out):
+        out[f] = bool(out[f])
+
+
 def _release_knobs(r: RunRecord, cells: dict[str, str]) -> dict[str, Any]:
     """TimeConfig fields of the knobs the row's release's launcher ran where the recipe it is read from says
     otherwise (``published_settings.yaml``, traced per release: dispatcher, EP overlap, recompute modules, the
@@ -372,8 +378,7 @@ def _release_knobs(r: RunRecord, cells: dict[str, str]) -> dict[str, Any]:
     for entry in release_entries(r, precision_of(r), None if cell == "" else int(cell) > 0):
         if not entry.get("cannot_run_as_printed"):
             out.update(entry_knobs(entry))
-    for f in set(_FLAGS) & set(out):
-        out[f] = bool(out[f])
+    _as_flags(out)
     if "recompute_modules" in out:
         out["recompute_modules"] = tuple(out["recompute_modules"] or ())
     return out
@@ -395,9 +400,7 @@ def _unprinted(r: RunRecord, cells: dict[str, str]) -> dict[str, Any]:
     if out.get("recompute_granularity") == "selective" and not mods:
         mods = ("core_attn",)  # Megatron-Core TransformerConfig.recompute_modules default
     out["recompute_modules"] = mods
-    for f in _FLAGS:
-        if f in out:
-            out[f] = bool(out[f])
+    _as_flags(out)
     if out.get("moe_flex_dispatcher_backend") and not out.get("moe_token_dispatcher_type"):
         out["moe_token_dispatcher_type"] = "flex"
     pp, vp = out.get("pp") or 1, out.get("vp")
