@@ -224,3 +224,14 @@ def test_the_fallback_note_prints_as_text_not_markup():
     assert res.returncode == 0, res.stderr[-2000:]
     text = " ".join(res.stdout.split())
     assert "deepep_falls_back: DeepEP was requested on gb200" in text and "[yellow]" not in text and "[/]" not in text
+
+
+def test_override_text_is_read_as_hydra_gives_it_before_the_enum_check():
+    """``override_enum_errors`` reads a word, a quoted string or a ``[list]`` (item by item)."""
+    from bridgebench.config.rules.upstream import override_enum_errors
+
+    assert override_enum_errors("model.recompute_modules", "[core_attn,moe_act]") == []
+    bad = override_enum_errors("model.recompute_modules", "[core_atn,moe_act]")
+    assert len(bad) == 1 and "did you mean 'core_attn'" in bad[0]
+    assert "did you mean 'selective'" in override_enum_errors("model.recompute_granularity", "'selectiv'")[0]
+    assert override_enum_errors("model.recompute_granularity", "[unclosed") != []  # not YAML: judged as the text
