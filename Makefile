@@ -28,6 +28,8 @@ setup: $(VENV)/.installed $(CACHE)/mbridge-0.3.1/flop_utils.py cluster-install
 
 $(VENV)/.installed: requirements/base.txt requirements/megatron.txt requirements/constraints.txt pyproject.toml
 	@[ -n "$(PYTHON312)" ] || { echo "error: Python 3.12 not found (install it, e.g. 'pyenv install 3.12', or set PYTHON312=/path/to/python3.12)"; exit 1; }
+	@free=$$(df -Pk $(dir $(abspath $(VENV))) | awk 'NR==2 {print int($$4 / 1048576)}'); echo "==> $$free GiB free here; the environment takes about 8 GiB (torch's CUDA build from PyPI)"; \
+	[ "$$free" -ge 9 ] || echo "warning: under 9 GiB free: pip may stop with 'No space left on device' (free some, or set VENV=/a/larger/disk/venv)"
 	@echo "==> creating $(VENV) with $(PYTHON312)"
 	[ -x $(PY) ] || $(PYTHON312) -m venv $(VENV)
 	$(PIP) install --disable-pip-version-check -q --upgrade pip
@@ -51,9 +53,9 @@ $(CACHE)/mbridge-0.3.1/flop_utils.py: $(VENV)/.installed
 test: setup
 	@mkdir -p .state
 	@echo "==> tests that need the local SLURM cluster: in the background, report in .state/test-slurm.log"
-	@$(VENV)/bin/pytest -q -m slurm > .state/test-slurm.log 2>&1 & slurm=$$!; \
+	@$(VENV)/bin/pytest -q --durations=15 -m slurm > .state/test-slurm.log 2>&1 & slurm=$$!; \
 	trap 'kill $$slurm 2>/dev/null; exit 130' INT TERM; \
-	$(VENV)/bin/pytest -q -m "not slurm"; rest=$$?; \
+	$(VENV)/bin/pytest -q --durations=15 -m "not slurm"; rest=$$?; \
 	echo "==> waiting for the SLURM tests"; wait $$slurm; status=$$?; \
 	cat .state/test-slurm.log; \
 	[ $$rest -eq 0 ] && [ $$status -eq 0 ]

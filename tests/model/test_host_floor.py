@@ -14,7 +14,15 @@ from bridgebench.config.time_knobs import time_knobs
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig
 from bridgebench.model.steptime.fit import Row, calibrate
-from bridgebench.model.steptime.predict import host_seconds, layer_time, predict_time
+from bridgebench.model.steptime.predict import (
+    EXPERT_LAUNCH_SHARE,
+    GPU_TERMS,
+    expert_host_seconds,
+    host_exposed,
+    host_seconds,
+    layer_time,
+    predict_time,
+)
 from bridgebench.model.steptime.release import GroupLevel, LevelTable, release_index
 
 B200 = GpuFacts.from_mapping(load_gpu("b200"))
@@ -52,6 +60,38 @@ def test_a_short_moe_layer_waits_on_the_host_a_long_one_hides_it(models):
         dropping.host_synced_dispatch
         and predict_time(spec, dropping, CAL).terms["overhead"] == at_one.terms["overhead"]
     )
+
+
+def test_after_the_sync_the_experts_launches_hide_only_behind_the_experts_own_forward_work():
+    """host_exposed's second bound: the per-expert forward launches (EXPERT_LAUNCH_SHARE of the per-expert host
+    work) against the experts' forward seconds, however long the rest of the layer is."""
+    synced = TimeConfig.from_flat(**QWEN, mbs=1)
+    layer = dict.fromkeys(GPU_TERMS, 0.0) | {"compute": 10e-3, "experts_fwd": 1e-3}
+    kinds, per_kind = (("moe", 2), ("dense", 1)), {"moe": layer}
+    # the whole layer (10 ms) hides the 5 ms of host work, but 9 ms per expert part x 1/3 = 3 ms > 1 ms of experts
+    assert EXPERT_LAUNCH_SHARE == pytest.approx(1 / 3)
+    assert host_exposed(kinds, per_kind, synced, 5e-3, 1.0, 9e-3) == pytest.approx(2 * (3e-3 - 1e-3))
+    assert host_exposed(kinds, per_kind, synced, 5e-3, 2.0, 9e-3) == pytest.approx(2 * (1.5e-3 - 1e-3))  # level 2
+    assert host_exposed(kinds, per_kind, synced, 5e-3, 1.0, 3e-3) == 0.0  # 1 ms of launches, 1 ms of experts
+    assert host_exposed(kinds, per_kind | {"moe": layer | {"compute": 4e-3}}, synced, 5e-3, 1.0, 0.0) == (
+        pytest.approx(2 * 1e-3)  # the first bound alone: 5 ms of host over a 4 ms layer
+    )
+    padded = synced.with_dims(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
+    assert host_exposed(kinds, per_kind, padded, 5e-3, 1.0, 9e-3) == 0.0  # static shapes: no sync
+
+
+def test_a_gpu_with_many_small_experts_waits_inside_a_layer_longer_than_its_host_work(models):
+    """Qwen3 30B-A3B at EP 2 (64 experts per GPU) and MBS 4: the layer's GPU time exceeds its 6.4 ms of host work,
+    so the first bound exposes nothing; the experts' forward (a quarter of the copies of MBS 16 spread over 64
+    experts) is shorter than their 2.1 ms of forward launches, so the layer still waits. At MBS 8 it does not."""
+    spec = models["qwen3_30b_a3b"]
+    cal = dataclasses.replace(CAL, host_moe=0.0, host_moe_expert=1e-4)
+    four = TimeConfig.from_flat(**(QWEN | {"ep": 2}), mbs=4)
+    host = host_seconds(spec, four, 0.0, 1e-4)
+    assert host == expert_host_seconds(spec, four, 1e-4) == pytest.approx(64 * 1e-4)
+    assert sum(layer_time(spec, four, cal, "moe").values()) > host
+    assert predict_time(spec, four, cal).terms["overhead"] > 0.0
+    assert predict_time(spec, four.with_dims(mbs=8), cal).terms["overhead"] == 0.0
 
 
 def test_a_dense_model_never_waits_on_the_host(models):

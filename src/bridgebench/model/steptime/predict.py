@@ -18,7 +18,10 @@ Per microbatch, each pipeline rank runs its layers (:func:`rank_layers`); per la
   runs the experts' six forward / backward GEMMs through ``nvte_multi_stream_cublas_gemm``, which launches one cuBLAS
   GEMM per local expert, ``common/gemm/cublaslt_gemm.cu``; later releases deprecate it for a single grouped call).
   The host launches the layer's kernels while the GPU runs the previous ones, until the dispatch needs the
-  per-expert token counts: a short layer (a small MoE at MBS 1) is launch-bound, a long one hides the host.
+  per-expert token counts: a short layer (a small MoE at MBS 1) is launch-bound, a long one hides the host. After
+  that sync the GPU has nothing queued, so the experts' forward launches (:data:`EXPERT_LAUNCH_SHARE` of the
+  per-expert part) hide only behind the experts' own forward work: ``max(0, host / level - t_gpu, s x host_expert /
+  level - t_experts)`` (since stop 35; a GPU with many small experts waits even inside a long layer).
 
 The busiest rank's per-microbatch time ``t_mb`` sets the pace: ``m x t_mb`` plus the ``bubble`` ``(PP - 1)/VP x
 t_mb`` and the exposed stage sends ``pp_p2p`` (:mod:`~bridgebench.model.steptime.pp`), the exposed data-parallel
@@ -211,26 +214,47 @@ def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate:
         "ep_a2a": ep_x,
         "recompute": rec,
         "scale_out": scale_out,
+        "experts_fwd": (gem.get("experts", 0.0) + elem.get("moe_act", 0.0)) / 3 if kind.endswith("moe") else 0.0,
     }
 
 
 #: the per-layer terms that run on the GPU (what hides the host's launches).
 GPU_TERMS = ("compute", "elementwise", "tp_comm", "cp_comm", "ep_a2a", "recompute")
+#: Share of a MoE layer's per-expert host work (``host_moe_expert x E_local``) launched after the dropless dispatch's
+#: host sync in the forward pass: each local expert's fc1 and fc2 forward GEMMs, 2 of its 6 forward + backward GEMMs
+#: (the backward runs the dgrad and wgrad of both), one cuBLAS launch per expert in Transformer Engine's multi-stream
+#: grouped GEMM (module docstring). A count, not fitted; it is also the best of 1/3, 1/2 and 1 by the calibration's
+#: criterion (leave-one-release-out MAPE 4.6 / 4.7 / 4.9 %, docs/sweeps.md stop 35).
+EXPERT_LAUNCH_SHARE = 2 / 6
 
 
 def host_seconds(spec: ModelSpec, cfg: TimeConfig, host_moe: float, host_moe_expert: float) -> float:
     """Seconds of host work per MoE layer per microbatch at level 1: ``host_moe + host_moe_expert x E_local``,
     ``E_local = num_moe_experts / EP`` the experts one GPU holds (module docstring: Transformer Engine's multi-stream
     cuBLAS grouped GEMM launches a GEMM per local expert)."""
-    return float(host_moe + host_moe_expert * max(1, spec.local_experts(cfg.ep)))
+    return float(host_moe + expert_host_seconds(spec, cfg, host_moe_expert))
+
+
+def expert_host_seconds(spec: ModelSpec, cfg: TimeConfig, host_moe_expert: float) -> float:
+    """The per-expert part of :func:`host_seconds`: ``host_moe_expert x E_local`` (s per MoE layer per microbatch at
+    level 1, forward and backward)."""
+    return float(host_moe_expert * max(1, spec.local_experts(cfg.ep)))
 
 
 def host_exposed(
-    kinds: tuple[tuple[str, int], ...], per_kind: dict[str, dict[str, Any]], cfg: TimeConfig, host: float, level: float
+    kinds: tuple[tuple[str, int], ...],
+    per_kind: dict[str, dict[str, Any]],
+    cfg: TimeConfig,
+    host: float,
+    level: float,
+    expert_host: float = 0.0,
 ) -> float:
     """Seconds per microbatch one pipeline rank waits on the host: for each MoE layer (``kinds``: (kind, count)
     pairs; ``per_kind``: the layer terms of :func:`_layer`) whose dispatch synchronises with the host
-    (``cfg.host_synced_dispatch``), ``max(0, host / level - t_gpu)``, ``t_gpu`` the layer's :data:`GPU_TERMS`.
+    (``cfg.host_synced_dispatch``), ``max(0, host / level - t_gpu, s x expert_host / level - t_experts)``:
+    ``t_gpu`` the layer's :data:`GPU_TERMS`, ``expert_host`` the per-expert part of ``host``
+    (:func:`expert_host_seconds`), ``s`` = :data:`EXPERT_LAUNCH_SHARE` and ``t_experts`` the experts' forward GEMMs
+    and activation (``experts_fwd`` of :func:`_layer`, seconds at the point's rates).
 
     The dropless dispatchers copy the per-expert token counts to the host before they permute (megatron-core 0.19.2
     ``transformer/moe/token_dispatcher.py``: ``MoEAlltoAllTokenDispatcher`` syncs at ``cuda_sync_point`` unless it
@@ -238,6 +262,11 @@ def host_exposed(
     non-blocking with a fixed capacity), so the host cannot run ahead of the GPU across that layer: the layer takes
     at least the host's time to launch it. ``host`` is fitted (:func:`bridgebench.model.steptime.fit.calibrate`) and
     scales with the software level like the element-wise rate (fewer, fused kernels and CUDA graphs in later releases).
+
+    The second bound is the sync's own: when the host learns the counts, the GPU has run everything launched before
+    them, so the experts' per-expert forward launches (one GEMM per local expert and GEMM) can hide only behind the
+    experts' own forward work. A GPU holding many small experts (DeepSeek V3 at EP 8: 32 per GPU) idles there
+    however long the rest of its layer is; with few experts per GPU the first bound decides, as before stop 35.
     """
     if host <= 0 or not cfg.host_synced_dispatch:
         return 0.0
@@ -245,7 +274,8 @@ def host_exposed(
     for kind, count in kinds:
         if kind.endswith("moe"):
             t_gpu = sum(per_kind[kind][k] for k in GPU_TERMS)
-            out += count * max(0.0, host / level - t_gpu)
+            after_sync = EXPERT_LAUNCH_SHARE * expert_host / level - per_kind[kind]["experts_fwd"]
+            out += count * max(0.0, host / level - t_gpu, after_sync)
     return out
 
 
@@ -277,6 +307,7 @@ def evaluate(
     hbm = cfg.gpu.hbm_bandwidth * HBM_EFFICIENCY * (rate if elem_rate is None else elem_rate)
     share = recompute.share_of_layers(spec, cfg) if cfg.recompute_granularity == "full" else 1.0
     host = host_seconds(spec, cfg, host_moe, host_moe_expert)
+    expert_host = expert_host_seconds(spec, cfg, host_moe_expert)
     per_kind: dict[str, dict[str, Any]] = {}
     best: tuple[float, int, dict[str, Any]] | None = None
     scale_out = False
@@ -292,7 +323,7 @@ def evaluate(
         if loss:
             acc["compute"] += sum(v for _, v in layer_gemm_seconds(sid, gid, "logits", sh)) / rate
             acc["elementwise"] += sum(b for _, b in layer_bytes(sid, "logits", sh)) / hbm
-        acc["overhead"] = c_layer * n_layers + host_exposed(kinds, per_kind, cfg, host, elem_rate or rate)
+        acc["overhead"] = c_layer * n_layers + host_exposed(kinds, per_kind, cfg, host, elem_rate or rate, expert_host)
         t_mb = sum(acc.values())
         if best is None or t_mb > best[0]:
             best = (t_mb, r, acc)
@@ -358,8 +389,7 @@ def layer_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration, kind: str =
     rate, level, _, _ = rates(spec, cfg, calib)
     hbm = cfg.gpu.hbm_bandwidth * HBM_EFFICIENCY * level
     out = _layer(registry.handle(spec), registry.handle(cfg.gpu), kind, layer_shape(cfg), cfg, rate, hbm)
-    out.pop("scale_out")
-    return out
+    return {k: out[k] for k in GPU_TERMS}
 
 
 def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBreakdown:
