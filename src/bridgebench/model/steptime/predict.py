@@ -224,7 +224,7 @@ GPU_TERMS = ("compute", "elementwise", "tp_comm", "cp_comm", "ep_a2a", "recomput
 #: host sync in the forward pass: each local expert's fc1 and fc2 forward GEMMs, 2 of its 6 forward + backward GEMMs
 #: (the backward runs the dgrad and wgrad of both), one cuBLAS launch per expert in Transformer Engine's multi-stream
 #: grouped GEMM (module docstring). A count, not fitted; it is also the best of 1/3, 1/2 and 1 by the calibration's
-#: criterion (leave-one-release-out MAPE 4.6 / 4.7 / 4.9 %, docs/sweeps.md stop 35).
+#: criterion (leave-one-release-out MAPE 4.6 / 4.7 / 4.9 %, ``benchmarks/constant_scan.py``, docs/sweeps.md stop 35).
 EXPERT_LAUNCH_SHARE = 2 / 6
 
 
