@@ -13,6 +13,9 @@ import sys
 
 import pytest
 
+#: CPU-heavy: make test runs it in the background half, beside the SLURM tests (Makefile).
+pytestmark = pytest.mark.background
+
 BB = [sys.executable, "-m", "bridgebench.cli"]
 #: What a newcomer would read as a failure or third-party noise on stderr.
 NOISE = re.compile(

@@ -347,6 +347,7 @@ def test_calibration_file_round_trip():
         Calibration.from_mapping({**cal.to_mapping(), "kappa_s": 0})
 
 
+@pytest.mark.background  # a full refit (about 2 min): make test runs it beside the SLURM tests
 def test_shipped_calibration_is_the_fit_of_the_shipped_published_table():
     """configs/calibration/default.yaml's time node equals a refit on results/reference (no stale numbers); its
     bands come from held-out releases (bridgebench calibrate --write; benchmarks/validate_time.py prints them)."""

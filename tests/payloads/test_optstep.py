@@ -26,6 +26,9 @@ from bridgebench.paths import REPO_ROOT
 from bridgebench.payloads import optstep
 from bridgebench.payloads.optstep import MARKER, OptstepError, group_params, select_matrices, selected_layers
 
+#: CPU-heavy: make test runs it in the background half, beside the SLURM tests (Makefile).
+pytestmark = pytest.mark.background
+
 
 @pytest.fixture(scope="module")
 def qwen_cfg():

@@ -14,6 +14,9 @@ from bridgebench.config import calibration
 from bridgebench.validation import ablations as abl
 from bridgebench.validation.data import ReferenceDataMissing
 
+#: CPU-heavy: make test runs it in the background half, beside the SLURM tests (Makefile).
+pytestmark = pytest.mark.background
+
 FIX = re.compile(r" -- fix: (\S+?)=(\S+)")
 
 

@@ -112,7 +112,7 @@ def muon_cost(
 
         raise ConfigError(f"muon-cost models Muon; optimizer.optimizer is {v['optimizer']!r} (use optimizer=muon)")
     calib = calib_mod.load(calibration)
-    cost = model(base.spec, engine.time_config(v, base.gpu), calib.time)
+    cost = model(base.spec, engine.time_config(v, base.gpu, base.spec), calib.time)
     summary = _muon_cost_summary(base, v, cost, calib)
     summary["cluster_refit"] = _muon_cost_refit(calib, cost, f"{base.gpu.name}/{v['precision']}", base.spec.name)
     if as_json:

@@ -327,3 +327,34 @@ def auto_split(
     if not mtp and split_divides(num_layers, pp, vp, None, None, True, True):
         return PipelineSplit(account_for_embedding=True, account_for_loss=True)
     return PipelineSplit(layout=balanced_layout(num_layers, pp, vp, mtp))
+
+
+def split_layout(num_layers: int, pp: int, vp: int | None, mtp: int, split: PipelineSplit) -> str | None:
+    """``split`` written as the ``pipeline_model_parallel_layout`` string that builds the same layers on the same
+    ranks (:func:`stage_layers`), for a consumer that reads only a layout string (the time model's
+    :class:`bridgebench.model.steptime.config.TimeConfig`): the layout itself when ``split`` has one; None for an
+    even split (``num_layers`` divides by ``PP x VP``, nothing counted) or one stage; otherwise the stages of the
+    uneven first / last stage or of the embedding and loss counted as layers, in layout order (stage ``i`` =
+    virtual stage ``i // PP`` of rank ``i % PP``), e.g. Llama 3.1 405B's 126 layers on PP 8 x VP 4 with
+    ``account_for_embedding/loss_in_pipeline_split`` (Megatron-Bridge 0.6.2 ``recipes/llama/h100/llama3.py``):
+    ``Et*3|t*4|...|t*4|t*3L``, 15 or 16 layers a rank.
+
+    Raises:
+        LayoutError: a layout outside the grammar, or non-positive sizes.
+    """
+    if split.layout:
+        return split.layout
+    uneven = split.first_stage_layers is not None or split.last_stage_layers is not None
+    counted = split.account_for_embedding or split.account_for_loss
+    if pp == 1 or not (uneven or counted):
+        return None
+    ranks = stage_layers(num_layers, pp, vp, None, mtp, split.first_stage_layers, split.last_stage_layers,
+                         split.account_for_embedding, split.account_for_loss)  # fmt: skip
+    parts = []
+    for c in range(len(ranks[0])):
+        for r in range(pp):
+            layers, emb, loss = ranks[r][c]
+            n_t = sum(1 for i in layers if i < num_layers)
+            body = "t" if n_t == 1 else (f"t*{n_t}" if n_t else "")
+            parts.append(("E" if emb else "") + body + ("m" * (len(layers) - n_t) + "L" if loss else ""))
+    return "|".join(parts)

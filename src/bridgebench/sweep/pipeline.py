@@ -174,7 +174,7 @@ def predict(overrides: Sequence[str], calib: ModelCalibration) -> SweepRow:
     spec = base.spec if isinstance(spec, Exception) else spec
     row["knobs"] = shown_knobs(v, spec.is_moe)
     try:
-        row["placement"] = placement_json(time_config(v, base.gpu), spec)
+        row["placement"] = placement_json(time_config(v, base.gpu, spec), spec)
     except (TimeModelError, PlacementError, TypeError, ValueError):
         row["placement"] = None
     return SweepRow.from_record(row)

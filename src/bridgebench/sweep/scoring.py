@@ -11,7 +11,7 @@ from bridgebench.config.calibration import ModelCalibration
 from bridgebench.config.time_knobs import shown_knobs, time_knobs
 from bridgebench.model import memory as mem
 from bridgebench.model import placement as pl
-from bridgebench.model.layout import LayoutError
+from bridgebench.model.layout import LayoutError, PipelineSplit, split_layout
 from bridgebench.model.newton_schulz import NSError, NSPolicy, muon_matrices, ns_flops
 from bridgebench.model.optimizer import OptimizerKind
 from bridgebench.model.parallel import ParallelDims
@@ -98,15 +98,28 @@ def memory_config(v: dict[str, Any], calib: ModelCalibration) -> mem.MemoryConfi
     )
 
 
-def time_config(v: dict[str, Any], gpu: GpuFacts) -> TimeConfig:
-    """The time model's view of a point's effective values (knobs: :func:`bridgebench.config.time_knobs.time_knobs`)."""
+def time_config(v: dict[str, Any], gpu: GpuFacts, spec: ModelSpec | None = None) -> TimeConfig:
+    """The time model's view of a point's effective values (knobs: :func:`bridgebench.config.time_knobs.time_knobs`).
+    With the point's ``spec``, a pipeline split given without a layout string (uneven first / last stage, embedding
+    and loss counted as layers) reaches the time model as the layout string that builds the same stages
+    (:func:`bridgebench.model.layout.split_layout`; the time model reads only a layout); without it such a split is
+    priced as the even split with the remainder on the earliest stages."""
     granularity = v["recompute_granularity"]
     mods = recompute_modules(v)
+    layout = v["layout"]
+    if spec is not None and not layout and isinstance(v["pp"], int) and v["pp"] > 1:
+        split = PipelineSplit(
+            first_stage_layers=v["first_stage_layers"],
+            last_stage_layers=v["last_stage_layers"],
+            account_for_embedding=bool(v["account_embedding"]),
+            account_for_loss=bool(v["account_loss"]),
+        )
+        layout = split_layout(spec.num_layers, v["pp"], v["vp"], spec.mtp_layers, split)
     return TimeConfig(
         gpu=gpu,
         peak_key=v["peak_key"],
         dims=ParallelDims.from_row(v),
-        pipeline_model_parallel_layout=v["layout"],
+        pipeline_model_parallel_layout=layout,
         optimizer=v["optimizer"],
         ns_policy=ns_policy(v),
         flops_formula=v["flops_formula"] or "v2",
@@ -305,7 +318,7 @@ def score_time(
                 row["score"] = -t
                 row["band_pct"] = None
             else:
-                cfg = time_config(v, base.gpu)
+                cfg = time_config(v, base.gpu, spec)
                 b = predict_time(spec, cfg, calib.time)
                 row.update({f"t_{name}_s": float(value) for name, value in b.terms.items()})
                 row.update(placement_columns(cfg, spec, cfg.dispatcher))

@@ -89,7 +89,7 @@ def _blog_points() -> list[MuonPoint]:
         adam_tf = float(rows[(label, "AdamW")]["model_tflops_per_gpu"])
         muon_tf = float(rows[(label, "Muon")]["model_tflops_per_gpu"])
         base = engine.base_of([f"+table1_run={run}", "optimizer=muon"])
-        cfg = engine.time_config(engine.effective(base, {}), base.gpu)
+        cfg = engine.time_config(engine.effective(base, {}), base.gpu, base.spec)
         flops = step_flops_of(registry.handle(base.spec), cfg.gbs, cfg.tp, cfg.flops_formula)
         adam_s = flops / cfg.num_gpus / (adam_tf * 1e12)
         out.append(

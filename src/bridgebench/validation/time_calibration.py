@@ -7,8 +7,10 @@ without MTP), the row's GPU facts (``configs/gpu``), parallel sizes and batch, t
 no precision: their footnote pairs differ in FP8 quantization granularity, so they are FP8), the release's FLOPs formula
 (``configs/release``) and the release itself, Kimi K2 rows as layer-wise Muon (``dist_muon``, their footnote says
 Muon; the Muon recipes' ``overlap_param_gather: false``), the others AdamW with the distributed optimizer. A pipeline
-split that Megatron-Core cannot do evenly gets :func:`bridgebench.model.layout.balanced_layout` (Kimi K2's 61 layers:
-the layouts of Megatron-Bridge's Kimi K2 recipe). Megatron-FSDP rows (the table's FSDP column) are priced as
+split that Megatron-Core cannot do evenly gets the split ``auto`` gives (:func:`recipe_layout`): the embedding and loss
+counted as layers where that divides (Megatron-Bridge's Llama 3.1 405B and Qwen3 MoE recipes), else
+:func:`bridgebench.model.layout.balanced_layout` (Kimi K2's 61 layers: the layouts of Megatron-Bridge's Kimi K2
+recipe). Megatron-FSDP rows (the table's FSDP column) are priced as
 Megatron-FSDP. An empty ETP cell is ETP = TP unless that cannot fit the expert grid (then 1, the MoE recipes' value);
 a row whose sizes cannot fit its GPU count at all (DeepSeekV3 25.09 GB200: PP8 x EP64 on 256 GPUs) is left out.
 
@@ -56,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from bridgebench.config.catalog import load_gpu, peak_key
 from bridgebench.config.compose import ConfigError, compose, model_spec, recipe_releases
 from bridgebench.config.rules.upstream import without_refused_ep_overlap
-from bridgebench.model.layout import balanced_layout
+from bridgebench.model.layout import auto_split, split_layout
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig
@@ -178,7 +180,7 @@ def recipe_knobs(recipe: str, release: str, optimizer: str) -> tuple[tuple[str, 
     from bridgebench import sweep as engine
 
     base = engine.base_of([f"recipe={recipe}", f"release='{release}'", f"optimizer={optimizer}"])
-    cfg = engine.time_config(engine.effective(base, {}), base.gpu)
+    cfg = engine.time_config(engine.effective(base, {}), base.gpu, base.spec)
     return tuple((k, getattr(cfg, k)) for k in RECIPE_KNOBS + SIZES)
 
 
@@ -230,7 +232,7 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
             cp=r.cp or 1,
             ep=ep,
             etp=etp,
-            pipeline_model_parallel_layout=balanced_layout(spec.num_layers, pp, vp, spec.mtp_layers),
+            pipeline_model_parallel_layout=recipe_layout(spec, pp, vp),
             optimizer="dist_muon" if muon else "adam",
             flops_formula=_formula(r.release, formulas),
             release=r.release,
@@ -253,6 +255,17 @@ def published_rows(records: Iterable[RunRecord] | None = None) -> list[Row]:
     return _with_knobs(pending)
 
 
+def recipe_layout(spec: ModelSpec, pp: int, vp: int | None) -> str | None:
+    """The pipeline split a published row ran, as a layout string (:func:`bridgebench.model.layout.split_layout`):
+    :func:`bridgebench.model.layout.auto_split`, the split ``plan`` and the sweep give ``auto`` -- an even split,
+    else the embedding and loss counted as layers (Megatron-Bridge 0.6.2's Llama 3.1 405B and Qwen3 MoE base recipes:
+    ``account_for_embedding/loss_in_pipeline_split``), else a balanced layout (its Kimi K2 rule; DeepSeek V3 with
+    MTP). Stop 36: the calibration read a balanced layout for every uneven split, so Llama 3.1 405B on PP 8 x VP 4
+    was priced with 20 layers on its first rank where its recipe builds 15 or 16 on each (docs/sweeps.md)."""
+    split = auto_split(spec.num_layers, pp, vp, spec.mtp_layers)
+    return split_layout(spec.num_layers, pp, vp, spec.mtp_layers, split)
+
+
 def _with_knobs(
     pending: list[tuple[tuple[str, str, str, str, str], Row, dict[str, Any], dict[str, Any], bool]],
 ) -> list[Row]:
@@ -273,7 +286,7 @@ def _with_knobs(
         if unprinted and not own:
             cfg = row.cfg.with_dims(**unprinted)
             if (cfg.pp, cfg.vp) != (row.cfg.pp, row.cfg.vp):
-                layout = balanced_layout(row.spec.num_layers, cfg.pp, cfg.vp, row.spec.mtp_layers)
+                layout = recipe_layout(row.spec, cfg.pp, cfg.vp)
                 cfg = dataclasses.replace(cfg, pipeline_model_parallel_layout=layout)
             row = dataclasses.replace(row, cfg=cfg)
         if launcher:

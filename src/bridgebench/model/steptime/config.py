@@ -9,6 +9,7 @@ the setting it mirrors and that setting's upstream default (megatron-core 0.19.2
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -208,10 +209,11 @@ class TimeConfig(RecomputeSettings, DimsView):
         if self.framework not in FRAMEWORKS:
             raise TimeModelError(f"framework must be one of {FRAMEWORKS}, got {self.framework!r}")
 
-    @property
+    @functools.cached_property
     def placement(self) -> pl.Placement:
         """Where the job's ranks land: NVLink domains as the scheduler fills them (the GPU's ``segment_policy``)
-        and every group kind's split over them (:func:`bridgebench.model.placement.place`, cached)."""
+        and every group kind's split over them (:func:`bridgebench.model.placement.place`; kept on the point after
+        the first read: the time model reads it several times per evaluation)."""
         g = self.gpu
         domain = pl.domain_gpus(self.num_gpus, g.gpus_per_node, g.nvlink_domain, g.segment_policy)
         seg = pl.segment_nodes(max(1, self.num_gpus // g.gpus_per_node), g.gpus_per_node, g.segment_policy)

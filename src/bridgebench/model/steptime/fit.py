@@ -64,6 +64,8 @@ HOST_MOE_GRID = (0.0, 2e-3, 4e-3, 6e-3, 8e-3, 1e-2, 1.2e-2, 1.6e-2)
 HOST_EXPERT_GRID = (0.0, 1e-4, 2e-4, 3e-4, 4e-4)
 #: bracket of implied levels searched.
 LEVEL_BRACKET = (1e-3, 20.0)
+#: half-width in log level of the first bracket around a guessed level (:func:`implied_level`).
+GUESS_SPAN = 0.02
 #: most fixed-point steps of the efficiency of each (chip, precision class) (see the module docstring; secant steps,
 #: :func:`_secant_step`); the steps stop once every class's mean log level is within :data:`E_TOLERANCE` of 0.
 E_ITERATIONS = 12
@@ -94,10 +96,18 @@ def implied_level(
     ns_efficiency: float,
     host_moe: float = 0.0,
     host_moe_expert: float = 0.0,
+    *,
+    guess: float | None = None,
 ) -> float | None:
     """The software level at which ``r`` is predicted at its published TFLOP/s given efficiency ``eff`` and host
     work ``host_moe`` per MoE layer per microbatch, ``host_moe_expert`` more per local expert (None when the
-    level-independent terms alone exceed its step)."""
+    level-independent terms alone exceed its step; :data:`LEVEL_BRACKET` ``[0]`` when even the lowest level is
+    fast enough).
+
+    ``guess`` (a level found for this row at nearby constants) starts Brent's method in a bracket of
+    +-:data:`GUESS_SPAN` in log level around it, widened fourfold until the root is bracketed or the bracket reaches
+    :data:`LEVEL_BRACKET`: the same root to ``xtol`` 1e-6 in log level, in about half the evaluations (the step time
+    falls with the level, so the root is unique)."""
     from scipy.optimize import brentq
 
     flops = step_flops_of(registry.handle(r.spec), r.cfg.gbs, r.cfg.tp, r.cfg.flops_formula)
@@ -119,6 +129,16 @@ def implied_level(
         return sum(terms.values()) - target
 
     lo, hi = (math.log(v) for v in LEVEL_BRACKET)
+    if guess is not None and LEVEL_BRACKET[0] < guess < LEVEL_BRACKET[1]:
+        span = GUESS_SPAN
+        while True:
+            a, b = max(lo, math.log(guess) - span), min(hi, math.log(guess) + span)
+            if (a, b) == (lo, hi):
+                break
+            ga, gb = gap(a), gap(b)
+            if ga >= 0 >= gb:
+                return math.exp(brentq(gap, a, b, xtol=1e-6))
+            span *= 4
     if gap(hi) > 0:
         return None
     if gap(lo) < 0:
@@ -181,17 +201,28 @@ def _fit_at(
     kappa: float,
     ns_efficiency: float,
     default_efficiency: float,
+    seed: list[float | None] | None = None,
 ) -> tuple[Calibration, list[tuple[Row, float]]] | None:
     """The efficiencies per (chip, precision class) (:func:`chip_of`; written per GPU) at ``c_layer = c`` and
     ``(host_moe, host_moe_expert) = host`` (the fixed point of the module docstring) and the rows' log levels
-    re-centred on them; None when no row leaves room for compute."""
+    re-centred on them; None when no row leaves room for compute.
+
+    ``seed``: the rows' levels at :data:`E_START` found by a fit at nearby constants, the guesses of the first step
+    (:func:`implied_level`; empty: none); this fit's are written back into it. Each later step guesses the step
+    before it."""
     keys = [(chip_of(r.cfg.gpu), r.cfg.precision_class) for r in rows]
     log_eff = dict.fromkeys(keys, math.log(E_START))
     last: dict[tuple[str, str], tuple[float, float]] = {}
     used: list[tuple[Row, float]] = []
     means: dict[tuple[str, str], float] = {}
-    for _ in range(E_ITERATIONS):
-        found = [implied_level(r, math.exp(log_eff[k]), c, kappa, ns_efficiency, *host) for r, k in zip(rows, keys)]
+    found: list[float | None] = list(seed) if seed and len(seed) == len(rows) else [None] * len(rows)
+    for step in range(E_ITERATIONS):
+        found = [
+            implied_level(r, math.exp(log_eff[k]), c, kappa, ns_efficiency, *host, guess=g)
+            for r, k, g in zip(rows, keys, found)
+        ]
+        if step == 0 and seed is not None:
+            seed[:] = found
         logs: dict[tuple[str, str], list[float]] = {}
         for k, v in zip(keys, found):
             if v is not None:
@@ -276,10 +307,15 @@ def calibrate(
     c_grid, host_grid, expert_grid = list(c_grid), list(host_grid), list(expert_grid)
     scored: dict[tuple[float, float, float], tuple[float, Calibration, list[Any]]] = {}
     single = len(c_grid) * len(host_grid) * len(expert_grid) == 1
+    seed: list[float | None] = []
 
     def best_of(points: list[tuple[float, float, float]]) -> tuple[float, Calibration, list[Any]] | None:
         for c, h, x in points:
-            fitted = None if (c, h, x) in scored else _fit_at(rows, c, (h, x), kappa, ns_efficiency, default_efficiency)
+            fitted = (
+                None
+                if (c, h, x) in scored
+                else _fit_at(rows, c, (h, x), kappa, ns_efficiency, default_efficiency, seed)
+            )
             if fitted:
                 cal, resid = fitted
                 err = 0.0 if single else _loro_level_error([r for r, _ in resid], [y for _, y in resid])
