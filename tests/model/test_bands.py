@@ -13,6 +13,7 @@ import pytest
 from bridgebench.config import calibration
 from bridgebench.config.catalog import load_gpu
 from bridgebench.model.steptime.bands import (
+    BEYOND,
     LEVELS,
     TIERS,
     ConformalBands,
@@ -26,6 +27,7 @@ from bridgebench.model.steptime.bands import (
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError, config_key
 from bridgebench.model.steptime.predict import predict_time
+from bridgebench.model.steptime.release import release_index
 
 GB300 = GpuFacts.from_mapping(load_gpu("gb300"))
 H100 = GpuFacts.from_mapping(load_gpu("h100"))
@@ -205,3 +207,50 @@ def test_an_unmeasured_model_on_an_unmeasured_gpu_counts_the_shared_configuratio
     assert cb.half_width(("uncalibrated model",)) == pytest.approx(math.exp(0.2) - 1)
     q["new configuration"][68] = 0.3  # a shared spread wider than either's own: the wider single band, not less
     assert cb.half_width(("uncalibrated model", "uncalibrated GPU")) == pytest.approx(math.exp(0.25) - 1)
+
+
+def test_the_release_beyond_spread_is_the_edge_releases_spread_over_the_inner_ones():
+    """Held out by release, the first and last release are read one release beyond their fold, the others between
+    two: the added spread is sqrt(q_edge^2 - q_inside^2) of their conformal quantiles, none below three releases."""
+    from bridgebench.model.steptime.bands import _conformal_q, beyond_release_spread
+
+    rng = random.Random(3)
+    releases = [float(x) for x in (1, 2, 3, 4) for _ in range(30)]
+    errors = [rng.gauss(0, 0.12 if x in (1.0, 4.0) else 0.03) for x in releases]
+    spread, counts = beyond_release_spread(releases, errors)
+    assert counts == (60, 60) and set(spread) == set(LEVELS)
+    edge = [e for x, e in zip(releases, errors) if x in (1.0, 4.0)]
+    inside = [e for x, e in zip(releases, errors) if x in (2.0, 3.0)]
+    for lv in LEVELS:
+        q_e, q_i = _conformal_q(edge, lv), _conformal_q(inside, lv)
+        assert spread[lv] == pytest.approx(math.sqrt(q_e**2 - q_i**2)) and 0 < spread[lv] < q_e
+    assert beyond_release_spread([1.0, 2.0] * 10, [0.1] * 20) == ({}, (0, 0))
+    assert beyond_release_spread([1.0, None, 3.0], [0.1, 0.2, None]) == ({}, (0, 0))
+
+
+def test_a_point_beyond_the_calibrated_releases_adds_the_release_spread_and_says_so(models):
+    spec = models["llama3_70b"]
+    cfg = TimeConfig.from_flat(gpu=GB300, peak_key="mxfp8", num_gpus=64, mbs=1, gbs=256, tp=1, pp=4, vp=5)
+    q = {t: {lv: 0.05 * (i + 1) for lv in LEVELS} for i, t in enumerate(TIERS)}
+    seen = dataclasses.replace(_seen(spec, cfg), releases=(release_index("25.09"), release_index("26.08")))
+    cb = ConformalBands(quantiles=q, seen=seen, beyond={lv: 0.1 for lv in LEVELS}, beyond_counts=(27, 156))
+    inside = cb.band(spec, dataclasses.replace(cfg, release="26.04"))
+    after = cb.band(spec, dataclasses.replace(cfg, release="26.10"))
+    before = cb.band(spec, dataclasses.replace(cfg, release="24.12"))
+    assert inside == (pytest.approx(math.exp(0.05) - 1), "conformal, seen configuration", ("seen configuration",))
+    assert after[2] == before[2] == ("seen configuration", BEYOND)
+    assert after[0] == pytest.approx(math.exp(math.hypot(0.05, 0.1)) - 1)
+    assert after[1] == "conformal, seen configuration, release beyond the calibration"
+    assert cb.band(spec, cfg)[2] == ("seen configuration",)  # no release: the group's mean level, not a reading
+    stranger = dataclasses.replace(spec, name="my_dense_model")
+    assert describe(cb.band(stranger, dataclasses.replace(cfg, release="26.10"))[2]) == (
+        "uncalibrated: nothing of this model was measured, release beyond the calibration"
+    )
+    again = ConformalBands.from_mapping(cb.to_mapping(), seen.groups, seen.gpus)
+    assert again.beyond == pytest.approx(cb.beyond) and again.seen.releases == seen.releases
+    assert again.beyond_counts == (27, 156)
+    bad = cb.to_mapping()
+    bad["release_beyond"]["half_width"] = {68: -0.1}
+    with pytest.raises(TimeModelError, match="release_beyond"):
+        ConformalBands.from_mapping(bad, seen.groups, seen.gpus)
+    assert "release_beyond" not in ConformalBands(quantiles=q, seen=seen).to_mapping()

@@ -329,6 +329,14 @@ def calibrate(
                     f"{lv} %: +-{math.exp(q[lv]) - 1:6.1%} (held out {cov.get(lv, float('nan')):.0%})" for lv in LEVELS
                 )  # fmt: skip
             )
+        cb = cal.conformal
+        if cb.beyond and cb.seen.releases:
+            lo, hi = cb.seen.releases
+            typer.echo(
+                f"  a release before / after the calibrated ones (index {lo:g} - {hi:g}) adds, in variance, "
+                + ", ".join(f"{lv} %: +-{math.exp(q) - 1:.1%}" for lv, q in sorted(cb.beyond.items()))
+                + f" ({cb.beyond_counts[0]} rows of the edge releases held out against {cb.beyond_counts[1]} inside)"
+            )
 
 
 def _calibrate_from_runs(selection: list[str], base: str, name: str | None, as_json: bool) -> None:

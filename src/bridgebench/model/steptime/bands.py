@@ -27,6 +27,14 @@ the ``ceil((n + 1) c)``-th smallest of its ``n`` absolute held-out log errors, c
 errors for ``c`` takes the next wider one's; widths never shrink as the distance grows. Bands are reported as
 ``exp(q) - 1`` (a relative +-) at :data:`LEVELS` (50, 68 and 90 %).
 
+**A release beyond the calibrated ones** (:data:`BEYOND`, :func:`beyond_release_spread`): a point whose release lies
+before the first or after the last release the calibration holds reads its software level flat from the nearest
+one (:mod:`~.release`), an extrapolation no distance above measures. Its band adds, in variance, the extra spread
+of extrapolating one release over interpolating: leaving each release out, the rows of the first and last release
+are predicted one release beyond their fold's rows and the others between them;
+``q_beyond^2 = max(0, q_edge^2 - q_inside^2)`` of their conformal quantiles. It is measured one release step out
+(NeMo's two-month cadence); software further away (a 2021 Megatron-LM run) is further than it says.
+
 **Coverage, held out** (:func:`cross_conformal_coverage`): each error is scored against the quantile computed
 WITHOUT the errors of its own fold (the configuration, group, ... left out with it), so the coverage printed is
 what a new configuration would see.
@@ -40,6 +48,7 @@ from typing import Any, Mapping, Sequence
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.config import PRECISION_CLASS, TimeConfig, TimeModelError, config_key
+from bridgebench.model.steptime.release import release_index
 
 #: distances from the calibration, narrow to wide (module docstring).
 TIERS = (
@@ -55,6 +64,16 @@ LEVELS = (50, 68, 90)
 #: the level ``band_pct`` reports (the ~68 % band: +-1 sigma of a normal error).
 DEFAULT_LEVEL = 68
 UNCALIBRATED = "uncalibrated: nothing of this {what} was measured"
+#: the distance of a point whose release lies outside the calibrated releases (module docstring); it joins the
+#: point's tiers in :meth:`ConformalBands.band`, never one of :data:`TIERS`.
+BEYOND = "release beyond the calibration"
+
+
+def release_of(cfg: TimeConfig) -> float | None:
+    """A point's release index (:func:`bridgebench.model.steptime.release.release_index`), None when it has none."""
+    if cfg.release_index is not None:
+        return cfg.release_index
+    return release_index(cfg.release) if cfg.release else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,15 +84,24 @@ class Seen:
     configurations: frozenset[str] = frozenset()
     groups: frozenset[tuple[str, str, str]] = frozenset()
     gpus: frozenset[tuple[str, str]] = frozenset()
+    releases: tuple[float, float] | None = None
 
     @classmethod
     def of(cls, rows: Sequence[Any]) -> Seen:
-        """From calibration rows (objects with ``spec`` and ``cfg``)."""
+        """From calibration rows (objects with ``spec`` and ``cfg``); ``releases``: the first and last release
+        index among them."""
+        xs = [x for x in (release_of(r.cfg) for r in rows) if x is not None]
         return cls(
             configurations=frozenset(config_key(r.spec, r.cfg) for r in rows),
             groups=frozenset((r.spec.name, r.cfg.gpu.name, r.cfg.peak_key) for r in rows),
             gpus=frozenset((r.cfg.gpu.name, r.cfg.precision_class) for r in rows),
+            releases=(min(xs), max(xs)) if xs else None,
         )
+
+    def beyond(self, cfg: TimeConfig) -> bool:
+        """Whether a point's release lies outside the calibrated releases (False without a release or a range)."""
+        x = release_of(cfg)
+        return x is not None and self.releases is not None and not self.releases[0] <= x <= self.releases[1]
 
 
 def novelty(seen: Seen, spec: ModelSpec, cfg: TimeConfig) -> tuple[str, ...]:
@@ -102,11 +130,11 @@ def novelty(seen: Seen, spec: ModelSpec, cfg: TimeConfig) -> tuple[str, ...]:
 
 
 def describe(tiers: Sequence[str]) -> str:
-    """A band's source in words: the distance, or ``uncalibrated: nothing of this model/GPU was measured``."""
+    """A band's source in words: the distance, or ``uncalibrated: nothing of this model/GPU was measured``; ``,
+    release beyond the calibration`` after it when :data:`BEYOND` is among ``tiers``."""
     what = [t.split()[-1] for t in tiers if t.startswith("uncalibrated")]
-    if what:
-        return UNCALIBRATED.format(what="/".join(what))
-    return f"conformal, {tiers[0]}"
+    out = UNCALIBRATED.format(what="/".join(what)) if what else f"conformal, {tiers[0]}"
+    return f"{out}, {BEYOND}" if BEYOND in tiers[1:] else out
 
 
 @dataclass(kw_only=True)
@@ -118,6 +146,8 @@ class ConformalBands:
     counts: dict[str, int] = field(default_factory=dict)
     coverage: dict[str, dict[int, float]] = field(default_factory=dict)
     seen: Seen = field(default_factory=Seen)
+    beyond: dict[int, float] = field(default_factory=dict)
+    beyond_counts: tuple[int, int] = (0, 0)
     method: str = "crepes.ConformalRegressor, Mondrian by distance, CV+ folds"
 
     def half_width(self, tiers: Sequence[str], level: int = DEFAULT_LEVEL) -> float:
@@ -130,9 +160,14 @@ class ConformalBands:
         measured spread"), never below the widest single ``q_t``. Adding the quantiles in quadrature, as before
         stop 31, counted ``q_c`` twice.
 
+        :data:`BEYOND` among ``tiers`` adds its spread (:attr:`beyond`, a variance beyond the rest; 0 where the
+        calibration has none).
+
         Raises:
             TimeModelError: a level without quantiles.
         """
+        extra = self.beyond.get(level, 0.0) if BEYOND in tiers else 0.0
+        tiers = [t for t in tiers if t != BEYOND]
         try:
             qs = [self.quantiles[t][level] for t in tiers]
             shared = self.quantiles["new configuration"][level] if len(qs) > 1 else 0.0
@@ -140,11 +175,14 @@ class ConformalBands:
             raise TimeModelError(f"no conformal band at {err.args[0]!r} (bands at {LEVELS} %)") from err
         widest = max(qs)
         var = sum(q * q for q in qs) - (len(qs) - 1) * shared * shared
-        return math.exp(math.sqrt(max(var, widest * widest))) - 1.0
+        return math.exp(math.sqrt(max(var, widest * widest) + extra * extra)) - 1.0
 
     def band(self, spec: ModelSpec, cfg: TimeConfig, level: int = DEFAULT_LEVEL) -> tuple[float, str, tuple[str, ...]]:
-        """(relative +-, source in words, distances) of a point."""
+        """(relative +-, source in words, distances) of a point; the distances end with :data:`BEYOND` when its
+        release lies outside the calibrated releases and the calibration measured that spread."""
         tiers = novelty(self.seen, spec, cfg)
+        if self.beyond and self.seen.beyond(cfg):
+            tiers = (*tiers, BEYOND)
         return self.half_width(tiers, level), describe(tiers), tiers
 
     def to_mapping(self) -> dict[str, Any]:
@@ -160,6 +198,18 @@ class ConformalBands:
                 if t in self.quantiles
             },
             "seen_configurations": sorted(self.seen.configurations),
+            **(
+                {
+                    "release_beyond": {
+                        "calibrated_releases": list(self.seen.releases or ()),
+                        "n_edge": self.beyond_counts[0],
+                        "n_inside": self.beyond_counts[1],
+                        "half_width": {int(lv): round(q, 6) for lv, q in sorted(self.beyond.items())},
+                    }
+                }
+                if self.beyond
+                else {}
+            ),
         }
 
     @classmethod
@@ -178,12 +228,20 @@ class ConformalBands:
                 raise TimeModelError(f"conformal half-widths must be >= 0, got {q[t]} for {t!r}")
             n[t] = int(node.get("n", 0))
             cov[t] = {int(lv): float(v) for lv, v in (node.get("coverage") or {}).items()}
+        node = data.get("release_beyond") or {}
+        span = node.get("calibrated_releases") or ()
+        beyond = {int(lv): float(v) for lv, v in (node.get("half_width") or {}).items()}
+        if any(v < 0 for v in beyond.values()) or (span and len(span) != 2):
+            raise TimeModelError(f"release_beyond needs two calibrated releases and half-widths >= 0, got {node}")
         seen = Seen(
             configurations=frozenset(data.get("seen_configurations") or ()),
             groups=frozenset(groups),
             gpus=frozenset(gpus),
+            releases=(float(span[0]), float(span[1])) if span else None,
         )
-        return cls(quantiles=q, counts=n, coverage=cov, seen=seen, method=str(data.get("method", cls.method)))
+        counts = (int(node.get("n_edge", 0)), int(node.get("n_inside", 0)))
+        return cls(quantiles=q, counts=n, coverage=cov, seen=seen, beyond=beyond, beyond_counts=counts,
+                   method=str(data.get("method", cls.method)))  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,6 +282,31 @@ def conformal_bands(held: Sequence[HeldOut], seen: Seen) -> ConformalBands:
     _fill(q, by)
     cov = {t: cross_conformal_coverage(by[t]) for t in by}
     return ConformalBands(quantiles=q, counts={t: len(by.get(t, [])) for t in TIERS}, coverage=cov, seen=seen)
+
+
+def beyond_release_spread(
+    releases: Sequence[float | None], errors: Sequence[float | None]
+) -> tuple[dict[int, float], tuple[int, int]]:
+    """The spread a release beyond the calibrated ones adds (module docstring), per level of :data:`LEVELS`, and
+    the counts behind it (rows of the edge releases, rows inside).
+
+    ``releases``: each row's release index; ``errors``: its log error held out by release (None: not predicted).
+    The rows of the first and last release were predicted one release beyond their fold; the others between
+    theirs. Half-width (log) ``sqrt(max(0, q_edge^2 - q_inside^2))`` of the two groups' conformal quantiles; empty
+    with fewer than three releases (no release is inside) or a level either group is too small for.
+    """
+    known = [(x, e) for x, e in zip(releases, errors) if x is not None and e is not None]
+    xs = sorted({x for x, _ in known})
+    if len(xs) < 3:
+        return {}, (0, 0)
+    edge = [e for x, e in known if x in (xs[0], xs[-1])]
+    inside = [e for x, e in known if x not in (xs[0], xs[-1])]
+    out = {}
+    for lv in LEVELS:
+        q_edge, q_inside = _conformal_q(edge, lv), _conformal_q(inside, lv)
+        if math.isfinite(q_edge) and math.isfinite(q_inside):
+            out[lv] = math.sqrt(max(0.0, q_edge * q_edge - q_inside * q_inside))
+    return out, (len(edge), len(inside))
 
 
 def _fill(q: dict[str, dict[int, float]], by: Mapping[str, Sequence[HeldOut]]) -> None:
