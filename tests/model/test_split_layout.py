@@ -82,3 +82,13 @@ def test_the_sweep_prices_a_recipes_counted_split_with_its_own_stages():
     assert ranks == stage_layers(94, 4, 12, None, 0, None, None, True, True)
     assert _layers_per_rank(ranks) == [23, 24, 24, 23]
     assert engine.time_config(v, base.gpu).pipeline_model_parallel_layout is None
+
+
+def test_non_positive_sizes_are_refused_naming_them():
+    from bridgebench.model.layout import LayoutError
+
+    counted = PipelineSplit(account_for_embedding=True, account_for_loss=True)
+    with pytest.raises(LayoutError, match="positive sizes"):
+        split_layout(0, 4, None, 0, counted)
+    with pytest.raises(LayoutError, match="positive sizes"):
+        split_layout(126, 8, 0, 0, counted)

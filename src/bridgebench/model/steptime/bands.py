@@ -48,7 +48,7 @@ from typing import Any, Mapping, Sequence
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime.config import PRECISION_CLASS, TimeConfig, TimeModelError, config_key
-from bridgebench.model.steptime.release import release_index
+from bridgebench.model.steptime.release import point_release_index
 
 #: distances from the calibration, narrow to wide (module docstring).
 TIERS = (
@@ -69,13 +69,6 @@ UNCALIBRATED = "uncalibrated: nothing of this {what} was measured"
 BEYOND = "release beyond the calibration"
 
 
-def release_of(cfg: TimeConfig) -> float | None:
-    """A point's release index (:func:`bridgebench.model.steptime.release.release_index`), None when it has none."""
-    if cfg.release_index is not None:
-        return cfg.release_index
-    return release_index(cfg.release) if cfg.release else None
-
-
 @dataclass(frozen=True, kw_only=True)
 class Seen:
     """What a calibration was fitted on: configuration keys, (model, GPU, peak key) groups, and (GPU, precision
@@ -90,7 +83,7 @@ class Seen:
     def of(cls, rows: Sequence[Any]) -> Seen:
         """From calibration rows (objects with ``spec`` and ``cfg``); ``releases``: the first and last release
         index among them."""
-        xs = [x for x in (release_of(r.cfg) for r in rows) if x is not None]
+        xs = [x for x in (point_release_index(r.cfg) for r in rows) if x is not None]
         return cls(
             configurations=frozenset(config_key(r.spec, r.cfg) for r in rows),
             groups=frozenset((r.spec.name, r.cfg.gpu.name, r.cfg.peak_key) for r in rows),
@@ -100,7 +93,7 @@ class Seen:
 
     def beyond(self, cfg: TimeConfig) -> bool:
         """Whether a point's release lies outside the calibrated releases (False without a release or a range)."""
-        x = release_of(cfg)
+        x = point_release_index(cfg)
         return x is not None and self.releases is not None and not self.releases[0] <= x <= self.releases[1]
 
 

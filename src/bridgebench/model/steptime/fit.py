@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import registry
-from bridgebench.model.steptime.bands import HeldOut, Seen, beyond_release_spread, conformal_bands, novelty, release_of
+from bridgebench.model.steptime.bands import HeldOut, Seen, beyond_release_spread, conformal_bands, novelty
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import GpuFacts, TimeConfig, TimeModelError, config_key, family, group_key
 from bridgebench.model.steptime.predict import (
@@ -489,5 +489,6 @@ def calibrate_with_bands(
     out = bands_from(rows, preds["release"], cal)
     out.conformal = conformal_bands(held, Seen.of(rows))
     loro = [math.log(p / r.tflops) if p and p > 0 else None for r, p in zip(rows, preds["release"])]
-    out.conformal.beyond, out.conformal.beyond_counts = beyond_release_spread([release_of(r.cfg) for r in rows], loro)
+    releases = [point_release_index(r.cfg) for r in rows]
+    out.conformal.beyond, out.conformal.beyond_counts = beyond_release_spread(releases, loro)
     return out, preds["release"]

@@ -57,7 +57,7 @@ from bridgebench.model.steptime.config import TimeConfig, family, group_key
 from bridgebench.model.steptime.elementwise import HBM_EFFICIENCY, layer_bytes, score_bytes
 from bridgebench.model.steptime.gemm import LayerShape, layer_gemm_seconds
 from bridgebench.model.steptime.optimizer import OptimizerStep, optimizer_step
-from bridgebench.model.steptime.release import release_index
+from bridgebench.model.steptime.release import point_release_index
 
 #: The terms of a step, in report order (seconds per step each; they sum to the step time).
 TERMS = (
@@ -340,13 +340,6 @@ def evaluate(
     opt = optimizer_step(spec, cfg, per_stage, kappa, ns_efficiency, on_gpu / 3)
     terms["optimizer"] = opt.total
     return {k: terms[k] for k in TERMS}, opt, rank, scale_out
-
-
-def point_release_index(cfg: TimeConfig) -> float | None:
-    """The release index of a point: ``release_index`` if set, else that of ``release``, else None."""
-    if cfg.release_index is not None:
-        return cfg.release_index
-    return release_index(cfg.release) if cfg.release else None
 
 
 def non_gemm_share(spec: ModelSpec, cfg: TimeConfig, rate: float, calib: Calibration) -> float:

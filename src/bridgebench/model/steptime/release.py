@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from bridgebench.model.steptime.config import PRECISION_CLASS
+from bridgebench.model.steptime.config import PRECISION_CLASS, TimeConfig
 
 
 def release_index(release: str) -> float:
@@ -60,6 +60,13 @@ def release_index(release: str) -> float:
         raise ValueError(f"release {release!r} is not YY.MM or YY.MM.PP")
     base = (int(parts[0]) * 12 + int(parts[1])) / 2.0
     return base + (0.5 if len(parts) > 2 else 0.0)
+
+
+def point_release_index(cfg: TimeConfig) -> float | None:
+    """The release index of a point: ``release_index`` if set, else that of ``release``, else None."""
+    if cfg.release_index is not None:
+        return cfg.release_index
+    return release_index(cfg.release) if cfg.release else None
 
 
 #: level source of a group read at a release outside its own published range from the same model on the same GPU
