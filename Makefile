@@ -48,9 +48,10 @@ $(CACHE)/mbridge-0.3.1/flop_utils.py: $(VENV)/.installed
 
 # Two pytest processes at once: the tests that need the local SLURM cluster (-m slurm: they mostly wait on it, one
 # after another) and a few CPU-heavy ones that fill that wait (-m background: the shipped calibration's refit, the
-# end-to-end plan / sweep / optstep runs, the ablation rows typed as printed) beside the rest, whose progress shows
-# here; the background half's report follows from .state/test-slurm.log. Stop 36 measured the halves apart on the
-# 2-core AMD EPYC: 33.7 min for the rest with those 7 min of tests in it, 21 min for the SLURM ones. Fails when
+# end-to-end plan / sweep / optstep runs, the ablation rows typed as printed, the site in headless chromium) beside
+# the rest, whose progress shows here; the background half's report follows from .state/test-slurm.log. Stop 36
+# measured the halves apart on the 2-core AMD EPYC: 33.7 min for the rest with those 7 min of tests in it, 21 min
+# for the SLURM ones; together 29.5 and 30.5 min (stop 37 moved about 3 min out of the background half). Fails when
 # either half fails; Ctrl-C stops both (the background half ignores SIGINT, as any background job of a shell
 # without job control, so it is sent SIGTERM).
 test: setup

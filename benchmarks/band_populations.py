@@ -115,7 +115,7 @@ def main() -> None:
     print(f"ablation rows: {len(ablation)}; computing the published held-out errors ...", flush=True)
     rows = published_rows()
     fixed = dict(c_grid=(cal.c_layer,), host_grid=(cal.host_moe,), expert_grid=(cal.host_moe_expert,),
-                 kappa=cal.kappa, ns_efficiency=cal.ns_efficiency)  # fmt: skip
+                 kappa=cal.kappa, ns_efficiency=cal.ns_efficiency, measured_rates=cal.measured_rates)  # fmt: skip
     held, _ = held_out_experiments(rows, lambda rs: calibrate(rs, **fixed))
     published: dict[str, list[float]] = {}
     published_models: dict[str, list[str]] = {}

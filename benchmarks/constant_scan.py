@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO / "src"))
 from bridgebench.model.steptime import predict  # noqa: E402
 from bridgebench.model.steptime.config import config_key  # noqa: E402
 from bridgebench.model.steptime.fit import HOST_EXPERT_GRID, calibrate, leave_out  # noqa: E402
+from bridgebench.validation.gemm_fit import measured_gemm_rates  # noqa: E402
 from bridgebench.validation.time_calibration import published_rows  # noqa: E402
 
 WAYS = {
@@ -57,13 +58,14 @@ def main() -> None:
     t0 = time.time()
     print(f"EXPERT_LAUNCH_SHARE {args.expert_share:.4f}, HBM_EFFICIENCY {args.hbm}; load {os.getloadavg()[0]:.1f}")
     rows = published_rows()
-    cal = calibrate(rows, expert_grid=(0.0, 5e-5, *HOST_EXPERT_GRID[1:]))
+    cal = calibrate(rows, expert_grid=(0.0, 5e-5, *HOST_EXPERT_GRID[1:]), measured_rates=measured_gemm_rates())
     eff = ", ".join(f"{g} {c} {v:.3f}" for (g, c), v in sorted(cal.efficiency.items()))
     print(
         f"chosen: c_layer {cal.c_layer * 1e3:.2f} ms, host {cal.host_moe * 1e3:.1f} ms + "
         f"{cal.host_moe_expert * 1e3:.2f} ms per local expert; efficiencies {eff} ({time.time() - t0:.0f} s)"
     )
-    fixed = dict(c_grid=(cal.c_layer,), host_grid=(cal.host_moe,), expert_grid=(cal.host_moe_expert,))
+    fixed = dict(c_grid=(cal.c_layer,), host_grid=(cal.host_moe,), expert_grid=(cal.host_moe_expert,),
+                 measured_rates=cal.measured_rates)  # fmt: skip
     for name, key in WAYS.items():
         pred, _, _ = leave_out(rows, key, lambda rs: calibrate(rs, **fixed))
         ratios = [p / r.tflops for r, p in zip(rows, pred) if p]

@@ -103,7 +103,7 @@ def main() -> None:
             print(f"  leave one {key_name} out, b = {b:+.2f}: {statistics.mean(errs):.4f}")
 
     fixed = dict(c_grid=(cal.c_layer,), host_grid=(cal.host_moe,), expert_grid=(cal.host_moe_expert,),
-                 kappa=cal.kappa, ns_efficiency=cal.ns_efficiency)  # fmt: skip
+                 kappa=cal.kappa, ns_efficiency=cal.ns_efficiency, measured_rates=cal.measured_rates)  # fmt: skip
     pred, _, _ = leave_out(rows, lambda r: r.cfg.gpu.name, lambda tr: calibrate(tr, **fixed))
     errs = [abs(p / r.tflops - 1) for r, p in zip(rows, pred) if p]
     print(f"leave one GPU out (the shipped model): MAPE {100 * statistics.mean(errs):.1f}% over {len(errs)} rows")

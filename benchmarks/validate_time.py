@@ -50,6 +50,7 @@ from bridgebench.model.steptime.muon import adam_counterpart  # noqa: E402
 from bridgebench.model.steptime.predict import predict_time  # noqa: E402
 from bridgebench.model.steptime.release import release_index  # noqa: E402
 from bridgebench.validation import metrics  # noqa: E402
+from bridgebench.validation.gemm_fit import measured_gemm_rates  # noqa: E402
 from bridgebench.validation.golden import golden_cases, golden_spec  # noqa: E402
 from bridgebench.validation.time_calibration import published_rows  # noqa: E402
 
@@ -73,7 +74,7 @@ def held_out(rows, mode: str) -> dict[str, dict[int, float]]:
     """Held-out predicted TFLOP/s/GPU of every scored row under each of :data:`MODELS`."""
     out: dict[str, dict[int, float]] = {name: {} for name in MODELS}
     for train, test in splits_of(rows, mode):
-        shipped = calibrate([r for r in rows if r.release in train])
+        shipped = calibrate([r for r in rows if r.release in train], measured_rates=measured_gemm_rates())
         physics = dataclasses.replace(shipped, groups={}, family_level={})
         for i, r in enumerate(rows):
             if r.release in test:
@@ -111,7 +112,7 @@ CONFIG_FIELDS = ("gbs", "mbs", "tp", "pp", "vp", "cp", "ep", "etp")
 def config_changes(rows) -> dict:
     """Which configuration fields change inside the groups of >= 4 rows, and whether the physics (fitted on all rows,
     no group terms) moves each consecutive change the way the published figure moves."""
-    cal = calibrate(rows, levels=False)
+    cal = calibrate(rows, levels=False, measured_rates=measured_gemm_rates())
     groups = defaultdict(list)
     for r in rows:
         groups[group_of(r)].append(r)
@@ -284,6 +285,7 @@ def part_b(rows, cal) -> dict:
         expert_grid=(cal.host_moe_expert,),
         kappa=cal.kappa,
         ns_efficiency=cal.ns_efficiency,
+        measured_rates=cal.measured_rates,
     )
     for name, key in keys.items():
         pred, tiers, _ = leave_out(rows, key, lambda rs: calibrate(rs, **fixed))

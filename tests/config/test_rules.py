@@ -248,6 +248,11 @@ BAD = [
     ("moe_tp_needs_sp", BASE.replace(sequence_parallel=False), ["TP = 2", "sequence parallelism"]),
     ("ep_overlap_needs_vp", BASE.replace(overlap_moe_expert_parallel_comm=True), ["PP = 2", "virtual pipeline"]),
     (
+        "fp8_output_proj_needs_mxfp8",
+        BASE.replace(fp8_output_proj=True, precision="fp8_cs"),
+        ["fp8_output_proj", "fp8_cs"],
+    ),
+    (
         "hybridep_ep_domain",
         BASE.replace(**HYBRIDEP_256, pp=2, ep=128),
         ["EP = 128", "72-rank NVLink domain"],

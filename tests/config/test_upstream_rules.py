@@ -235,3 +235,22 @@ def test_override_text_is_read_as_hydra_gives_it_before_the_enum_check():
     assert len(bad) == 1 and "did you mean 'core_attn'" in bad[0]
     assert "did you mean 'selective'" in override_enum_errors("model.recompute_granularity", "'selectiv'")[0]
     assert override_enum_errors("model.recompute_granularity", "[unclosed") != []  # not YAML: judged as the text
+
+
+def test_the_quantized_output_layer_needs_the_mxfp8_recipe():
+    """megatron-core 0.19.2 TransformerConfig.__post_init__ refuses fp8_output_proj outside fp8_recipe='mxfp8'."""
+    refused = [v for v in rules.check(rules.Point.from_flat(**KIMI, fp8_output_proj=True, precision="fp8_cs"))
+               if v.rule == "fp8_output_proj_needs_mxfp8"]  # fmt: skip
+    assert refused and refused[0].fix == "model.fp8_output_proj=false" and "fp8_cs" in refused[0].message
+    assert "fp8_output_proj_needs_mxfp8" in ids(fp8_output_proj=True, precision="bf16")
+    assert "fp8_output_proj_needs_mxfp8" not in ids(fp8_output_proj=True, precision="mxfp8")
+    assert "fp8_output_proj_needs_mxfp8" not in ids(precision="fp8_cs")
+
+
+def test_predict_reads_the_recipes_quantized_output_layer_and_refuses_it_outside_mxfp8():
+    base = ("predict", "recipe=deepseek_v3_gb300_mxfp8", "release=26.08")
+    ok = _bb(*base, "--json")  # the 26.08 recipe sets model.fp8_output_proj under MXFP8: accepted
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    bad = _bb(*base, "precision=fp8_cs", "--json")
+    assert bad.returncode == 2 and "fp8_output_proj_needs_mxfp8" in bad.stderr and "Traceback" not in bad.stderr
+    assert "model.fp8_output_proj=false" in bad.stderr

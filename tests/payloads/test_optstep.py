@@ -1,9 +1,9 @@
 """The optimizer-step benchmark payload (launch/optstep.py): real Megatron-Core TensorParallelMuon vs torch AdamW on
 Qwen3 30B-A3B's Muon matrices (layer 0, 2 experts), the subset rules, the QKV split wiring, and the CLI's errors.
 
-The in-process run uses ``warmup=1, repeats=3`` to keep the suite fast; its timings are still real optimizer steps
+The in-process run uses ``warmup=1, repeats=2`` to keep the suite fast; its timings are still real optimizer steps
 of the full-size matrices, warm (a cold first AdamW step allocates its state: under a loaded machine it once took
-longer than the router's Muon step) and the median of three. On a CPU it runs FP32 matmuls at precision ``highest`` (the
+longer than the router's Muon step) and the median of two. On a CPU it runs FP32 matmuls at precision ``highest`` (the
 payload's CPU rule, tested below), so its time does not depend on whether the CPU has native BF16: at the recipes'
 ``medium`` an AVX2-only CPU spent over 40 minutes in this fixture.
 """
@@ -43,7 +43,7 @@ def qwen_run(qwen_cfg, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buf):
         mp.setenv("BRIDGEBENCH_CONFIG_HASH", "abc123")
         mp.delenv("SLURM_JOB_ID", raising=False)
-        result = optstep.run_optstep(qwen_cfg, out, layers=1, experts=2, warmup=1, repeats=3, device="cpu")
+        result = optstep.run_optstep(qwen_cfg, out, layers=1, experts=2, warmup=1, repeats=2, device="cpu")
     return result, buf.getvalue(), out
 
 

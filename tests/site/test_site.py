@@ -21,6 +21,10 @@ from bridgebench.site import MAX_PAGE_BYTES, PAGES
 from bridgebench.site.layout import Page, SiteError, write_page
 from tests.results.test_compare import optstep_record, pretrain_record
 
+#: CPU-heavy (headless chromium on every page): make test runs it in the background half, beside the SLURM tests
+#: (Makefile).
+pytestmark = pytest.mark.background
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SWEEP = [
     "sweep",

@@ -38,6 +38,7 @@ TIME_KEYS = {
     "fp8_param_gather": "mixed_precision.fp8_param_gather",
     "use_megatron_fsdp": "ddp.use_megatron_fsdp",
     "fp8_dot_product_attention": "mixed_precision.fp8_dot_product_attention",
+    "fp8_output_proj": "model.fp8_output_proj",
     "attention_backend": "model.attention_backend",
 }
 
@@ -75,6 +76,7 @@ def time_knobs(v: dict[str, Any]) -> dict[str, Any]:
         "fp8_param_gather": flag("fp8_param_gather", False),
         "use_megatron_fsdp": flag("use_megatron_fsdp", False),
         "fp8_dot_product_attention": flag("fp8_dot_product_attention", False),
+        "fp8_output_proj": flag("fp8_output_proj", False),
         # an AttnBackend member or its config spelling "AttnBackend.local"; unset = Megatron-Core's default (auto)
         "attention_backend": str(
             getattr(v.get("attention_backend"), "name", v.get("attention_backend") or "auto")

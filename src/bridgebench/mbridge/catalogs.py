@@ -165,6 +165,7 @@ PERF_FIELDS = (
     "comm_overlap.overlap_moe_expert_parallel_comm",
     "model.moe_shared_expert_overlap",
     "mixed_precision.fp8_dot_product_attention",
+    "model.fp8_output_proj",
 )
 #: perf recipe function name -> (model, N GPUs, gpu, precision token, variant suffix)
 _PERF_NAME = (

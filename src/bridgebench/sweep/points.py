@@ -52,6 +52,7 @@ def rule_point(v: dict[str, Any], spec: ModelSpec, env: dict[str, Any] | None = 
         moe_token_dispatcher_type=v["moe_token_dispatcher_type"],
         moe_flex_dispatcher_backend=v["moe_flex_dispatcher_backend"],
         overlap_moe_expert_parallel_comm=bool(v.get("overlap_moe_expert_parallel_comm") or False),
+        fp8_output_proj=bool(v.get("fp8_output_proj") or False),
     )
 
 

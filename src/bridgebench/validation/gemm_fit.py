@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 #: the H100 measurement and the H200 one beside it (folders of ``results/reference``)
@@ -111,9 +112,17 @@ def measured_gemm_rates() -> dict[tuple[str, str], float]:
     calibration takes their ratio as this GPU's class ratio
     (:meth:`bridgebench.model.steptime.calibration.Calibration.efficiency_of`).
 
+    Fitted once per process; each call returns a fresh dict.
+
     Raises:
         bridgebench.validation.data.ReferenceDataMissing: the measurement file is absent.
     """
+    return dict(_measured_gemm_rates())
+
+
+@lru_cache(maxsize=1)
+def _measured_gemm_rates() -> dict[tuple[str, str], float]:
+    """The fit behind :func:`measured_gemm_rates`."""
     from bridgebench.config.catalog import load_gpu
 
     layer = _load(H100_GEMMS, "gpu_gemm_shapes.json")["layer_gemms"]

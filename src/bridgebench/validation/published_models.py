@@ -107,7 +107,8 @@ def check_models(
     # the folds keep the shipped c_layer and host pair (the grid search per fold would take 45x as long; see
     # bridgebench.model.steptime.fit.calibrate)
     c, h, x = calib.time.c_layer, calib.time.host_moe, calib.time.host_moe_expert
-    fixed = lambda rs: calibrate(rs, c_grid=(c,), host_grid=(h,), expert_grid=(x,))  # noqa: E731
+    rates = calib.time.measured_rates
+    fixed = lambda rs: calibrate(rs, c_grid=(c,), host_grid=(h,), expert_grid=(x,), measured_rates=rates)  # noqa: E731
     held, loro_tiers, _ = leave_out(rows, lambda r: r.release, fixed, step("release"))
     loco, loco_tiers, _ = leave_out(rows, lambda r: config_key(r.spec, r.cfg), fixed, step("configuration"))
     memory = _memory_verdicts(rows, calib)

@@ -120,7 +120,7 @@ RECIPE_KNOBS = (
     "tp_comm_overlap", "cp_comm_type", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
     "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "overlap_grad_reduce", "overlap_param_gather",
     "bucket_size", "use_distributed_optimizer", "grad_reduce_in_fp32", "fp8_param_gather", "use_megatron_fsdp",
-    "fp8_dot_product_attention", "moe_expert_rank_capacity_factor",
+    "fp8_dot_product_attention", "fp8_output_proj", "moe_expert_rank_capacity_factor",
 )  # fmt: skip
 
 
@@ -128,7 +128,7 @@ RECIPE_KNOBS = (
 #: sequence parallelism or the DDP flags, which follow the GPU and the sizes).
 SHARED_KNOBS = (
     "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules", "tp_comm_overlap",
-    "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "fp8_dot_product_attention",
+    "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "fp8_dot_product_attention", "fp8_output_proj",
 )  # fmt: skip
 
 
@@ -339,6 +339,7 @@ PERF_COMM = {
     "comm_overlap.overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
     "model.moe_shared_expert_overlap": "moe_shared_expert_overlap",
     "mixed_precision.fp8_dot_product_attention": "fp8_dot_product_attention",
+    "model.fp8_output_proj": "fp8_output_proj",
 }
 _FLAGS = ("use_megatron_fsdp", "grad_reduce_in_fp32", "fp8_param_gather", *PERF_COMM.values())
 #: knobs a ``published_settings.yaml`` entry may set -> TimeConfig field (its sizes: ``printed_replacement``)
@@ -427,7 +428,7 @@ def muon_constants(rows: list[Row]) -> tuple[float, float, Any]:
     enter the Muon delta: :mod:`bridgebench.validation.muon_fit`)."""
     from bridgebench.validation.muon_fit import fit_muon
 
-    m = fit_muon(calibrate(rows))
+    m = fit_muon(calibrate(rows, measured_rates=measured_gemm_rates()))
     return m.kappa, m.ns_efficiency, m
 
 
@@ -440,9 +441,7 @@ def fit(rows: list[Row] | None = None, *, releases: Iterable[str] | None = None)
     if releases is not None:
         keep = set(releases)
         rows = [r for r in rows if r.release in keep]
-    cal = calibrate(rows, kappa=kappa, ns_efficiency=ns_eff)
-    cal.measured_rates = measured_gemm_rates()
-    return cal
+    return calibrate(rows, kappa=kappa, ns_efficiency=ns_eff, measured_rates=measured_gemm_rates())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -484,8 +483,9 @@ def fit_report(rows: list[Row] | None = None, progress: Callable[[str], None] | 
     if progress:
         progress("fitting Muon's ns_efficiency and kappa on the blog's Table 1 pairs")
     kappa, ns_eff, muon = muon_constants(rows)
-    cal, held = calibrate_with_bands(rows, progress=progress, kappa=kappa, ns_efficiency=ns_eff)
-    cal.measured_rates = measured_gemm_rates()
+    cal, held = calibrate_with_bands(
+        rows, progress=progress, kappa=kappa, ns_efficiency=ns_eff, measured_rates=measured_gemm_rates()
+    )
     errors = [predict_time(r.spec, r.cfg, cal).tflops_per_gpu / r.tflops - 1 for r in rows]
     out_errors = [metrics.rel_error(p, r.tflops) for r, p in zip(rows, held) if p]
     return CalibrationReport(

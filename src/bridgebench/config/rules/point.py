@@ -78,6 +78,7 @@ class Point(DimsView):
     moe_token_dispatcher_type: str | None = None
     moe_flex_dispatcher_backend: str | None = None
     overlap_moe_expert_parallel_comm: bool = False  # comm_overlap.* (rule ep_overlap_needs_vp)
+    fp8_output_proj: bool = False  # model.* (rule fp8_output_proj_needs_mxfp8)
     env_nvlink_domain_size: Any = None
     env_use_mnnvl: Any = None
     env_hybrid_ep_ranks_per_nvlink_domain: Any = None
@@ -120,6 +121,7 @@ class Point(DimsView):
             overlap_moe_expert_parallel_comm=bool(
                 (cfg.get("comm_overlap") or {}).get("overlap_moe_expert_parallel_comm") or False
             ),
+            fp8_output_proj=bool(m.get("fp8_output_proj") or False),
             env_nvlink_domain_size=env_value(cfg, "NVLINK_DOMAIN_SIZE"),
             env_use_mnnvl=env_value(cfg, "USE_MNNVL"),
             env_hybrid_ep_ranks_per_nvlink_domain=env_value(cfg, "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"),

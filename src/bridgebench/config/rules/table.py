@@ -269,6 +269,13 @@ RULES: dict[str, Rule] = {
             summary="comm_overlap.overlap_moe_expert_parallel_comm with PP > 1 needs a virtual pipeline size",
         ),
         Rule(
+            id="fp8_output_proj_needs_mxfp8",
+            source="megatron-core 0.19.2 transformer/transformer_config.py TransformerConfig.__post_init__ "
+            "('fp8_output_proj must be used together with fp8 mode', 'fp8_output_proj requires fp8_recipe=mxfp8'); "
+            "models/gpt/gpt_model.py builds TELMHeadColumnParallelLinear only if fp8_utils.is_mxfp8_output_proj_active",
+            summary="model.fp8_output_proj (the output layer in MXFP8) needs the MXFP8 recipe",
+        ),
+        Rule(
             id="deepep_falls_back",
             source="Megatron-Bridge 0.6.2 / v0.3.1 src/megatron/bridge/training/flex_dispatcher_backend.py "
             "apply_flex_dispatcher_backend (DeepEP only on compute capability 8.x / 9.x or NVIDIA B200 / B300; other "

@@ -35,6 +35,7 @@ RULE_IDS = (
     "hybridep_ranks_per_domain",
     "moe_tp_needs_sp",
     "ep_overlap_needs_vp",
+    "fp8_output_proj_needs_mxfp8",
     "deepep_falls_back",
     "enum_value",
 )
@@ -257,6 +258,21 @@ def ep_overlap_finding(*, overlap: bool, pp: int, vp: int | None) -> Finding | N
     return None
 
 
+def fp8_output_proj_finding(*, fp8_output_proj: bool, precision: str) -> Finding | None:
+    """Rule ``fp8_output_proj_needs_mxfp8``: ``model.fp8_output_proj`` outside the MXFP8 recipe (``precision``:
+    bridgebench's precision name; megatron-core 0.19.2 ``transformer/transformer_config.py``
+    ``TransformerConfig.__post_init__``: "fp8_output_proj must be used together with fp8 mode" and "fp8_output_proj
+    requires fp8_recipe='mxfp8'")."""
+    if fp8_output_proj and precision != "mxfp8":
+        return Finding(
+            rule="fp8_output_proj_needs_mxfp8",
+            message=f"model.fp8_output_proj needs the MXFP8 recipe, this run is {precision} (Megatron-Core refuses "
+            "the quantized output layer otherwise)",
+            fix="model.fp8_output_proj=false",
+        )
+    return None
+
+
 def without_refused_ep_overlap(cfg: Any) -> tuple[Any, bool]:
     """``(cfg, dropped)``: a time point (:class:`bridgebench.model.steptime.config.TimeConfig`) with its EP overlap
     turned off where :func:`ep_overlap_finding` says Megatron-Core refuses it (PP > 1 without VP), and whether it
@@ -268,7 +284,8 @@ def without_refused_ep_overlap(cfg: Any) -> tuple[Any, bool]:
 
 def upstream_violations(p: Point, etp: int, found: list[Violation], vp: int | None = None) -> list[Violation]:
     """The upstream start-up assertions of a point (MoE + TP needs SP, the EP overlap needs VP with PP > 1 --
-    ``vp`` the virtual pipeline size in effect, a layout's included --, HybridEP's EP and NVLink-domain rules on the
+    ``vp`` the virtual pipeline size in effect, a layout's included --, the quantized output layer needs MXFP8,
+    HybridEP's EP and NVLink-domain rules on the
     dispatcher that actually runs); and, in place in ``found``, the working split suggested as the fix of a
     ``layers_fit_pp_vp`` violation (:func:`layout_fix`)."""
     out = []
@@ -278,6 +295,9 @@ def upstream_violations(p: Point, etp: int, found: list[Violation], vp: int | No
     ov = ep_overlap_finding(overlap=p.overlap_moe_expert_parallel_comm, pp=p.pp, vp=vp)
     if ov is not None:
         out.append(Violation(ov.rule, ov.message, ov.fix))
+    head = fp8_output_proj_finding(fp8_output_proj=p.fp8_output_proj, precision=p.precision)
+    if head is not None:
+        out.append(Violation(head.rule, head.message, head.fix))
     dtype, backend, _ = effective_dispatcher(
         p.moe_token_dispatcher_type, p.moe_flex_dispatcher_backend, p.gpu, p.compute_capability
     )

@@ -6,7 +6,8 @@ module                    what it prices
 ``config``                the inputs: GPU datasheet facts, one point with its recipe knobs
 ``collectives``           the alpha-beta time of a ring / all-to-all / point-to-point transfer
 ``gemm``                  per-layer GEMMs and the attention core at a shape-dependent efficiency
-``elementwise``           HBM-bound work (norms, activations, router, permute, casts, loss)
+``elementwise``           HBM-bound work (norms, activations, router, permute, loss)
+``quantize``              the FP8 / MXFP8 / NVFP4 operands' quantization (forward inputs, backward gradients)
 ``tp_comm``               sequence-parallel all-gather / reduce-scatter per layer; what ``tp_comm_overlap`` hides
 ``cp_comm``               the context-parallel KV exchange by ``cp_comm_type``
 ``ep_comm``               MoE dispatch / combine by dispatcher, NVLink or scale-out

@@ -114,6 +114,17 @@ class Calibration:
                 return math.exp(sum(math.log(v) for v in other) / len(other)), "other precision"
         return self.default_efficiency, "default"
 
+    def bf16_gain(self, gpu: str, pclass: str, peak_of: Callable[[str], float | None] | None = None) -> float:
+        """This GPU's BF16 efficiency over its ``pclass`` efficiency (:meth:`efficiency_of` for both; 1 for BF16
+        itself): the rate of the BF16 work of a low-precision point -- the attention core (unless
+        ``fp8_dot_product_attention``), the router, the output layer (unless ``fp8_output_proj``) -- relative to its
+        low-precision GEMMs. That work runs the same BF16 kernels as in a BF16 run, so it takes the BF16 class's
+        fraction of the BF16 peak, not the low-precision class's (H100: the measured large-GEMM ratio, 1.10; GB200
+        / GB300: the fitted BF16 and FP8 classes)."""
+        if pclass == "bf16":
+            return 1.0
+        return self.efficiency_of(gpu, "bf16", peak_of)[0] / self.efficiency_of(gpu, pclass, peak_of)[0]
+
     def class_shift(self, have: str, want: str) -> float | None:
         """Mean of ``log e(g, want) - log e(g, have)`` over the GPUs fitted at both classes (None when none is):
         the ``b_want - b_have`` of the GPU x class prior (:meth:`efficiency_of`)."""

@@ -146,6 +146,7 @@ class TimeConfig(RecomputeSettings, DimsView):
     - ``overlap_grad_reduce``, ``overlap_param_gather``, ``bucket_size`` (params per DDP bucket; None = Megatron-Core's
       ``max(40M, 1M x DP)``), ``use_distributed_optimizer``, ``grad_reduce_in_fp32``, ``fp8_param_gather``,
       ``use_megatron_fsdp``;
+    - ``fp8_output_proj`` (the output layer's GEMM in MXFP8: :attr:`output_proj_quantized`);
     - ``fp8_dot_product_attention`` (attention core in FP8 instead of BF16); ``attention_backend`` (Megatron-Core's
       ``AttnBackend``: ``flash``, ``fused``, ``auto`` run a flash-style kernel; ``local`` and ``unfused``
       materialize the score matrix; ``sdpa``, not a Megatron-Core value, is torch's SDPA as torchtitan calls it,
@@ -187,6 +188,7 @@ class TimeConfig(RecomputeSettings, DimsView):
     fp8_param_gather: bool = False
     use_megatron_fsdp: bool = False
     fp8_dot_product_attention: bool = False
+    fp8_output_proj: bool = False
     attention_backend: str = "auto"
     overlap_p2p_comm: bool | None = None
     muon_assignment: str = "ping_pong"
@@ -225,6 +227,16 @@ class TimeConfig(RecomputeSettings, DimsView):
         one NVLink domain as placed, else the scale-out network."""
         crosses = self.placement.group(kind).crosses
         return self.gpu.network_bandwidth if crosses else self.gpu.nvlink_bandwidth
+
+    @property
+    def output_proj_quantized(self) -> bool:
+        """Whether the output layer (the logits GEMM) runs at the point's low precision: only with
+        ``fp8_output_proj`` under the MXFP8 recipe. Otherwise Megatron-Core builds it as its own
+        ``tensor_parallel.ColumnParallelLinear``, outside Transformer Engine's FP8 autocast, so it runs in BF16 in an
+        FP8, MXFP8 or NVFP4 run (megatron-core 0.19.2 ``models/gpt/gpt_model.py``: ``TELMHeadColumnParallelLinear``
+        only ``if is_mxfp8_output_proj_active(config)``, ``fp8_utils.py``; ``TransformerConfig.__post_init__`` refuses
+        ``fp8_output_proj`` without ``fp8_recipe='mxfp8'``)."""
+        return self.fp8_output_proj and self.peak_key == "mxfp8"
 
     @property
     def dispatcher(self) -> str:

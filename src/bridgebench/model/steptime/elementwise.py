@@ -17,9 +17,8 @@ unfused chains move more, which ``e`` absorbs):
   copy (module ``moe_act``); the shared expert's ``6 f_s / TP``; with the ``alltoall`` dispatcher and more than
   one expert per GPU, the received copies' sort by local expert and back (``sort_chunks_by_idxs``:
   :data:`SORT_CHUNKS_PASSES` x ``(2h + 2h)`` per copy, and the same again in the backward, :data:`PERMUTE_FWD_BWD`);
-- FP8 / MXFP8 / NVFP4: the inputs of the GEMMs whose input is not a norm output (TE fuses those casts into the norm)
-  are cast, reading 2 B and writing ~1 B: ``3 x`` (attention output projection input, fc2 inputs, the routed
-  copies' fc1 and fc2 inputs);
+- FP8 / MXFP8 / NVFP4: the quantization of the GEMMs' operands is :mod:`bridgebench.model.steptime.quantize`'s
+  (forward inputs and backward output gradients; not in these bytes);
 - the loss: logits in FP32, written, read by the loss, gradient written: ``12 V / TP`` bytes per token for
   forward and backward together.
 
@@ -76,18 +75,15 @@ def layer_bytes(sid: int, kind: str, sh: LayerShape) -> tuple[tuple[str, float],
     if kind == "logits":
         v = spec.padded_vocab_size(tp) / tp
         return (("other", 12.0 * v * t * (1 + spec.mtp_layers)),)
-    fp8 = sh.peak_key != "bf16"
     norms = 8.0 * h * tsp
     other = 12.0 * h * tsp
     if spec.multi_latent_attention:
         rope = spec.qk_pos_emb_head_dim
         other += 4.0 * ((spec.q_lora_rank or 0) + spec.kv_lora_rank) * tsp
         other += 4.0 * (spec.num_attention_heads / tp + 1) * rope * t
-        proj_in = spec.num_attention_heads * spec.v_head_dim / tp
     else:
         d = spec.head_dim
         other += 4.0 * (spec.num_attention_heads / tp + max(spec.query_groups / tp, 1.0)) * d * t
-        proj_in = spec.num_attention_heads * d / tp
     act_per = 6.0 if spec.gated_linear_unit else 4.0
     moe_act = sorted_copies = 0.0
     if kind.endswith("moe"):
@@ -99,13 +95,9 @@ def layer_bytes(sid: int, kind: str, sh: LayerShape) -> tuple[tuple[str, float],
         sorted_copies = copies * SORT_CHUNKS_PASSES if sort_chunks(spec, sh) else 0.0
         fs = spec.moe_shared_expert_intermediate_size or 0
         other += act_per * fs / tp * t
-        if fp8:
-            other += 3.0 * (proj_in * t + (h + fe / sh.etp) * copies + fs / tp * t)
     else:
         f = spec.ffn_hidden_size
         other += act_per * f / tp * t
-        if fp8:
-            other += 3.0 * (proj_in + f / tp) * t
     if kind.startswith("mtp"):
         other += 12.0 * h * t  # eh_proj's concatenation and the extra norms
     other += PERMUTE_FWD_BWD / FWD_BWD * 4.0 * h * sorted_copies  # returned x FWD_BWD: PERMUTE_FWD_BWD in all

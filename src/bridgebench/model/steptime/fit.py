@@ -36,7 +36,7 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from bridgebench.model.spec import ModelSpec
 from bridgebench.model.steptime import registry
@@ -70,7 +70,7 @@ GUESS_SPAN = 0.02
 #: :func:`_secant_step`); the steps stop once every class's mean log level is within :data:`E_TOLERANCE` of 0.
 E_ITERATIONS = 12
 #: convergence of the fixed point: largest |mean log level| of a class after a step.
-E_TOLERANCE = 1e-4
+E_TOLERANCE = 1e-5
 #: starting efficiency of the fixed point.
 E_START = 0.5
 
@@ -98,11 +98,13 @@ def implied_level(
     host_moe_expert: float = 0.0,
     *,
     guess: float | None = None,
+    bf16_gain: float = 1.0,
 ) -> float | None:
     """The software level at which ``r`` is predicted at its published TFLOP/s given efficiency ``eff`` and host
-    work ``host_moe`` per MoE layer per microbatch, ``host_moe_expert`` more per local expert (None when the
-    level-independent terms alone exceed its step; :data:`LEVEL_BRACKET` ``[0]`` when even the lowest level is
-    fast enough).
+    work ``host_moe`` per MoE layer per microbatch, ``host_moe_expert`` more per local expert, its BF16 work at
+    ``bf16_gain`` x its GEMMs' rate (:meth:`~bridgebench.model.steptime.calibration.Calibration.bf16_gain`); None
+    when the level-independent terms alone exceed its step; :data:`LEVEL_BRACKET` ``[0]`` when even the lowest level
+    is fast enough.
 
     ``guess`` (a level found for this row at nearby constants) starts Brent's method in a bracket of
     +-:data:`GUESS_SPAN` in log level around it, widened fourfold until the root is bracketed or the bracket reaches
@@ -125,6 +127,7 @@ def implied_level(
             lv,
             host_moe=host_moe,
             host_moe_expert=host_moe_expert,
+            bf16_gain=bf16_gain,
         )[0]
         return sum(terms.values()) - target
 
@@ -202,6 +205,7 @@ def _fit_at(
     ns_efficiency: float,
     default_efficiency: float,
     seed: list[float | None] | None = None,
+    measured_rates: Mapping[tuple[str, str], float] | None = None,
 ) -> tuple[Calibration, list[tuple[Row, float]]] | None:
     """The efficiencies per (chip, precision class) (:func:`chip_of`; written per GPU) at ``c_layer = c`` and
     ``(host_moe, host_moe_expert) = host`` (the fixed point of the module docstring) and the rows' log levels
@@ -209,7 +213,8 @@ def _fit_at(
 
     ``seed``: the rows' levels at :data:`E_START` found by a fit at nearby constants, the guesses of the first step
     (:func:`implied_level`; empty: none); this fit's are written back into it. Each later step guesses the step
-    before it."""
+    before it. ``measured_rates`` (``Calibration.measured_rates``) enter each row's BF16 gain, re-read from the
+    step's efficiencies (:func:`_bf16_gains`)."""
     keys = [(chip_of(r.cfg.gpu), r.cfg.precision_class) for r in rows]
     log_eff = dict.fromkeys(keys, math.log(E_START))
     last: dict[tuple[str, str], tuple[float, float]] = {}
@@ -217,9 +222,10 @@ def _fit_at(
     means: dict[tuple[str, str], float] = {}
     found: list[float | None] = list(seed) if seed and len(seed) == len(rows) else [None] * len(rows)
     for step in range(E_ITERATIONS):
+        gains = _bf16_gains(rows, log_eff, measured_rates)
         found = [
-            implied_level(r, math.exp(log_eff[k]), c, kappa, ns_efficiency, *host, guess=g)
-            for r, k, g in zip(rows, keys, found)
+            implied_level(r, math.exp(log_eff[k]), c, kappa, ns_efficiency, *host, guess=g, bf16_gain=gain)
+            for r, k, g, gain in zip(rows, keys, found, gains)
         ]
         if step == 0 and seed is not None:
             seed[:] = found
@@ -244,6 +250,7 @@ def _fit_at(
         kappa=kappa,
         ns_efficiency=ns_efficiency,
         default_efficiency=default_efficiency,
+        measured_rates=dict(measured_rates or {}),
     )
     for r, _ in used:
         k = (r.cfg.gpu.name, r.cfg.precision_class)
@@ -251,6 +258,24 @@ def _fit_at(
         cal.rows[k] = cal.rows.get(k, 0) + 1
     # within E_TOLERANCE of the fixed point: centre each class's levels on 0 exactly
     return cal, [(r, y - means[(chip_of(r.cfg.gpu), r.cfg.precision_class)]) for r, y in used]
+
+
+def _bf16_gains(
+    rows: Sequence[Row], log_eff: Mapping[tuple[str, str], float], measured: Mapping[tuple[str, str], float] | None
+) -> list[float]:
+    """Each row's BF16 gain (:meth:`Calibration.bf16_gain`) at the fixed point's current efficiencies: every chip's
+    classes written per GPU, with the measured class ratios, read through the same priors the predictions use."""
+    tmp = Calibration(measured_rates=dict(measured or {}))
+    for r in rows:
+        chip = chip_of(r.cfg.gpu)
+        for (ch, cls), v in log_eff.items():
+            if ch == chip:
+                tmp.efficiency[(r.cfg.gpu.name, cls)] = math.exp(v)
+    out = []
+    for r in rows:
+        g = r.cfg.gpu
+        out.append(tmp.bf16_gain(g.name, r.cfg.precision_class, lambda c, g=g: g.peak_tflops.get(c)))
+    return out
 
 
 def chip_of(gpu: GpuFacts) -> str:
@@ -293,13 +318,15 @@ def calibrate(
     kappa: float = 1.4e-4,
     ns_efficiency: float = 0.5,
     default_efficiency: float = 0.35,
+    measured_rates: Mapping[tuple[str, str], float] | None = None,
 ) -> Calibration:
     """Fit the efficiencies per (chip, precision class), ``c_layer``, ``host_moe`` and ``host_moe_expert`` (the host
     pair over ``host_grid`` x ``expert_grid`` at the first ``c_layer`` of ``c_grid``, then ``c_layer`` over ``c_grid``
     at that pair; each by
     :func:`_loro_level_error`) and (with ``levels``) the release levels on ``rows`` (see the module
     docstring). ``kappa`` and ``ns_efficiency`` are given (the published tables carry no Muon-only measurement;
-    :mod:`bridgebench.validation.muon_fit` fits them on the blog's Table 1).
+    :mod:`bridgebench.validation.muon_fit` fits them on the blog's Table 1); ``measured_rates`` (large GEMMs measured
+    per GPU and class, :attr:`Calibration.measured_rates`) enter the rows' BF16 gains and are kept on the result.
 
     Raises:
         TimeModelError: no row whose rate-independent terms leave room for compute.
@@ -314,7 +341,7 @@ def calibrate(
             fitted = (
                 None
                 if (c, h, x) in scored
-                else _fit_at(rows, c, (h, x), kappa, ns_efficiency, default_efficiency, seed)
+                else _fit_at(rows, c, (h, x), kappa, ns_efficiency, default_efficiency, seed, measured_rates)
             )
             if fitted:
                 cal, resid = fitted

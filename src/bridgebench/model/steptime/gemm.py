@@ -89,6 +89,9 @@ class LayerShape:
     fp8_attention: bool = False
     attention_backend: str = "auto"
     dispatcher: str = "alltoall"
+    #: the output layer runs at ``peak_key`` (:attr:`~bridgebench.model.steptime.config.TimeConfig
+    #: .output_proj_quantized`); else in BF16
+    output_proj_quantized: bool = False
 
 
 #: Megatron-Core ``attention_backend`` values (``transformer/enums.py`` ``AttnBackend``, megatron-core 0.19.2) whose
@@ -203,7 +206,9 @@ def mtp_gemms(spec: ModelSpec, sh: LayerShape) -> list[Gemm]:
 
 
 def logits_gemms(spec: ModelSpec, sh: LayerShape) -> list[Gemm]:
-    """The output layer (vocabulary padded for TP, column parallel), once per head: main + MTP heads."""
+    """The output layer (vocabulary padded for TP, column parallel), once per head: main + MTP heads; in BF16 unless
+    ``sh.output_proj_quantized`` (Megatron-Core keeps the output layer out of Transformer Engine's FP8 autocast:
+    :attr:`bridgebench.model.steptime.config.TimeConfig.output_proj_quantized`)."""
     t, _ = tokens(spec, sh)
     v = spec.padded_vocab_size(sh.tp) / sh.tp
     return [
@@ -214,7 +219,7 @@ def logits_gemms(spec: ModelSpec, sh: LayerShape) -> list[Gemm]:
             n=v,
             k=spec.hidden_size,
             count=1 + spec.mtp_layers,
-            peak_key=sh.peak_key,
+            peak_key=sh.peak_key if sh.output_proj_quantized else "bf16",
         )
     ]
 

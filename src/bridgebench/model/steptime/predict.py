@@ -57,6 +57,7 @@ from bridgebench.model.steptime.config import TimeConfig, family, group_key
 from bridgebench.model.steptime.elementwise import HBM_EFFICIENCY, layer_bytes, score_bytes
 from bridgebench.model.steptime.gemm import LayerShape, layer_gemm_seconds
 from bridgebench.model.steptime.optimizer import OptimizerStep, optimizer_step
+from bridgebench.model.steptime.quantize import quantize_bytes
 from bridgebench.model.steptime.release import point_release_index
 
 #: The terms of a step, in report order (seconds per step each; they sum to the step time).
@@ -173,18 +174,37 @@ def layer_shape(cfg: TimeConfig) -> LayerShape:
         fp8_attention=cfg.fp8_dot_product_attention,
         attention_backend=cfg.attention_backend,
         dispatcher=cfg.dispatcher,
+        output_proj_quantized=cfg.output_proj_quantized,
     )
 
 
-def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate: float, hbm: float) -> dict[str, Any]:
-    """Seconds per microbatch of one layer of ``kind`` by term, at GEMM rate multiplier ``rate`` and effective
-    element-wise bandwidth ``hbm`` (bytes/s)."""
+#: GEMM modules of a layer that run in BF16 whatever the point's precision (:func:`~.gemm.mlp_gemms`: the router)
+BF16_MODULES = frozenset({"router"})
+
+
+def _layer(
+    sid: int,
+    gid: int,
+    kind: str,
+    sh: LayerShape,
+    cfg: TimeConfig,
+    rate: float,
+    hbm: float,
+    bf16_gain: float = 1.0,
+) -> dict[str, Any]:
+    """Seconds per microbatch of one layer of ``kind`` by term, at GEMM rate multiplier ``rate``, ``rate x
+    bf16_gain`` for its BF16 work in a low-precision point (the attention core unless FP8, :data:`BF16_MODULES`;
+    :meth:`~bridgebench.model.steptime.calibration.Calibration.bf16_gain`) and effective element-wise bandwidth
+    ``hbm`` (bytes/s)."""
     gem = dict(layer_gemm_seconds(sid, gid, kind, sh))
     score_f, score_b = score_bytes(sid, sh)
-    attn_f = gem.pop("core_attn_fwd") / rate + score_f / hbm
-    attn_b = gem.pop("core_attn_bwd") / rate + score_b / hbm
-    gem = {k: v / rate for k, v in gem.items()}
+    attn_rate = rate if sh.fp8_attention else rate * bf16_gain
+    attn_f = gem.pop("core_attn_fwd") / attn_rate + score_f / hbm
+    attn_b = gem.pop("core_attn_bwd") / attn_rate + score_b / hbm
+    gem = {k: v / (rate * bf16_gain if k in BF16_MODULES else rate) for k, v in gem.items()}
     elem = {k: b / hbm for k, b in layer_bytes(sid, kind, sh)}
+    q_fwd, q_bwd = quantize_bytes(sid, kind, sh)
+    elem["quantize"] = (q_fwd + q_bwd) / hbm
     placed = cfg.placement
     blocks = tp_comm.layer_blocks(sid, gid, kind, sh, placed.group("tp").crosses)
     tp_x = tp_comm.exposed(blocks, rate, cfg.tp_comm_overlap and sh.sp)
@@ -202,7 +222,7 @@ def _layer(sid: int, gid: int, kind: str, sh: LayerShape, cfg: TimeConfig, rate:
         cfg,
         {k: v / 3 for k, v in gem.items()},
         attn_f,
-        {k: v / 3 for k, v in elem.items()},
+        {k: (q_fwd / hbm if k == "quantize" else v / 3) for k, v in elem.items()},
         tp_comm.forward_share(blocks, sh.sp),
         ep_fwd,
     )
@@ -289,9 +309,12 @@ def evaluate(
     elem_rate: float | None = None,
     host_moe: float = 0.0,
     host_moe_expert: float = 0.0,
+    *,
+    bf16_gain: float = 1.0,
 ) -> tuple[dict[str, float], OptimizerStep, int, bool]:
     """The terms of one point at GEMM rate multiplier ``rate`` (fraction of the tensor-core peaks, after the shape
-    law) and element-wise rate multiplier ``elem_rate`` (fraction of HBM bandwidth x :data:`HBM_EFFICIENCY`;
+    law; ``rate x bf16_gain`` for the BF16 work of a low-precision point: :func:`_layer`, the output layer unless
+    quantized) and element-wise rate multiplier ``elem_rate`` (fraction of HBM bandwidth x :data:`HBM_EFFICIENCY`;
     default ``rate``; the software level), with ``host_moe`` seconds of host work per MoE layer per microbatch at
     level 1 and ``host_moe_expert`` more per local expert (:func:`host_seconds`, :func:`host_exposed`), see the
     module docstring: (terms, optimizer detail, busiest rank, EP leaves the
@@ -315,13 +338,14 @@ def evaluate(
         acc = dict.fromkeys(("compute", "elementwise", "tp_comm", "cp_comm", "ep_a2a", "recompute"), 0.0)
         for kind, count in kinds:
             if kind not in per_kind:
-                per_kind[kind] = _layer(sid, gid, kind, sh, cfg, rate, hbm)
+                per_kind[kind] = _layer(sid, gid, kind, sh, cfg, rate, hbm, bf16_gain)
             lay = per_kind[kind]
             scale_out = scale_out or lay["scale_out"]
             for key in acc:
                 acc[key] += count * lay[key] * (share if key == "recompute" else 1.0)
         if loss:
-            acc["compute"] += sum(v for _, v in layer_gemm_seconds(sid, gid, "logits", sh)) / rate
+            logits_rate = rate if sh.output_proj_quantized else rate * bf16_gain
+            acc["compute"] += sum(v for _, v in layer_gemm_seconds(sid, gid, "logits", sh)) / logits_rate
             acc["elementwise"] += sum(b for _, b in layer_bytes(sid, "logits", sh)) / hbm
         acc["overhead"] = c_layer * n_layers + host_exposed(kinds, per_kind, cfg, host, elem_rate or rate, expert_host)
         t_mb = sum(acc.values())
@@ -356,10 +380,17 @@ def non_gemm_share(spec: ModelSpec, cfg: TimeConfig, rate: float, calib: Calibra
     Raises:
         The errors of :func:`evaluate`.
     """
-    c = calib
-    terms = evaluate(spec, cfg, rate, c.c_layer, c.kappa, c.ns_efficiency, 1.0, c.host_moe, c.host_moe_expert)[0]
+    c, gain = calib, bf16_gain_of(cfg, calib)
+    terms = evaluate(
+        spec, cfg, rate, c.c_layer, c.kappa, c.ns_efficiency, 1.0, c.host_moe, c.host_moe_expert, bf16_gain=gain
+    )[0]
     layers = sum(terms[k] for k in LAYER_TERMS)
     return (terms["ep_a2a"] + terms["overhead"] + terms["elementwise"]) / layers if layers > 0 else 0.0
+
+
+def bf16_gain_of(cfg: TimeConfig, calib: Calibration) -> float:
+    """The point's BF16 work's rate over its GEMMs' rate (:meth:`Calibration.bf16_gain` of its GPU and class)."""
+    return calib.bf16_gain(cfg.gpu.name, cfg.precision_class, lambda c: cfg.gpu.peak_tflops.get(c))
 
 
 def rates(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> tuple[float, float, str, str]:
@@ -381,7 +412,8 @@ def layer_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration, kind: str =
     e.g. Korthikanti et al. 2022 Table 4, compares with their sum)."""
     rate, level, _, _ = rates(spec, cfg, calib)
     hbm = cfg.gpu.hbm_bandwidth * HBM_EFFICIENCY * level
-    out = _layer(registry.handle(spec), registry.handle(cfg.gpu), kind, layer_shape(cfg), cfg, rate, hbm)
+    sh = layer_shape(cfg)
+    out = _layer(registry.handle(spec), registry.handle(cfg.gpu), kind, sh, cfg, rate, hbm, bf16_gain_of(cfg, calib))
     return {k: out[k] for k in GPU_TERMS}
 
 
@@ -405,6 +437,7 @@ def predict_time(spec: ModelSpec, cfg: TimeConfig, calib: Calibration) -> TimeBr
         level,
         host_moe=calib.host_moe,
         host_moe_expert=calib.host_moe_expert,
+        bf16_gain=bf16_gain_of(cfg, calib),
     )
     levels: dict[int, float] = {}
     novelty: tuple[str, ...] = ()
