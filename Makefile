@@ -51,7 +51,8 @@ $(CACHE)/mbridge-0.3.1/flop_utils.py: $(VENV)/.installed
 # end-to-end plan / sweep / optstep runs, the ablation rows typed as printed, the site in headless chromium) beside
 # the rest, whose progress shows here; the background half's report follows from .state/test-slurm.log. Stop 36
 # measured the halves apart on the 2-core AMD EPYC: 33.7 min for the rest with those 7 min of tests in it, 21 min
-# for the SLURM ones; together 29.5 and 30.5 min (stop 37 moved about 3 min out of the background half). Fails when
+# for the SLURM ones; side by side 29.5 and 30.5 min at stop 36, 27.2 and 27.2 min at stop 37 (a lighter refit test,
+# two optstep repeats instead of three, the site tests moved here). Fails when
 # either half fails; Ctrl-C stops both (the background half ignores SIGINT, as any background job of a shell
 # without job control, so it is sent SIGTERM).
 test: setup
