@@ -179,21 +179,19 @@ class SweepRow:
         """The row as one flat record with the parquet columns: the schema's fields in order, the sizes where the
         identity columns are (``dp`` after ``etp``), one ``t_<term>_s`` column per term."""
         out: dict[str, Any] = {}
-        for name in _FIELD_ORDER:
-            if name == "dims":
+        for f in dataclasses.fields(self):
+            if f.name == "dims":
                 d = self.dims
                 out |= {k: getattr(d, k) for k in ("num_gpus", "tp", "pp", "vp", "cp", "ep", "etp")}
                 out |= {"dp": self.dp, "mbs": d.mbs, "gbs": d.gbs}
-            elif name == "terms_s":
-                out |= {f"t_{term}_s": value for term, value in self.terms_s.items()}
+            elif f.name == "terms_s":
+                out |= {f"t_{name}_s": value for name, value in self.terms_s.items()}
             else:
-                out[name] = getattr(self, name)
+                out[f.name] = getattr(self, f.name)
         return out
 
 
-#: the schema's field names in order (read once: ``dataclasses.fields`` per row cost the sweep seconds)
-_FIELD_ORDER = tuple(f.name for f in dataclasses.fields(SweepRow))
-_FIELDS = set(_FIELD_ORDER) - {"dims", "terms_s"}
+_FIELDS = {f.name for f in dataclasses.fields(SweepRow)} - {"dims", "terms_s"}
 
 
 def _int_fields() -> set[str]:
@@ -211,10 +209,7 @@ _INT_FIELDS = _int_fields()
 
 
 def _plain(value: Any) -> Any:
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return value
-    if kind is float and math.isnan(value):
+    if isinstance(value, float) and math.isnan(value):
         return None
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
