@@ -101,6 +101,13 @@ class LayerShape:
 MATERIALIZED_ATTENTION = ("local", "unfused")
 
 
+#: recompute modules of a layer whose GEMMs run in BF16 whatever the point's precision: the MoE router (Megatron-Core
+#: computes it with its own ``router_gating_linear`` in ``moe_router_dtype``, not a Transformer Engine module, so
+#: no FP8 autocast reaches it: megatron-core 0.19.2 ``transformer/moe/router.py`` ``Router.gating``;
+#: :func:`mlp_gemms`)
+BF16_MODULES = frozenset({"router"})
+
+
 @dataclass(frozen=True, kw_only=True)
 class Gemm:
     """One GEMM per microbatch on one GPU (forward shape), ``count`` identical ones (grouped experts), the recompute
@@ -175,7 +182,7 @@ def mlp_gemms(spec: ModelSpec, sh: LayerShape, moe: bool) -> list[Gemm]:
     m_e = tsp * spec.moe_router_topk * sh.etp * sh.ep / e_num
     local = e_num / sh.ep
     out = [
-        Gemm(name="router", module="router", m=tsp, n=e_num, k=h, count=1, peak_key="bf16"),
+        Gemm(name="router", module="router", m=tsp, n=e_num, k=h, count=1, peak_key="bf16"),  # BF16_MODULES
         Gemm(name="experts.fc1", module="experts", m=m_e, n=glu * fe / sh.etp, k=h, count=local, peak_key=key),
         Gemm(name="experts.fc2", module="experts", m=m_e, n=h, k=fe / sh.etp, count=local, peak_key=key),
     ]

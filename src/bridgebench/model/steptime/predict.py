@@ -55,7 +55,7 @@ from bridgebench.model.steptime.bands import LEVELS
 from bridgebench.model.steptime.calibration import Calibration
 from bridgebench.model.steptime.config import TimeConfig, family, group_key
 from bridgebench.model.steptime.elementwise import HBM_EFFICIENCY, layer_bytes, score_bytes
-from bridgebench.model.steptime.gemm import LayerShape, layer_gemm_seconds
+from bridgebench.model.steptime.gemm import BF16_MODULES, LayerShape, layer_gemm_seconds
 from bridgebench.model.steptime.optimizer import OptimizerStep, optimizer_step
 from bridgebench.model.steptime.quantize import quantize_bytes
 from bridgebench.model.steptime.release import point_release_index
@@ -178,10 +178,6 @@ def layer_shape(cfg: TimeConfig) -> LayerShape:
     )
 
 
-#: GEMM modules of a layer that run in BF16 whatever the point's precision (:func:`~.gemm.mlp_gemms`: the router)
-BF16_MODULES = frozenset({"router"})
-
-
 def _layer(
     sid: int,
     gid: int,
@@ -193,7 +189,8 @@ def _layer(
     bf16_gain: float = 1.0,
 ) -> dict[str, Any]:
     """Seconds per microbatch of one layer of ``kind`` by term, at GEMM rate multiplier ``rate``, ``rate x
-    bf16_gain`` for its BF16 work in a low-precision point (the attention core unless FP8, :data:`BF16_MODULES`;
+    bf16_gain`` for its BF16 work in a low-precision point (the attention core unless FP8, the modules of
+    :data:`~bridgebench.model.steptime.gemm.BF16_MODULES`;
     :meth:`~bridgebench.model.steptime.calibration.Calibration.bf16_gain`) and effective element-wise bandwidth
     ``hbm`` (bytes/s)."""
     gem = dict(layer_gemm_seconds(sid, gid, kind, sh))
